@@ -1,0 +1,507 @@
+//! The consumer: drains every lane of the ring into `run.bin`, turns control records into
+//! metadata frames, snapshots the per-thread aggregates and drop counters, and frees the lanes of
+//! threads that exited or died. Everything read from the segment is validated: a producer can
+//! lose its own records, never crash the collector.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use mlprof_format::func::{AGG_SLOTS, Func, agg_slot_meaning};
+use mlprof_format::record::{
+    CONTROL_KIND_BASE, Event, KIND_PROCESS_EXIT, KIND_PROCESS_START, KIND_STRING_DEF,
+    MAX_STRING_BYTES, PROC_FORKED, RECORD_BYTES, string_payload_slots,
+};
+use mlprof_format::ring::{LANE_ACTIVE, LANE_FREE, LANE_RETIRED};
+use mlprof_format::runfile::{
+    AggregateSample, DropSample, ProcessExit, ProcessInfo, RunEnd, RunWriter, ThreadInfo,
+};
+use zerocopy::FromBytes;
+
+use crate::segment::Segment;
+use crate::timebase::Timebase;
+
+const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);
+const LIVENESS_EVERY: Duration = Duration::from_millis(100);
+/// String bytes kept in memory to name processes (ids are kept for every string).
+const STRING_MEMORY_LIMIT: usize = 64 << 20;
+
+/// One claim of one lane by one thread.
+struct Stream {
+    id: u64,
+    generation: u32,
+    pid: u32,
+    tid: u32,
+    refused: bool,
+    aggregates: [(u64, u64, u64); AGG_SLOTS],
+    dropped: u64,
+}
+
+#[derive(Default, Debug, Clone)]
+pub struct Totals {
+    pub events: u64,
+    pub aggregated_calls: u64,
+    pub dropped: u64,
+    pub processes: u64,
+    pub threads: u64,
+    pub refused_records: u64,
+    pub corrupt_lanes: u64,
+}
+
+pub struct Drainer {
+    segment: Segment,
+    timebase: Timebase,
+    writer: RunWriter,
+    streams: HashMap<u32, Stream>,
+    next_stream: u64,
+    known_strings: HashSet<u64>,
+    string_bytes: HashMap<u64, Vec<u8>>,
+    string_memory: usize,
+    batch: Vec<Event>,
+    waiting_for_path: Vec<Event>,
+    pids_seen: HashSet<u32>,
+    last_snapshot: Instant,
+    last_liveness: Instant,
+    last_flush: Instant,
+    no_lane_drops: u64,
+    final_aggregates: u64,
+    uid: u32,
+    pub totals: Totals,
+}
+
+impl Drainer {
+    pub fn new(segment: Segment, timebase: Timebase, writer: RunWriter) -> Drainer {
+        let now = Instant::now();
+        Drainer {
+            segment,
+            timebase,
+            writer,
+            streams: HashMap::new(),
+            next_stream: 1,
+            known_strings: HashSet::new(),
+            string_bytes: HashMap::new(),
+            string_memory: 0,
+            batch: Vec::with_capacity(1 << 16),
+            waiting_for_path: Vec::new(),
+            pids_seen: HashSet::new(),
+            last_snapshot: now,
+            last_liveness: now,
+            last_flush: now,
+            no_lane_drops: 0,
+            final_aggregates: 0,
+            // Safety: geteuid cannot fail.
+            uid: unsafe { libc::geteuid() },
+            totals: Totals::default(),
+        }
+    }
+
+    pub fn segment_mut(&mut self) -> &mut Segment {
+        &mut self.segment
+    }
+
+    /// One pass over all lanes; returns the number of records taken.
+    pub fn drain_once(&mut self) -> io::Result<usize> {
+        let mut taken = 0;
+        for index in 0..self.segment.geometry.lane_count {
+            let lane = self.segment.lane(index);
+            let state = lane.state.load(Ordering::Acquire);
+            if state != LANE_ACTIVE && state != LANE_RETIRED {
+                continue;
+            }
+            self.open_stream(index)?;
+            taken += self.drain_lane(index)?;
+            if state == LANE_RETIRED {
+                self.close_stream(index)?;
+            }
+        }
+        self.write_batch()?;
+        let now = Instant::now();
+        if now.duration_since(self.last_liveness) >= LIVENESS_EVERY {
+            self.last_liveness = now;
+            self.free_dead_lanes()?;
+        }
+        if now.duration_since(self.last_snapshot) >= SNAPSHOT_EVERY {
+            self.last_snapshot = now;
+            self.timebase.refresh();
+            self.snapshot_all()?;
+        }
+        if now.duration_since(self.last_flush) >= SNAPSHOT_EVERY {
+            self.last_flush = now;
+            self.writer.flush()?;
+        }
+        Ok(taken)
+    }
+
+    /// Whether some lane still belongs to a live thread.
+    pub fn has_live_lanes(&self) -> bool {
+        (0..self.segment.geometry.lane_count).any(|i| {
+            let lane = self.segment.lane(i);
+            lane.state.load(Ordering::Acquire) == LANE_ACTIVE
+                && thread_alive(
+                    lane.pid.load(Ordering::Relaxed),
+                    lane.tid.load(Ordering::Relaxed),
+                )
+        })
+    }
+
+    fn open_stream(&mut self, index: u32) -> io::Result<()> {
+        let lane = self.segment.lane(index);
+        let generation = lane.generation.load(Ordering::Relaxed);
+        if self
+            .streams
+            .get(&index)
+            .is_some_and(|s| s.generation == generation)
+        {
+            return Ok(());
+        }
+        if self.streams.contains_key(&index) {
+            // The lane changed hands without us seeing it free (cannot happen with a well-behaved
+            // producer); end the old stream.
+            self.close_stream_counters(index)?;
+        }
+        let lane = self.segment.lane(index);
+        let pid = lane.pid.load(Ordering::Relaxed);
+        let tid = lane.tid.load(Ordering::Relaxed);
+        let refused = owner_uid(pid).is_some_and(|uid| uid != self.uid);
+        if refused {
+            eprintln!("mlprof-collect: refusing records of pid {pid}: it belongs to another user");
+        }
+        let stream = Stream {
+            id: self.next_stream,
+            generation,
+            pid,
+            tid,
+            refused,
+            aggregates: [(0, 0, 0); AGG_SLOTS],
+            dropped: 0,
+        };
+        self.next_stream += 1;
+        self.totals.threads += 1;
+        if !refused {
+            let name = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                .map(|s| s.trim_end().to_string())
+                .unwrap_or_default();
+            self.writer.write_thread(&ThreadInfo { pid, tid, name })?;
+        }
+        self.streams.insert(index, stream);
+        Ok(())
+    }
+
+    fn drain_lane(&mut self, index: u32) -> io::Result<usize> {
+        let capacity = self.segment.geometry.lane_capacity as u64;
+        let lane = self.segment.lane(index);
+        let head = lane.head.load(Ordering::Acquire);
+        let tail = lane.tail.load(Ordering::Relaxed);
+        if head == tail {
+            return Ok(0);
+        }
+        if head < tail || head - tail > capacity {
+            self.totals.corrupt_lanes += 1;
+            eprintln!(
+                "mlprof-collect: lane {index} has inconsistent positions ({tail}..{head}); skipping its records"
+            );
+            lane.tail.store(head, Ordering::Release);
+            return Ok(0);
+        }
+        let Some(stream) = self.streams.get(&index) else {
+            return Ok(0);
+        };
+        let (pid, tid, refused) = (stream.pid, stream.tid, stream.refused);
+        let mut position = tail;
+        while position < head {
+            let slot = self.segment.read_slot(index, position);
+            let Ok(mut event) = Event::read_from_bytes(&slot) else {
+                break;
+            };
+            position += 1;
+            if refused {
+                self.totals.refused_records += 1;
+                continue;
+            }
+            match event.kind {
+                KIND_STRING_DEF => {
+                    let len = (event.arg2 as usize).min(MAX_STRING_BYTES);
+                    let slots = string_payload_slots(len) as u64;
+                    if position + slots > head {
+                        position = head;
+                        break;
+                    }
+                    let mut bytes = Vec::with_capacity(slots as usize * RECORD_BYTES);
+                    for i in 0..slots {
+                        bytes.extend_from_slice(&self.segment.read_slot(index, position + i));
+                    }
+                    bytes.truncate(len);
+                    position += slots;
+                    self.define_string(event.arg, bytes)?;
+                }
+                KIND_PROCESS_START => {
+                    let argv = self.argv_of(event.arg2, pid);
+                    self.pids_seen.insert(pid);
+                    self.totals.processes += 1;
+                    self.writer.write_process(&ProcessInfo {
+                        pid,
+                        ppid: event.arg as u32,
+                        argv,
+                        start_ns: self.timebase.to_ns(event.start),
+                        forked: event.extra & PROC_FORKED != 0,
+                    })?;
+                }
+                KIND_PROCESS_EXIT => {
+                    self.writer.write_process_exit(&ProcessExit {
+                        pid,
+                        time_ns: self.timebase.to_ns(event.start),
+                        exit_code: Some(event.ret as i32),
+                        signal: None,
+                    })?;
+                }
+                kind if kind >= CONTROL_KIND_BASE => {}
+                _ => {
+                    event.pid = pid;
+                    event.tid = tid;
+                    event.start = self.timebase.to_ns(event.start);
+                    event.dur = self.timebase.duration_ns(event.dur);
+                    let needs_path =
+                        Func::from_id(event.kind).is_some_and(|f| f.has_path()) && event.arg2 != 0;
+                    if needs_path && !self.known_strings.contains(&event.arg2) {
+                        self.waiting_for_path.push(event);
+                    } else {
+                        self.batch.push(event);
+                    }
+                }
+            }
+        }
+        let taken = (position - tail) as usize;
+        self.segment
+            .lane(index)
+            .tail
+            .store(position, Ordering::Release);
+        Ok(taken)
+    }
+
+    fn define_string(&mut self, id: u64, bytes: Vec<u8>) -> io::Result<()> {
+        if self.known_strings.insert(id) {
+            self.writer.write_string(id, &bytes)?;
+            if self.string_memory + bytes.len() <= STRING_MEMORY_LIMIT {
+                self.string_memory += bytes.len();
+                self.string_bytes.insert(id, bytes);
+            }
+        }
+        Ok(())
+    }
+
+    fn argv_of(&self, id: u64, pid: u32) -> Vec<String> {
+        let bytes = match self.string_bytes.get(&id) {
+            Some(bytes) => bytes.clone(),
+            None => std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default(),
+        };
+        bytes
+            .split(|&b| b == 0)
+            .filter(|part| !part.is_empty())
+            .map(|part| String::from_utf8_lossy(part).into_owned())
+            .collect()
+    }
+
+    /// Writes the pass's events in end-time order, and any held events whose path is now known.
+    fn write_batch(&mut self) -> io::Result<()> {
+        if !self.waiting_for_path.is_empty() {
+            let known = &self.known_strings;
+            let (ready, still): (Vec<Event>, Vec<Event>) = self
+                .waiting_for_path
+                .drain(..)
+                .partition(|e| known.contains(&e.arg2));
+            self.waiting_for_path = still;
+            self.batch.extend(ready);
+        }
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        self.batch.sort_by_key(|e| e.start.saturating_add(e.dur));
+        self.writer.write_events(&self.batch)?;
+        self.totals.events += self.batch.len() as u64;
+        self.batch.clear();
+        Ok(())
+    }
+
+    fn free_dead_lanes(&mut self) -> io::Result<()> {
+        for index in 0..self.segment.geometry.lane_count {
+            let lane = self.segment.lane(index);
+            if lane.state.load(Ordering::Acquire) != LANE_ACTIVE {
+                continue;
+            }
+            if thread_alive(
+                lane.pid.load(Ordering::Relaxed),
+                lane.tid.load(Ordering::Relaxed),
+            ) {
+                continue;
+            }
+            self.open_stream(index)?;
+            self.drain_lane(index)?;
+            self.close_stream(index)?;
+        }
+        self.write_batch()
+    }
+
+    /// Final counters of a lane's stream, then the lane is zeroed and freed for reuse.
+    fn close_stream(&mut self, index: u32) -> io::Result<()> {
+        self.close_stream_counters(index)?;
+        let lane = self.segment.lane(index);
+        lane.head.store(0, Ordering::Relaxed);
+        lane.cached_tail.store(0, Ordering::Relaxed);
+        lane.tail.store(0, Ordering::Relaxed);
+        lane.dropped.store(0, Ordering::Relaxed);
+        for slot in &lane.aggregates {
+            slot.count.store(0, Ordering::Relaxed);
+            slot.timed.store(0, Ordering::Relaxed);
+            slot.ticks.store(0, Ordering::Relaxed);
+        }
+        lane.pid.store(0, Ordering::Relaxed);
+        lane.tid.store(0, Ordering::Relaxed);
+        lane.state.store(LANE_FREE, Ordering::Release);
+        Ok(())
+    }
+
+    fn close_stream_counters(&mut self, index: u32) -> io::Result<()> {
+        self.snapshot_stream(index)?;
+        if let Some(stream) = self.streams.remove(&index) {
+            self.final_aggregates += stream.aggregates.iter().map(|a| a.0).sum::<u64>();
+            self.totals.dropped += stream.dropped;
+        }
+        Ok(())
+    }
+
+    fn snapshot_all(&mut self) -> io::Result<()> {
+        let indexes: Vec<u32> = self.streams.keys().copied().collect();
+        for index in indexes {
+            self.snapshot_stream(index)?;
+        }
+        let no_lane = self.segment.header().no_lane_drops.load(Ordering::Relaxed);
+        if no_lane != self.no_lane_drops {
+            self.no_lane_drops = no_lane;
+            let time_ns = crate::timebase::monotonic_ns();
+            self.writer.write_drops(&[DropSample {
+                stream: 0,
+                pid: 0,
+                tid: 0,
+                time_ns,
+                dropped: no_lane,
+            }])?;
+        }
+        Ok(())
+    }
+
+    /// Writes the stream's counters that changed since its last snapshot.
+    fn snapshot_stream(&mut self, index: u32) -> io::Result<()> {
+        let Some(stream) = self.streams.get_mut(&index) else {
+            return Ok(());
+        };
+        if stream.refused {
+            return Ok(());
+        }
+        let lane = self.segment.lane(index);
+        let time_ns = crate::timebase::monotonic_ns();
+        let mut samples = Vec::new();
+        for (slot, counters) in lane.aggregates.iter().enumerate() {
+            let now = (
+                counters.count.load(Ordering::Relaxed),
+                counters.timed.load(Ordering::Relaxed),
+                counters.ticks.load(Ordering::Relaxed),
+            );
+            if now == stream.aggregates[slot] {
+                continue;
+            }
+            stream.aggregates[slot] = now;
+            let Some((func, clock_id)) = agg_slot_meaning(slot) else {
+                continue;
+            };
+            samples.push(AggregateSample {
+                stream: stream.id,
+                pid: stream.pid,
+                tid: stream.tid,
+                func: func as u16,
+                clock_id,
+                time_ns,
+                count: now.0,
+                timed: now.1,
+                timed_ns: self.timebase.duration_ns(now.2),
+            });
+        }
+        if !samples.is_empty() {
+            self.writer.write_aggregates(&samples)?;
+        }
+        let dropped = lane.dropped.load(Ordering::Relaxed);
+        if dropped != stream.dropped {
+            stream.dropped = dropped;
+            let sample = DropSample {
+                stream: stream.id,
+                pid: stream.pid,
+                tid: stream.tid,
+                time_ns,
+                dropped,
+            };
+            self.writer.write_drops(&[sample])?;
+        }
+        Ok(())
+    }
+
+    /// Records the launcher's own view of how its child ended.
+    pub fn record_exit(
+        &mut self,
+        pid: u32,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+    ) -> io::Result<()> {
+        self.writer.write_process_exit(&ProcessExit {
+            pid,
+            time_ns: crate::timebase::monotonic_ns(),
+            exit_code,
+            signal,
+        })
+    }
+
+    /// Final drain: every lane, live or not, then the end frame.
+    pub fn finish(mut self) -> io::Result<Totals> {
+        self.drain_once()?;
+        for index in 0..self.segment.geometry.lane_count {
+            let state = self.segment.lane(index).state.load(Ordering::Acquire);
+            if state == LANE_ACTIVE || state == LANE_RETIRED {
+                self.open_stream(index)?;
+                self.drain_lane(index)?;
+                self.close_stream_counters(index)?;
+            }
+        }
+        let held = std::mem::take(&mut self.waiting_for_path);
+        self.batch.extend(held);
+        self.write_batch()?;
+        self.snapshot_all()?;
+        self.totals.aggregated_calls = self.final_aggregates;
+        self.totals.dropped += self.no_lane_drops;
+        self.writer.finish(&RunEnd {
+            end_ns: crate::timebase::monotonic_ns(),
+            events: self.totals.events,
+            dropped: self.totals.dropped,
+        })?;
+        Ok(self.totals)
+    }
+}
+
+/// A thread is alive while /proc lists it and it is not a zombie.
+fn thread_alive(pid: u32, tid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) {
+        Ok(stat) => match stat
+            .rfind(')')
+            .and_then(|at| stat[at + 1..].split_whitespace().next())
+        {
+            Some(state) => state != "Z" && state != "X",
+            None => true,
+        },
+        Err(_) => false,
+    }
+}
+
+fn owner_uid(pid: u32) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}"))
+        .ok()
+        .map(|m| m.uid())
+}

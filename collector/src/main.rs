@@ -1,0 +1,254 @@
+//! `mlprof-collect`: creates the shared-memory ring, runs or serves the profiled processes,
+//! drains the ring into `run.bin`, and prints a one-paragraph summary.
+
+mod drain;
+mod launch;
+mod segment;
+mod timebase;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use mlprof_format::ring::{
+    RING_ABI_VERSION, RingGeometry, is_valid_session_name, session_shm_name,
+};
+use mlprof_format::runfile::{RunInfo, RunWriter};
+
+use crate::drain::{Drainer, Totals};
+use crate::segment::Segment;
+use crate::timebase::Timebase;
+
+const AFTER_HELP: &str = "\
+Modes:
+  mlprof-collect --out run.bin -- CMD ARGS...
+      Launcher: runs CMD with libmlprof.so preloaded, records CMD and every process it starts
+      (threads, fork/vfork/spawn/exec children, Python multiprocessing workers), waits for it,
+      writes run.bin and exits with CMD's exit status.
+  mlprof-collect --out run.bin [--session NAME]
+      Attach: serves the session until SIGINT/SIGTERM. Any process started elsewhere with
+      LD_PRELOAD=/path/to/libmlprof.so (and MLPROF_SESSION=NAME for a session other than
+      'default') joins it.
+
+Environment read by libmlprof.so (see the README for the full table):
+  MLPROF_SESSION  session to join (attach mode; default 'default')
+  MLPROF_CLOCK    'events' to record every clock_gettime/gettimeofday (default: exact
+                  per-thread aggregates)
+  MLPROF_QUIET    '1' silences the 'no session' line
+  MLPROF_DISABLE  '1' records nothing
+
+Then: mlprof summary run.bin, mlprof convert run.bin -o trace.json";
+
+#[derive(Parser, Debug)]
+#[command(name = "mlprof-collect", version, about = "Record a process tree's file I/O, clock reads and ioctls into run.bin", after_help = AFTER_HELP)]
+struct Args {
+    /// Output run file.
+    #[arg(long, short, default_value = "run.bin")]
+    out: PathBuf,
+    /// Session name (attach mode; also usable in launcher mode). Defaults to $MLPROF_SESSION or 'default'.
+    #[arg(long)]
+    session: Option<String>,
+    /// libmlprof.so to preload (default: $MLPROF_PRELOAD, else the one next to this binary).
+    #[arg(long)]
+    preload: Option<PathBuf>,
+    /// Lanes in the ring: threads that can record at the same time.
+    #[arg(long, default_value_t = RingGeometry::DEFAULT.lane_count)]
+    lanes: u32,
+    /// Records per lane (a power of two); a lane that fills drops and counts.
+    #[arg(long, default_value_t = RingGeometry::DEFAULT.lane_capacity)]
+    lane_records: u32,
+    /// Timestamp source for producers: auto (TSC where invariant), tsc, monotonic.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "tsc", "monotonic"])]
+    clock: String,
+    /// After the command exits, how long to keep collecting from processes it left running.
+    #[arg(long, default_value_t = 2000)]
+    linger_ms: u64,
+    /// Print nothing but errors.
+    #[arg(long, short)]
+    quiet: bool,
+    /// The command to run (launcher mode); none = attach mode.
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args) {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("mlprof-collect: error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: Args) -> Result<ExitCode, String> {
+    let geometry = RingGeometry {
+        lane_count: args.lanes,
+        lane_capacity: args.lane_records,
+    };
+    if !geometry.is_valid() {
+        return Err(
+            "--lanes must be 1..=65536 and --lane-records a power of two in 64..=16777216".into(),
+        );
+    }
+    let launching = !args.command.is_empty();
+    let session = args
+        .session
+        .clone()
+        .or_else(|| std::env::var("MLPROF_SESSION").ok())
+        .unwrap_or_else(|| "default".into());
+    if !is_valid_session_name(&session) {
+        return Err(format!(
+            "invalid session name {session:?} (letters, digits, '-', '_', '.'; at most 64)"
+        ));
+    }
+    // Safety: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let shm_name = if launching {
+        format!(
+            "/mlprof-{uid}-run-{}-{:x}",
+            std::process::id(),
+            timebase::realtime_ns() & 0xffff_ffff
+        )
+    } else {
+        let name = session_shm_name(uid, &session);
+        if let Some(pid) = segment::check_existing(&name).map_err(|e| e.to_string())? {
+            return Err(format!(
+                "session '{session}' is already served by mlprof-collect pid {pid}; choose another with --session"
+            ));
+        }
+        name
+    };
+    let preload = if launching {
+        Some(launch::find_preload(args.preload.as_deref())?)
+    } else {
+        None
+    };
+
+    let use_tsc = match args.clock.as_str() {
+        "tsc" => true,
+        "monotonic" => false,
+        _ => timebase::tsc_usable(),
+    };
+    let timebase = Timebase::new(use_tsc);
+    let segment = Segment::create(&shm_name, geometry, timebase.source())
+        .map_err(|e| format!("cannot create shared memory {shm_name}: {e}"))?;
+    let start_mono_ns = timebase::monotonic_ns();
+    let start_realtime_ns = timebase::realtime_ns();
+    let info = RunInfo {
+        mlprof_version: env!("CARGO_PKG_VERSION").into(),
+        host: hostname(),
+        session: session.clone(),
+        command: args.command.clone(),
+        start_mono_ns,
+        start_realtime_ns,
+        clock_source: timebase.source_name().into(),
+        ring_abi_version: RING_ABI_VERSION,
+        lane_count: geometry.lane_count,
+        lane_capacity: geometry.lane_capacity,
+    };
+    let writer = RunWriter::create(&args.out, &info)
+        .map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;
+    let mut drainer = Drainer::new(segment, timebase, writer);
+    launch::install_signal_handlers();
+    let started = Instant::now();
+
+    let exit_code = if let Some(preload) = preload {
+        let mut child = launch::spawn(&args.command, &preload, &shm_name, &session)?;
+        let child_pid = child.id();
+        let status = loop {
+            let taken = drainer.drain_once().map_err(|e| e.to_string())?;
+            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+                break status;
+            }
+            launch::forward_termination(child_pid);
+            pause(taken);
+        };
+        // Children the command left behind (or that are still exiting) get a grace period.
+        let deadline = Instant::now() + Duration::from_millis(args.linger_ms);
+        while Instant::now() < deadline && drainer.has_live_lanes() {
+            let taken = drainer.drain_once().map_err(|e| e.to_string())?;
+            pause(taken);
+        }
+        let (code, signal) = launch::describe(status);
+        drainer
+            .record_exit(child_pid, code, signal)
+            .map_err(|e| e.to_string())?;
+        code.map(|c| c as u8)
+            .unwrap_or_else(|| 128u8.wrapping_add(signal.unwrap_or(0) as u8))
+    } else {
+        if !args.quiet {
+            eprintln!(
+                "mlprof-collect: session '{session}' ready; run programs with LD_PRELOAD={}{}; Ctrl-C to finish",
+                launch::find_preload(args.preload.as_deref())
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|_| "libmlprof.so".into()),
+                if session == "default" {
+                    String::new()
+                } else {
+                    format!(" MLPROF_SESSION={session}")
+                }
+            );
+        } else {
+            eprintln!("mlprof-collect: session '{session}' ready");
+        }
+        while !launch::termination_requested() {
+            let taken = drainer.drain_once().map_err(|e| e.to_string())?;
+            pause(taken);
+        }
+        0
+    };
+
+    drainer.segment_mut().close();
+    let totals = drainer
+        .finish()
+        .map_err(|e| format!("cannot finish {}: {e}", args.out.display()))?;
+    if !args.quiet {
+        report(&args, &totals, started.elapsed());
+    }
+    Ok(ExitCode::from(exit_code))
+}
+
+/// Polls every millisecond while records flow, backing off to 5 ms when idle.
+fn pause(taken: usize) {
+    std::thread::sleep(Duration::from_millis(if taken > 0 { 1 } else { 5 }));
+}
+
+fn report(args: &Args, totals: &Totals, elapsed: Duration) {
+    let size = std::fs::metadata(&args.out).map(|m| m.len()).unwrap_or(0);
+    let drops = if totals.dropped == 0 {
+        "no records were dropped".to_string()
+    } else {
+        format!(
+            "{} RECORDS WERE DROPPED (ring full or no free lane; see `mlprof summary`)",
+            totals.dropped
+        )
+    };
+    eprintln!(
+        "mlprof-collect: recorded {} calls and {} aggregated clock reads from {} process image(s) and {} thread(s) in {:.2} s; {}; wrote {} ({:.1} MB). Next: mlprof summary {} / mlprof convert {} -o trace.json",
+        totals.events,
+        totals.aggregated_calls,
+        totals.processes,
+        totals.threads,
+        elapsed.as_secs_f64(),
+        drops,
+        args.out.display(),
+        size as f64 / 1e6,
+        args.out.display(),
+        args.out.display()
+    );
+    if totals.refused_records > 0 || totals.corrupt_lanes > 0 {
+        eprintln!(
+            "mlprof-collect: refused {} records from other users' processes; {} lanes had inconsistent positions",
+            totals.refused_records, totals.corrupt_lanes
+        );
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}

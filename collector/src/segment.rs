@@ -1,0 +1,190 @@
+//! The shared-memory segment: created private to the user (0600), initialized, and unlinked when
+//! the collector finishes.
+
+use std::ffi::CString;
+use std::io;
+use std::sync::atomic::Ordering;
+
+use mlprof_format::record::RECORD_BYTES;
+use mlprof_format::ring::{
+    HEADER_BYTES, LANE_BYTES, Lane, RING_ABI_VERSION, RING_CLOSED, RING_MAGIC, RING_SERVING,
+    RingGeometry, RingHeader,
+};
+
+pub struct Segment {
+    name: CString,
+    base: *mut u8,
+    len: usize,
+    pub geometry: RingGeometry,
+    unlinked: bool,
+}
+
+impl Segment {
+    /// Creates the segment `name` (e.g. `/mlprof-1000-default`), failing if it exists.
+    pub fn create(name: &str, geometry: RingGeometry, clock_source: u32) -> io::Result<Segment> {
+        let c_name =
+            CString::new(name).map_err(|_| io::Error::other("segment name contains NUL"))?;
+        let len = geometry.total_bytes() as usize;
+        // Safety: plain libc calls on a fresh descriptor; errors are checked.
+        unsafe {
+            let fd = libc::shm_open(
+                c_name.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o600,
+            );
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The umask cannot widen 0600, but make the mode explicit anyway.
+            libc::fchmod(fd, 0o600);
+            if libc::ftruncate(fd, len as libc::off_t) != 0 {
+                let err = io::Error::last_os_error();
+                libc::close(fd);
+                libc::shm_unlink(c_name.as_ptr());
+                return Err(err);
+            }
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            libc::close(fd);
+            if base == libc::MAP_FAILED {
+                let err = io::Error::last_os_error();
+                libc::shm_unlink(c_name.as_ptr());
+                return Err(err);
+            }
+            let segment = Segment {
+                name: c_name,
+                base: base as *mut u8,
+                len,
+                geometry,
+                unlinked: false,
+            };
+            segment.init_header(clock_source);
+            Ok(segment)
+        }
+    }
+
+    fn init_header(&self, clock_source: u32) {
+        let header = self.base as *mut RingHeader;
+        // Safety: the mapping is fresh, zero-filled and at least HEADER_BYTES long; nobody else
+        // reads the header before the magic is stored last.
+        unsafe {
+            (*header).abi_version = RING_ABI_VERSION;
+            (*header).header_bytes = HEADER_BYTES as u32;
+            (*header).lane_count = self.geometry.lane_count;
+            (*header).lane_capacity = self.geometry.lane_capacity;
+            (*header).record_bytes = RECORD_BYTES as u32;
+            (*header).lane_bytes = LANE_BYTES as u32;
+            (*header).clock_source = clock_source;
+            (*header).owner_uid = libc::geteuid();
+            (*header).collector_pid = std::process::id();
+            (*header).lanes_offset = self.geometry.lanes_offset();
+            (*header).slots_offset = self.geometry.slots_offset();
+            (*header).total_bytes = self.geometry.total_bytes();
+            (*header).state.store(RING_SERVING, Ordering::Relaxed);
+            std::sync::atomic::fence(Ordering::Release);
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*header).magic), RING_MAGIC);
+        }
+    }
+
+    pub fn header(&self) -> &RingHeader {
+        // Safety: mapped for the life of `self`.
+        unsafe { &*(self.base as *const RingHeader) }
+    }
+
+    pub fn lane(&self, index: u32) -> &Lane {
+        assert!(index < self.geometry.lane_count);
+        // Safety: index checked; lanes lie within the mapping.
+        unsafe {
+            &*(self.base.add(self.geometry.lanes_offset() as usize) as *const Lane)
+                .add(index as usize)
+        }
+    }
+
+    /// Copies the slot at `position` of lane `index` (the producer may be writing neighbours).
+    pub fn read_slot(&self, index: u32, position: u64) -> [u8; RECORD_BYTES] {
+        assert!(index < self.geometry.lane_count);
+        let capacity = self.geometry.lane_capacity as u64;
+        let offset = self.geometry.slots_offset() as usize
+            + index as usize * self.geometry.lane_slots_bytes() as usize
+            + (position & (capacity - 1)) as usize * RECORD_BYTES;
+        debug_assert!(offset + RECORD_BYTES <= self.len);
+        let mut out = [0u8; RECORD_BYTES];
+        // Safety: in bounds (above); a volatile copy because another process writes the mapping.
+        unsafe {
+            let src = self.base.add(offset);
+            for (i, byte) in out.iter_mut().enumerate() {
+                *byte = std::ptr::read_volatile(src.add(i));
+            }
+        }
+        out
+    }
+
+    /// Stops accepting processes: new joiners see no segment, writers see the closed state.
+    pub fn close(&mut self) {
+        self.header().state.store(RING_CLOSED, Ordering::Release);
+        self.unlink();
+    }
+
+    fn unlink(&mut self) {
+        if !self.unlinked {
+            // Safety: the name is a valid C string.
+            unsafe { libc::shm_unlink(self.name.as_ptr()) };
+            self.unlinked = true;
+        }
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        self.unlink();
+        // Safety: unmapping our own mapping once.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
+
+/// Whether an existing segment `name` is served by a live collector; removes it if stale.
+pub fn check_existing(name: &str) -> io::Result<Option<u32>> {
+    let c_name = CString::new(name).map_err(|_| io::Error::other("segment name contains NUL"))?;
+    // Safety: libc calls with checked results; the mapping is dropped before returning.
+    unsafe {
+        let fd = libc::shm_open(c_name.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0);
+        if fd < 0 {
+            return Ok(None);
+        }
+        let mut stat: libc::stat = std::mem::zeroed();
+        let mut owner = None;
+        if libc::fstat(fd, &mut stat) == 0 && stat.st_size as usize >= HEADER_BYTES {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                HEADER_BYTES,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            if base != libc::MAP_FAILED {
+                let header = &*(base as *const RingHeader);
+                let pid = header.collector_pid;
+                if header.magic == RING_MAGIC
+                    && header.state.load(Ordering::Acquire) == RING_SERVING
+                    && pid != 0
+                    && libc::kill(pid as i32, 0) == 0
+                {
+                    owner = Some(pid);
+                }
+                libc::munmap(base, HEADER_BYTES);
+            }
+        }
+        libc::close(fd);
+        if owner.is_none() {
+            libc::shm_unlink(c_name.as_ptr());
+        }
+        Ok(owner)
+    }
+}

@@ -1,0 +1,514 @@
+//! Every symbol libmlprof.so exports: the hooks. Each hook resolves the real function lazily,
+//! passes straight through when it must not record (see `Span::begin`), and otherwise times the
+//! real call and writes one record. Variadic C functions (`open`, `openat`, `ioctl`) are declared
+//! with their optional argument as a fixed one, which the x86_64 and aarch64 SysV ABIs allow.
+
+use core::ffi::{c_char, c_int, c_ulong, c_void};
+
+use libc::{FILE, iovec, mode_t, off_t, off64_t, size_t, ssize_t, timespec, timeval};
+use mlprof_format::func::{AGG_SLOT_GETTIMEOFDAY, AGG_SLOT_OTHER_CLOCK, Func};
+use mlprof_format::record::Event;
+
+use crate::real::{Real, as_fn};
+use crate::session::{self, Span};
+
+/// Resolves the real function `$name` with C type `$ty`, or fails the call with ENOSYS.
+macro_rules! real {
+    ($name:literal, $ty:ty, $fail:expr) => {{
+        static REAL: Real = Real::new($name);
+        match REAL.get() {
+            // Safety: `$ty` is the C prototype of `$name`.
+            Some(addr) => unsafe { as_fn::<$ty>(addr) },
+            None => {
+                crate::guard::set_errno(libc::ENOSYS);
+                return $fail;
+            }
+        }
+    }};
+}
+
+fn io_event(fd: c_int, asked: usize, done: isize) -> Event {
+    Event {
+        fd,
+        arg: asked as u64,
+        arg2: done.max(0) as u64,
+        ..Event::default()
+    }
+}
+
+fn iov_bytes(iov: *const iovec, count: c_int) -> usize {
+    if iov.is_null() || count <= 0 {
+        return 0;
+    }
+    // Safety: the caller passed `count` iovecs to a libc function that reads them the same way.
+    let iov = unsafe { core::slice::from_raw_parts(iov, count.min(1024) as usize) };
+    iov.iter().map(|v| v.iov_len).sum()
+}
+
+// ---- read / write family -------------------------------------------------------------------
+
+macro_rules! rw_hook {
+    ($sym:ident, $name:literal, $func:expr, ($($arg:ident : $ty:ty),*), $fd:ident, $asked:expr) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $sym($($arg: $ty),*) -> ssize_t {
+            let real = real!($name, unsafe extern "C" fn($($ty),*) -> ssize_t, -1);
+            let Some(span) = Span::begin() else {
+                // Safety: forwarding the caller's arguments unchanged.
+                return unsafe { real($($arg),*) };
+            };
+            // Safety: as above.
+            let ret = unsafe { real($($arg),*) };
+            span.finish(io_event($fd, $asked, ret), $func, ret < 0);
+            ret
+        }
+    };
+}
+
+rw_hook!(read, c"read", Func::Read, (fd: c_int, buf: *mut c_void, count: size_t), fd, count);
+rw_hook!(write, c"write", Func::Write, (fd: c_int, buf: *const c_void, count: size_t), fd, count);
+rw_hook!(pread, c"pread", Func::Pread, (fd: c_int, buf: *mut c_void, count: size_t, offset: off_t), fd, count);
+rw_hook!(pread64, c"pread64", Func::Pread64, (fd: c_int, buf: *mut c_void, count: size_t, offset: off64_t), fd, count);
+rw_hook!(pwrite, c"pwrite", Func::Pwrite, (fd: c_int, buf: *const c_void, count: size_t, offset: off_t), fd, count);
+rw_hook!(pwrite64, c"pwrite64", Func::Pwrite64, (fd: c_int, buf: *const c_void, count: size_t, offset: off64_t), fd, count);
+rw_hook!(readv, c"readv", Func::Readv, (fd: c_int, iov: *const iovec, iovcnt: c_int), fd, iov_bytes(iov, iovcnt));
+rw_hook!(writev, c"writev", Func::Writev, (fd: c_int, iov: *const iovec, iovcnt: c_int), fd, iov_bytes(iov, iovcnt));
+rw_hook!(preadv, c"preadv", Func::Preadv, (fd: c_int, iov: *const iovec, iovcnt: c_int, offset: off_t), fd, iov_bytes(iov, iovcnt));
+rw_hook!(pwritev, c"pwritev", Func::Pwritev, (fd: c_int, iov: *const iovec, iovcnt: c_int, offset: off_t), fd, iov_bytes(iov, iovcnt));
+// _FORTIFY_SOURCE builds call the checking variants; they are the same call for the user.
+rw_hook!(__read_chk, c"__read_chk", Func::Read, (fd: c_int, buf: *mut c_void, count: size_t, buflen: size_t), fd, count);
+rw_hook!(__pread_chk, c"__pread_chk", Func::Pread, (fd: c_int, buf: *mut c_void, count: size_t, offset: off_t, buflen: size_t), fd, count);
+rw_hook!(__pread64_chk, c"__pread64_chk", Func::Pread64, (fd: c_int, buf: *mut c_void, count: size_t, offset: off64_t, buflen: size_t), fd, count);
+
+// ---- open family ---------------------------------------------------------------------------
+
+macro_rules! open_hook {
+    ($sym:ident, $name:literal, $func:expr, ($($arg:ident : $ty:ty),*), $path:ident, $flags:expr, $mode:expr) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $sym($($arg: $ty),*) -> c_int {
+            let real = real!($name, unsafe extern "C" fn($($ty),*) -> c_int, -1);
+            let Some(span) = Span::begin() else {
+                // Safety: forwarding the caller's arguments unchanged.
+                return unsafe { real($($arg),*) };
+            };
+            // Safety: as above.
+            let fd = unsafe { real($($arg),*) };
+            let event = Event { fd, ret: fd as i64, arg: $mode as u64, extra: $flags as u32, ..Event::default() };
+            span.finish_with_path(event, $func, fd < 0, $path);
+            fd
+        }
+    };
+}
+
+open_hook!(open, c"open", Func::Open, (path: *const c_char, flags: c_int, mode: mode_t), path, flags, mode);
+open_hook!(open64, c"open64", Func::Open64, (path: *const c_char, flags: c_int, mode: mode_t), path, flags, mode);
+open_hook!(openat, c"openat", Func::Openat, (dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t), path, flags, mode);
+open_hook!(openat64, c"openat64", Func::Openat64, (dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t), path, flags, mode);
+open_hook!(creat, c"creat", Func::Creat, (path: *const c_char, mode: mode_t), path, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, mode);
+open_hook!(__open_2, c"__open_2", Func::Open, (path: *const c_char, flags: c_int), path, flags, 0);
+open_hook!(__open64_2, c"__open64_2", Func::Open64, (path: *const c_char, flags: c_int), path, flags, 0);
+open_hook!(__openat_2, c"__openat_2", Func::Openat, (dirfd: c_int, path: *const c_char, flags: c_int), path, flags, 0);
+open_hook!(__openat64_2, c"__openat64_2", Func::Openat64, (dirfd: c_int, path: *const c_char, flags: c_int), path, flags, 0);
+
+// ---- fd-only calls -------------------------------------------------------------------------
+
+macro_rules! fd_hook {
+    ($sym:ident, $name:literal, $func:expr) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $sym(fd: c_int) -> c_int {
+            let real = real!($name, unsafe extern "C" fn(c_int) -> c_int, -1);
+            let Some(span) = Span::begin() else {
+                // Safety: forwarding the caller's argument unchanged.
+                return unsafe { real(fd) };
+            };
+            // Safety: as above.
+            let ret = unsafe { real(fd) };
+            span.finish(
+                Event {
+                    fd,
+                    ret: ret as i64,
+                    ..Event::default()
+                },
+                $func,
+                ret < 0,
+            );
+            ret
+        }
+    };
+}
+
+fd_hook!(close, c"close", Func::Close);
+fd_hook!(fsync, c"fsync", Func::Fsync);
+fd_hook!(fdatasync, c"fdatasync", Func::Fdatasync);
+
+macro_rules! lseek_hook {
+    ($sym:ident, $name:literal, $func:expr, $off:ty) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $sym(fd: c_int, offset: $off, whence: c_int) -> $off {
+            let real = real!($name, unsafe extern "C" fn(c_int, $off, c_int) -> $off, -1);
+            let Some(span) = Span::begin() else {
+                // Safety: forwarding the caller's arguments unchanged.
+                return unsafe { real(fd, offset, whence) };
+            };
+            // Safety: as above.
+            let ret = unsafe { real(fd, offset, whence) };
+            let event = Event {
+                fd,
+                ret: ret as i64,
+                arg: offset as u64,
+                extra: whence as u32,
+                ..Event::default()
+            };
+            span.finish(event, $func, ret < 0);
+            ret
+        }
+    };
+}
+
+lseek_hook!(lseek, c"lseek", Func::Lseek, off_t);
+lseek_hook!(lseek64, c"lseek64", Func::Lseek64, off64_t);
+
+// ---- memory maps ---------------------------------------------------------------------------
+
+macro_rules! mmap_hook {
+    ($sym:ident, $name:literal, $func:expr, $off:ty) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $sym(
+            addr: *mut c_void,
+            len: size_t,
+            prot: c_int,
+            flags: c_int,
+            fd: c_int,
+            offset: $off,
+        ) -> *mut c_void {
+            let real = real!(
+                $name,
+                unsafe extern "C" fn(*mut c_void, size_t, c_int, c_int, c_int, $off) -> *mut c_void,
+                libc::MAP_FAILED
+            );
+            let Some(span) = Span::begin() else {
+                // Safety: forwarding the caller's arguments unchanged.
+                return unsafe { real(addr, len, prot, flags, fd, offset) };
+            };
+            // Safety: as above.
+            let ret = unsafe { real(addr, len, prot, flags, fd, offset) };
+            let event = Event {
+                fd,
+                ret: ret as i64,
+                arg: len as u64,
+                arg2: prot as u64,
+                extra: flags as u32,
+                ..Event::default()
+            };
+            span.finish(event, $func, ret == libc::MAP_FAILED);
+            ret
+        }
+    };
+}
+
+mmap_hook!(mmap, c"mmap", Func::Mmap, off_t);
+mmap_hook!(mmap64, c"mmap64", Func::Mmap64, off64_t);
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+    let real = real!(
+        c"munmap",
+        unsafe extern "C" fn(*mut c_void, size_t) -> c_int,
+        -1
+    );
+    let Some(span) = Span::begin() else {
+        // Safety: forwarding the caller's arguments unchanged.
+        return unsafe { real(addr, len) };
+    };
+    // Safety: as above.
+    let ret = unsafe { real(addr, len) };
+    span.finish(
+        Event {
+            fd: -1,
+            ret: ret as i64,
+            arg: len as u64,
+            ..Event::default()
+        },
+        Func::Munmap,
+        ret < 0,
+    );
+    ret
+}
+
+// ---- stdio (glibc's stdio uses internal calls that never reach the hooks above) -------------
+
+fn stream_fd(stream: *mut FILE) -> c_int {
+    if stream.is_null() {
+        return -1;
+    }
+    let errno = crate::guard::errno();
+    // Safety: the application passed this stream to a stdio call; fileno only reads it.
+    let fd = unsafe { libc::fileno(stream) };
+    crate::guard::set_errno(errno);
+    fd
+}
+
+macro_rules! fopen_hook {
+    ($sym:ident, $name:literal, $func:expr) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $sym(path: *const c_char, mode: *const c_char) -> *mut FILE {
+            let real = real!(
+                $name,
+                unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE,
+                core::ptr::null_mut()
+            );
+            let Some(span) = Span::begin() else {
+                // Safety: forwarding the caller's arguments unchanged.
+                return unsafe { real(path, mode) };
+            };
+            // Safety: as above.
+            let stream = unsafe { real(path, mode) };
+            let fd = stream_fd(stream);
+            span.finish_with_path(
+                Event {
+                    fd,
+                    ret: fd as i64,
+                    ..Event::default()
+                },
+                $func,
+                stream.is_null(),
+                path,
+            );
+            stream
+        }
+    };
+}
+
+fopen_hook!(fopen, c"fopen", Func::Fopen);
+fopen_hook!(fopen64, c"fopen64", Func::Fopen64);
+
+macro_rules! stdio_rw_hook {
+    ($sym:ident, $name:literal, $func:expr, $buf:ty) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $sym(
+            buf: $buf,
+            size: size_t,
+            items: size_t,
+            stream: *mut FILE,
+        ) -> size_t {
+            let real = real!(
+                $name,
+                unsafe extern "C" fn($buf, size_t, size_t, *mut FILE) -> size_t,
+                0
+            );
+            let Some(span) = Span::begin() else {
+                // Safety: forwarding the caller's arguments unchanged.
+                return unsafe { real(buf, size, items, stream) };
+            };
+            // Safety: as above.
+            let done = unsafe { real(buf, size, items, stream) };
+            // A short count is an error only if the stream says so (else it is end of file).
+            // Safety: the stream is valid (the real call just used it).
+            let failed = done < items && !stream.is_null() && unsafe { libc::ferror(stream) } != 0;
+            let event = Event {
+                fd: stream_fd(stream),
+                ret: done as i64,
+                arg: size.saturating_mul(items) as u64,
+                arg2: size.saturating_mul(done) as u64,
+                ..Event::default()
+            };
+            span.finish(event, $func, failed);
+            done
+        }
+    };
+}
+
+stdio_rw_hook!(fread, c"fread", Func::Fread, *mut c_void);
+stdio_rw_hook!(fwrite, c"fwrite", Func::Fwrite, *const c_void);
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
+    let real = real!(
+        c"fclose",
+        unsafe extern "C" fn(*mut FILE) -> c_int,
+        libc::EOF
+    );
+    let Some(span) = Span::begin() else {
+        // Safety: forwarding the caller's argument unchanged.
+        return unsafe { real(stream) };
+    };
+    let fd = stream_fd(stream);
+    // Safety: as above.
+    let ret = unsafe { real(stream) };
+    span.finish(
+        Event {
+            fd,
+            ret: ret as i64,
+            ..Event::default()
+        },
+        Func::Fclose,
+        ret != 0,
+    );
+    ret
+}
+
+// ---- clocks (aggregated by default) --------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn clock_gettime(clock: libc::clockid_t, tp: *mut timespec) -> c_int {
+    let real = real!(
+        c"clock_gettime",
+        unsafe extern "C" fn(libc::clockid_t, *mut timespec) -> c_int,
+        -1
+    );
+    let Some(span) = Span::begin() else {
+        // Safety: forwarding the caller's arguments unchanged.
+        return unsafe { real(clock, tp) };
+    };
+    // Safety: as above.
+    let ret = unsafe { real(clock, tp) };
+    if session::clock_events() {
+        span.finish(
+            Event {
+                fd: -1,
+                ret: ret as i64,
+                extra: clock as u32,
+                ..Event::default()
+            },
+            Func::ClockGettime,
+            ret != 0,
+        );
+    } else {
+        let slot = if (0..=11).contains(&clock) {
+            clock as usize
+        } else {
+            AGG_SLOT_OTHER_CLOCK
+        };
+        span.finish_aggregate(slot);
+    }
+    ret
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gettimeofday(tv: *mut timeval, tz: *mut c_void) -> c_int {
+    let real = real!(
+        c"gettimeofday",
+        unsafe extern "C" fn(*mut timeval, *mut c_void) -> c_int,
+        -1
+    );
+    let Some(span) = Span::begin() else {
+        // Safety: forwarding the caller's arguments unchanged.
+        return unsafe { real(tv, tz) };
+    };
+    // Safety: as above.
+    let ret = unsafe { real(tv, tz) };
+    if session::clock_events() {
+        span.finish(
+            Event {
+                fd: -1,
+                ret: ret as i64,
+                ..Event::default()
+            },
+            Func::Gettimeofday,
+            ret != 0,
+        );
+    } else {
+        span.finish_aggregate(AGG_SLOT_GETTIMEOFDAY);
+    }
+    ret
+}
+
+// ---- ioctl ---------------------------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    let real = real!(
+        c"ioctl",
+        unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int,
+        -1
+    );
+    let Some(span) = Span::begin() else {
+        // Safety: forwarding the caller's arguments unchanged.
+        return unsafe { real(fd, request, arg) };
+    };
+    // Safety: as above.
+    let ret = unsafe { real(fd, request, arg) };
+    span.finish(
+        Event {
+            fd,
+            ret: ret as i64,
+            arg: request as u64,
+            ..Event::default()
+        },
+        Func::Ioctl,
+        ret < 0,
+    );
+    ret
+}
+
+// ---- process lifetime ----------------------------------------------------------------------
+
+macro_rules! exit_hook {
+    ($sym:ident, $name:literal) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $sym(status: c_int) -> ! {
+            session::record_process_exit(status);
+            static REAL: Real = Real::new($name);
+            match REAL.get() {
+                // Safety: the real exit function has this prototype and does not return.
+                Some(addr) => unsafe { as_fn::<unsafe extern "C" fn(c_int) -> !>(addr)(status) },
+                // Safety: the exit_group system call ends the process and never returns.
+                None => unsafe {
+                    libc::syscall(libc::SYS_exit_group, status);
+                    libc::abort()
+                },
+            }
+        }
+    };
+}
+
+exit_hook!(exit, c"exit");
+exit_hook!(_exit, c"_exit");
+exit_hook!(_Exit, c"_Exit");
+
+/// `_Fork` (glibc 2.34+) runs no atfork handlers, so the child announces itself here.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _Fork() -> libc::pid_t {
+    let real = real!(c"_Fork", unsafe extern "C" fn() -> libc::pid_t, -1);
+    // Safety: no arguments.
+    let pid = unsafe { real() };
+    if pid == 0 {
+        session::after_raw_fork_in_child();
+    }
+    pid
+}
+
+/// vfork cannot be wrapped by a function that returns (the child would return through our
+/// frame and wreck the parent's stack), so this trampoline marks the thread and tail-jumps to
+/// the real vfork. Hooks that then run in the child see the mark and a different pid, and pass
+/// through; the parent clears the mark on its next hooked call.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vfork() -> libc::pid_t {
+    core::arch::naked_asm!(
+        // Entry: rsp ≡ 8 (mod 16). One push realigns for the call; the pop restores the stack
+        // exactly, so the real vfork sees our caller's return address on top.
+        "push rax",
+        "call {prepare}",
+        "pop rcx",
+        "jmp rax",
+        prepare = sym prepare_vfork,
+    )
+}
+
+#[cfg(target_arch = "x86_64")]
+extern "C" fn prepare_vfork() -> usize {
+    session::note_vfork();
+    static REAL: Real = Real::new(c"vfork");
+    static FORK: Real = Real::new(c"fork");
+    // Without a real vfork (never seen), fork has the same contract for a child that execs.
+    REAL.get()
+        .or_else(|| FORK.get())
+        .unwrap_or(fail_fork as usize)
+}
+
+#[cfg(target_arch = "x86_64")]
+extern "C" fn fail_fork() -> libc::pid_t {
+    crate::guard::set_errno(libc::ENOSYS);
+    -1
+}

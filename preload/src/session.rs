@@ -1,0 +1,407 @@
+//! Joining the collector's session (once per process, lazily), process identity across fork and
+//! exec, and the begin/finish helpers every hook uses.
+
+use core::ffi::{CStr, c_void};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+use mlprof_format::func::Func;
+use mlprof_format::record::{
+    Event, FLAG_ERROR, KIND_PROCESS_EXIT, KIND_PROCESS_START, PROC_FORKED,
+};
+use mlprof_format::ring::{CLOCK_TSC, RING_SERVING, RingHeader, validate_header};
+
+use crate::clock;
+use crate::config::{Config, format_u32};
+use crate::guard::{self, THREAD, ThreadState};
+use crate::lane::RingView;
+use crate::sys;
+
+const UNJOINED: u8 = 0;
+const JOINING: u8 = 1;
+const ACTIVE: u8 = 2;
+const OFF: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNJOINED);
+static RING: OnceLock<RingView> = OnceLock::new();
+/// This process's pid, refreshed in fork children.
+static PID: AtomicU32 = AtomicU32::new(0);
+static CLOCK_EVENTS: AtomicBool = AtomicBool::new(false);
+/// pthread key whose destructor retires the thread's lane; u32::MAX = none.
+static LANE_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
+
+pub fn init_from_constructor() {
+    guard::with_guard(|_| join());
+}
+
+/// Whether calls are being recorded; joins on first use.
+#[inline(always)]
+fn is_active() -> bool {
+    match STATE.load(Ordering::Acquire) {
+        ACTIVE => true,
+        UNJOINED => join(),
+        _ => false,
+    }
+}
+
+pub fn clock_events() -> bool {
+    CLOCK_EVENTS.load(Ordering::Relaxed)
+}
+
+/// Joins the session named by the environment. Runs with the reentrancy guard held.
+#[cold]
+fn join() -> bool {
+    if STATE
+        .compare_exchange(UNJOINED, JOINING, Ordering::Acquire, Ordering::Acquire)
+        .is_err()
+    {
+        return STATE.load(Ordering::Acquire) == ACTIVE;
+    }
+    let saved_errno = guard::errno();
+    let joined = try_join();
+    guard::set_errno(saved_errno);
+    STATE.store(if joined { ACTIVE } else { OFF }, Ordering::Release);
+    if joined {
+        send_process_start(0, false);
+    }
+    joined
+}
+
+fn try_join() -> bool {
+    let uid = sys::geteuid();
+    let config = Config::from_env(uid);
+    if config.disabled {
+        return false;
+    }
+    CLOCK_EVENTS.store(config.clock_events, Ordering::Relaxed);
+    let mut name = [0u8; 130];
+    let name_len = config.shm_name().len();
+    name[..name_len].copy_from_slice(config.shm_name());
+    let Ok(c_name) = CStr::from_bytes_until_nul(&name) else {
+        return false;
+    };
+    let say = |why: &[u8]| {
+        if !config.quiet {
+            sys::log_line(&[
+                b"mlprof: no session to join at ",
+                config.shm_name(),
+                b" (",
+                why,
+                b"); running without profiling",
+            ]);
+        }
+    };
+    let fd = match rustix::shm::open(c_name, rustix::shm::OFlags::RDWR, rustix::fs::Mode::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => {
+            say(b"start mlprof-collect first");
+            return false;
+        }
+        Err(_) => {
+            say(b"cannot open it");
+            return false;
+        }
+    };
+    let Ok(stat) = rustix::fs::fstat(&fd) else {
+        return false;
+    };
+    if stat.st_uid != uid {
+        say(b"it belongs to another user");
+        return false;
+    }
+    let size = stat.st_size as usize;
+    if size < mlprof_format::ring::HEADER_BYTES {
+        say(b"segment too small");
+        return false;
+    }
+    // Safety: a fresh shared mapping of the whole segment; we never unmap it.
+    let base = match unsafe {
+        rustix::mm::mmap(
+            core::ptr::null_mut(),
+            size,
+            rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+            rustix::mm::MapFlags::SHARED,
+            &fd,
+            0,
+        )
+    } {
+        Ok(base) => base as *mut u8,
+        Err(_) => {
+            say(b"cannot map it");
+            return false;
+        }
+    };
+    // Safety: the mapping is at least HEADER_BYTES long and page aligned.
+    let header = unsafe { &*(base as *const RingHeader) };
+    let geometry = match validate_header(header, size as u64) {
+        Ok(geometry) => geometry,
+        Err(why) => {
+            say(why.as_bytes());
+            return false;
+        }
+    };
+    if header.state.load(Ordering::Acquire) != RING_SERVING
+        || !sys::process_exists(header.collector_pid)
+    {
+        say(b"its collector has exited");
+        return false;
+    }
+    clock::set_use_tsc(header.clock_source == CLOCK_TSC);
+    // Safety: the header was validated against the mapping size.
+    let _ = RING.set(unsafe { RingView::new(base, geometry) });
+    PID.store(sys::getpid(), Ordering::Relaxed);
+    register_process_hooks();
+    true
+}
+
+fn register_process_hooks() {
+    let mut key: libc::pthread_key_t = 0;
+    // Safety: plain libc calls with valid arguments; done once per process image (atfork
+    // handlers and keys are inherited by fork children).
+    unsafe {
+        if libc::pthread_key_create(&mut key, Some(retire_lane_at_thread_exit)) == 0 {
+            LANE_KEY.store(key, Ordering::Relaxed);
+        }
+        libc::pthread_atfork(None, None, Some(after_fork_in_child));
+    }
+}
+
+/// Registers the pthread-key destructor that retires a lane when its thread exits.
+pub fn remember_lane_for_thread_exit(index: u32) {
+    let key = LANE_KEY.load(Ordering::Relaxed);
+    if key != u32::MAX {
+        // Safety: the key was created by `register_process_hooks`; the value is an integer.
+        unsafe { libc::pthread_setspecific(key, (index as usize + 1) as *const c_void) };
+    }
+}
+
+extern "C" fn retire_lane_at_thread_exit(value: *mut c_void) {
+    let Some(ring) = RING.get() else { return };
+    let _ = THREAD.try_with(|thread| {
+        let index = (value as usize).wrapping_sub(1) as u32;
+        ring.retire(index, PID.load(Ordering::Relaxed), thread.tid.get());
+        if thread.lane.get() == index + 1 {
+            thread.lane.set(0);
+            thread.lane_pid.set(0);
+        }
+    });
+}
+
+extern "C" fn after_fork_in_child() {
+    if STATE.load(Ordering::Acquire) != ACTIVE {
+        return;
+    }
+    let parent = PID.swap(sys::getpid(), Ordering::Relaxed);
+    guard::with_guard(|_| send_process_start(parent, true));
+}
+
+/// Called by the `_Fork` hook in its child (no atfork handlers run there).
+pub fn after_raw_fork_in_child() {
+    after_fork_in_child();
+}
+
+/// Announces this process image (command line, parent) to the collector.
+fn send_process_start(parent: u32, forked: bool) {
+    let Some(ring) = RING.get() else { return };
+    let pid = PID.load(Ordering::Relaxed);
+    let ppid = if forked { parent } else { sys::getppid() };
+    let _ = THREAD.try_with(|thread| {
+        let Some(lane) = ring.lane_of(thread, pid) else {
+            return;
+        };
+        let mut cmdline = [0u8; mlprof_format::record::MAX_STRING_BYTES];
+        let len = sys::read_small_file("/proc/self/cmdline", &mut cmdline);
+        let cmdline = &cmdline[..len];
+        let id = mlprof_format::string_id(cmdline);
+        if !ring.send_string(lane, pid, thread.tid.get(), id, cmdline) {
+            return;
+        }
+        ring.push(
+            lane,
+            &Event {
+                kind: KIND_PROCESS_START,
+                pid,
+                tid: thread.tid.get(),
+                start: clock::now(),
+                arg: ppid as u64,
+                arg2: id,
+                extra: if forked { PROC_FORKED } else { 0 },
+                ..Event::default()
+            },
+        );
+    });
+}
+
+/// Records the exit status a process passes to exit/_exit.
+pub fn record_process_exit(status: i32) {
+    if !is_active_quick() {
+        return;
+    }
+    let Some(ring) = RING.get() else { return };
+    let pid = PID.load(Ordering::Relaxed);
+    let _ = guard::with_guard(|thread| {
+        if thread.vfork_pending.get() && sys::getpid() != pid {
+            return;
+        }
+        if let Some(lane) = ring.lane_of(thread, pid) {
+            ring.push(
+                lane,
+                &Event {
+                    kind: KIND_PROCESS_EXIT,
+                    pid,
+                    tid: thread.tid.get(),
+                    start: clock::now(),
+                    ret: status as i64,
+                    ..Event::default()
+                },
+            );
+        }
+    });
+}
+
+fn is_active_quick() -> bool {
+    STATE.load(Ordering::Acquire) == ACTIVE
+}
+
+/// An intercepted call in progress.
+pub struct Span {
+    thread: *const ThreadState,
+    start: u64,
+}
+
+impl Span {
+    /// Starts timing a call, or `None` when it must pass through unrecorded: our own calls
+    /// (reentrancy), no session, or a vfork child running on its parent's memory.
+    #[inline(always)]
+    pub fn begin() -> Option<Span> {
+        let thread = THREAD.try_with(|t| t as *const ThreadState).ok()?;
+        // Safety: the thread-local outlives this call on this thread.
+        let state = unsafe { &*thread };
+        if state.in_hook.get() {
+            return None;
+        }
+        if STATE.load(Ordering::Acquire) != ACTIVE {
+            state.in_hook.set(true);
+            let active = is_active();
+            state.in_hook.set(false);
+            if !active {
+                return None;
+            }
+        }
+        if state.vfork_pending.get() && !vfork_parent_resumed(state) {
+            return None;
+        }
+        Some(Span {
+            thread,
+            start: clock::now(),
+        })
+    }
+
+    /// Ends the call and writes its record. `event` carries the function's own fields; pid, tid,
+    /// times, errno and flags are filled in here. Must run right after the real call so errno is
+    /// still the call's.
+    #[inline(always)]
+    pub fn finish(self, mut event: Event, func: Func, failed: bool) {
+        let end = clock::now();
+        let errno = if failed { guard::errno() } else { 0 };
+        // Safety: see `begin`.
+        let state = unsafe { &*self.thread };
+        let Some(ring) = RING.get() else { return };
+        let pid = PID.load(Ordering::Relaxed);
+        state.in_hook.set(true);
+        if let Some(lane) = ring.lane_of(state, pid) {
+            event.kind = func as u16;
+            event.pid = pid;
+            event.tid = state.tid.get();
+            event.start = self.start;
+            event.dur = end.wrapping_sub(self.start);
+            event.errno = errno;
+            if failed {
+                event.flags |= FLAG_ERROR;
+            }
+            ring.push(lane, &event);
+        }
+        state.in_hook.set(false);
+        if failed {
+            guard::set_errno(errno);
+        }
+    }
+
+    /// Like `finish`, for calls that name a path: the path is sent once, then referenced by id.
+    pub fn finish_with_path(
+        self,
+        mut event: Event,
+        func: Func,
+        failed: bool,
+        path: *const libc::c_char,
+    ) {
+        if !path.is_null() {
+            let errno = guard::errno();
+            // Safety: the application passed a NUL-terminated path to a libc function that reads
+            // it the same way.
+            let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
+            let id = mlprof_format::string_id(
+                &bytes[..bytes.len().min(mlprof_format::record::MAX_STRING_BYTES)],
+            );
+            // Safety: see `begin`.
+            let state = unsafe { &*self.thread };
+            let pid = PID.load(Ordering::Relaxed);
+            if let Some(ring) = RING.get() {
+                state.in_hook.set(true);
+                let sent = ring.lane_of(state, pid).map(|lane| {
+                    (
+                        lane,
+                        ring.send_string(lane, pid, state.tid.get(), id, bytes),
+                    )
+                });
+                state.in_hook.set(false);
+                if let Some((lane, false)) = sent {
+                    ring.count_drop(lane);
+                    guard::set_errno(errno);
+                    return;
+                }
+            }
+            event.arg2 = id;
+            guard::set_errno(errno);
+        }
+        self.finish(event, func, failed);
+    }
+
+    /// Ends an aggregated call (clock reads): counts it on the thread's lane.
+    #[inline(always)]
+    pub fn finish_aggregate(self, slot: usize) {
+        let end = clock::now();
+        // Safety: see `begin`.
+        let state = unsafe { &*self.thread };
+        let Some(ring) = RING.get() else { return };
+        let pid = PID.load(Ordering::Relaxed);
+        state.in_hook.set(true);
+        if let Some(lane) = ring.lane_of(state, pid) {
+            ring.aggregate(lane, slot, Some(end.wrapping_sub(self.start)));
+        }
+        state.in_hook.set(false);
+    }
+}
+
+/// After this thread called vfork: in the child (another pid, same memory) pass through; back in
+/// the parent, clear the mark. Costs one getpid, only after a vfork.
+#[cold]
+fn vfork_parent_resumed(state: &ThreadState) -> bool {
+    if sys::getpid() == PID.load(Ordering::Relaxed) {
+        state.vfork_pending.set(false);
+        true
+    } else {
+        false
+    }
+}
+
+/// Marks the calling thread as having called vfork (see `exports::vfork`).
+pub fn note_vfork() {
+    let _ = THREAD.try_with(|state| state.vfork_pending.set(true));
+}
+
+/// Decimal pid for messages.
+#[allow(dead_code)]
+pub fn pid_digits(buf: &mut [u8; 10]) -> &[u8] {
+    format_u32(PID.load(Ordering::Relaxed), buf)
+}

@@ -1,0 +1,83 @@
+//! `mlprof`: reports on run files written by `mlprof-collect`.
+
+mod chrome;
+mod run;
+mod summary;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "mlprof",
+    version,
+    about = "Reports on mlprof run files (run.bin)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Per-function table for the whole process tree and per process, top files, drops.
+    Summary {
+        /// The run file written by mlprof-collect.
+        run: PathBuf,
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Rows in the top-files tables.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+    },
+    /// Convert to a Chrome trace (JSON) that opens in Perfetto UI and chrome://tracing.
+    Convert {
+        /// The run file written by mlprof-collect.
+        run: PathBuf,
+        /// Output trace file.
+        #[arg(long, short, default_value = "trace.json")]
+        output: PathBuf,
+        /// Report progress every second on stderr (default: when stderr is a terminal).
+        #[arg(long)]
+        progress: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Summary { run, json, top } => summary::Summary::compute(&run).map(|summary| {
+            if json {
+                println!("{}", summary.to_json());
+            } else {
+                summary.print_text(top);
+            }
+        }),
+        Command::Convert {
+            run,
+            output,
+            progress,
+        } => {
+            let progress = progress || std::io::stderr().is_terminal();
+            chrome::convert(&run, &output, progress).map(|stats| {
+                eprintln!(
+                    "mlprof convert: wrote {} events to {} ({:.1} MB); open it in https://ui.perfetto.dev or chrome://tracing",
+                    stats.events,
+                    output.display(),
+                    stats.bytes as f64 / 1e6
+                );
+            })
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("mlprof: error: {message}");
+            ExitCode::from(1)
+        }
+    }
+}

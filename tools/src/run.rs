@@ -1,0 +1,176 @@
+//! A run file's metadata, read in a first pass (events are passed over), and the attribution
+//! rules the reports share: which process image an event belongs to and which file an fd names.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use mlprof_format::func::{Class, Func};
+use mlprof_format::record::Event;
+use mlprof_format::runfile::{
+    AggregateSample, DropSample, Frame, ProcessExit, ProcessInfo, RunEnd, RunInfo, RunReader,
+};
+
+/// One process image: a process, or the program it exec'd into.
+#[derive(Debug, Clone)]
+pub struct Image {
+    pub info: ProcessInfo,
+    pub exit: Option<ProcessExit>,
+}
+
+#[derive(Default)]
+pub struct RunMeta {
+    pub info: RunInfo,
+    pub strings: HashMap<u64, String>,
+    /// Images per pid, in start order.
+    pub images: HashMap<u32, Vec<Image>>,
+    pub threads: HashMap<(u32, u32), String>,
+    /// Last cumulative sample per (stream, func, clock id).
+    pub aggregates: HashMap<(u64, u16, Option<i32>), AggregateSample>,
+    /// Last cumulative drop count per stream.
+    pub drops: HashMap<u64, DropSample>,
+    pub end: Option<RunEnd>,
+    pub warnings: Vec<String>,
+    pub truncated: bool,
+}
+
+pub fn open(path: &Path) -> Result<RunReader, String> {
+    RunReader::open(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+impl RunMeta {
+    pub fn load(path: &Path) -> Result<RunMeta, String> {
+        let mut reader = open(path)?;
+        reader.skip_events(true);
+        let mut meta = RunMeta::default();
+        let mut exits = Vec::new();
+        loop {
+            let frame = reader
+                .next_frame()
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let Some(frame) = frame else { break };
+            match frame {
+                Frame::RunInfo(info) => meta.info = info,
+                Frame::String { id, bytes } => {
+                    meta.strings
+                        .insert(id, String::from_utf8_lossy(bytes).into_owned());
+                }
+                Frame::Process(info) => meta
+                    .images
+                    .entry(info.pid)
+                    .or_default()
+                    .push(Image { info, exit: None }),
+                Frame::ProcessExit(exit) => exits.push(exit),
+                Frame::Thread(thread) => {
+                    meta.threads.insert((thread.pid, thread.tid), thread.name);
+                }
+                Frame::Aggregates(samples) => {
+                    for sample in samples {
+                        meta.aggregates
+                            .insert((sample.stream, sample.func, sample.clock_id), sample);
+                    }
+                }
+                Frame::Drops(samples) => {
+                    for sample in samples {
+                        meta.drops.insert(sample.stream, sample);
+                    }
+                }
+                Frame::End(end) => meta.end = Some(end),
+                Frame::Events(_) => {}
+            }
+        }
+        for images in meta.images.values_mut() {
+            images.sort_by_key(|i| i.info.start_ns);
+        }
+        // An exit belongs to the last image that started before it; the launcher's own record
+        // (with the signal, if any) completes what the exit hook saw.
+        for exit in exits {
+            if let Some(images) = meta.images.get_mut(&exit.pid) {
+                let at = images
+                    .iter()
+                    .rposition(|i| i.info.start_ns <= exit.time_ns)
+                    .unwrap_or(images.len() - 1);
+                let image = &mut images[at];
+                match &mut image.exit {
+                    Some(known) => {
+                        known.exit_code = known.exit_code.or(exit.exit_code);
+                        known.signal = known.signal.or(exit.signal);
+                    }
+                    None => image.exit = Some(exit),
+                }
+            }
+        }
+        meta.warnings = reader.warnings().to_vec();
+        meta.truncated = reader.truncated();
+        Ok(meta)
+    }
+
+    /// Index of the image of `pid` running at `time_ns` (the latest that started before it).
+    pub fn image_at(&self, pid: u32, time_ns: u64) -> Option<usize> {
+        let images = self.images.get(&pid)?;
+        Some(
+            images
+                .iter()
+                .rposition(|i| i.info.start_ns <= time_ns)
+                .unwrap_or(0),
+        )
+    }
+
+    pub fn dropped(&self) -> u64 {
+        self.drops.values().map(|d| d.dropped).sum()
+    }
+
+    pub fn path(&self, id: u64) -> String {
+        self.strings
+            .get(&id)
+            .cloned()
+            .unwrap_or_else(|| format!("<string {id:#x}>"))
+    }
+
+    pub fn command_line(&self) -> String {
+        if self.info.command.is_empty() {
+            format!("attach session '{}'", self.info.session)
+        } else {
+            self.info.command.join(" ")
+        }
+    }
+}
+
+/// Per-process fd → path tables, rebuilt from opens and closes as events stream by. A fork
+/// child starts from its parent's table as it stood when the child first shows up.
+#[derive(Default)]
+pub struct FdTables {
+    tables: HashMap<u32, HashMap<i32, u64>>,
+}
+
+impl FdTables {
+    /// Updates the tables with `event` and returns the path id its fd refers to, if known.
+    pub fn observe(&mut self, meta: &RunMeta, event: &Event) -> Option<u64> {
+        let func = Func::from_id(event.kind)?;
+        if !self.tables.contains_key(&event.pid) {
+            let inherited = meta
+                .images
+                .get(&event.pid)
+                .and_then(|images| images.first())
+                .filter(|image| image.info.forked)
+                .and_then(|image| self.tables.get(&image.info.ppid).cloned())
+                .unwrap_or_default();
+            self.tables.insert(event.pid, inherited);
+        }
+        let table = self.tables.get_mut(&event.pid)?;
+        match func.class() {
+            Class::Open => {
+                if !event.is_error() && event.fd >= 0 && event.arg2 != 0 {
+                    table.insert(event.fd, event.arg2);
+                }
+                (event.arg2 != 0).then_some(event.arg2)
+            }
+            Class::Close => table.remove(&event.fd),
+            _ => table.get(&event.fd).copied(),
+        }
+    }
+}
+
+/// Bytes a call moved, counted only for reads and writes.
+pub fn bytes_moved(func: Func, event: &Event) -> u64 {
+    if func.moves_bytes() { event.arg2 } else { 0 }
+}
