@@ -13,7 +13,7 @@ use mlprof_format::record::{
     CONTROL_KIND_BASE, Event, KIND_PROCESS_EXIT, KIND_PROCESS_START, KIND_STRING_DEF,
     MAX_STRING_BYTES, PROC_FORKED, RECORD_BYTES, string_payload_slots,
 };
-use mlprof_format::ring::{LANE_ACTIVE, LANE_FREE, LANE_RETIRED};
+use mlprof_format::ring::{LANE_ACTIVE, LANE_RETIRED};
 use mlprof_format::runfile::{
     AggregateSample, DropSample, ProcessExit, ProcessInfo, RunEnd, RunWriter, ThreadInfo,
 };
@@ -96,6 +96,11 @@ impl Drainer {
         }
     }
 
+    fn lane(&self, index: u32) -> &mlprof_format::ring::Lane {
+        // Callers iterate 0..lane_count.
+        self.segment.view().lane(index).expect("lane index within the ring")
+    }
+
     pub fn segment_mut(&mut self) -> &mut Segment {
         &mut self.segment
     }
@@ -104,7 +109,7 @@ impl Drainer {
     pub fn drain_once(&mut self) -> io::Result<usize> {
         let mut taken = 0;
         for index in 0..self.segment.geometry.lane_count {
-            let lane = self.segment.lane(index);
+            let lane = self.lane(index);
             let state = lane.state.load(Ordering::Acquire);
             if state != LANE_ACTIVE && state != LANE_RETIRED {
                 continue;
@@ -136,7 +141,7 @@ impl Drainer {
     /// Whether some lane still belongs to a live thread.
     pub fn has_live_lanes(&self) -> bool {
         (0..self.segment.geometry.lane_count).any(|i| {
-            let lane = self.segment.lane(i);
+            let lane = self.lane(i);
             lane.state.load(Ordering::Acquire) == LANE_ACTIVE
                 && thread_alive(
                     lane.pid.load(Ordering::Relaxed),
@@ -146,7 +151,7 @@ impl Drainer {
     }
 
     fn open_stream(&mut self, index: u32) -> io::Result<()> {
-        let lane = self.segment.lane(index);
+        let lane = self.lane(index);
         let generation = lane.generation.load(Ordering::Relaxed);
         if self
             .streams
@@ -160,7 +165,7 @@ impl Drainer {
             // producer); end the old stream.
             self.close_stream_counters(index)?;
         }
-        let lane = self.segment.lane(index);
+        let lane = self.lane(index);
         let pid = lane.pid.load(Ordering::Relaxed);
         let tid = lane.tid.load(Ordering::Relaxed);
         let refused = owner_uid(pid).is_some_and(|uid| uid != self.uid);
@@ -190,18 +195,18 @@ impl Drainer {
 
     fn drain_lane(&mut self, index: u32) -> io::Result<usize> {
         let capacity = self.segment.geometry.lane_capacity as u64;
-        let lane = self.segment.lane(index);
+        let lane = self.lane(index);
         let head = lane.head.load(Ordering::Acquire);
         let tail = lane.tail.load(Ordering::Relaxed);
         if head == tail {
             return Ok(0);
         }
         if head < tail || head - tail > capacity {
+            lane.tail.store(head, Ordering::Release);
             self.totals.corrupt_lanes += 1;
             eprintln!(
                 "mlprof-collect: lane {index} has inconsistent positions ({tail}..{head}); skipping its records"
             );
-            lane.tail.store(head, Ordering::Release);
             return Ok(0);
         }
         let Some(stream) = self.streams.get(&index) else {
@@ -210,7 +215,7 @@ impl Drainer {
         let (pid, tid, refused) = (stream.pid, stream.tid, stream.refused);
         let mut position = tail;
         while position < head {
-            let slot = self.segment.read_slot(index, position);
+            let slot = self.segment.view().read_slot(index, position);
             let Ok(mut event) = Event::read_from_bytes(&slot) else {
                 break;
             };
@@ -229,7 +234,7 @@ impl Drainer {
                     }
                     let mut bytes = Vec::with_capacity(slots as usize * RECORD_BYTES);
                     for i in 0..slots {
-                        bytes.extend_from_slice(&self.segment.read_slot(index, position + i));
+                        bytes.extend_from_slice(&self.segment.view().read_slot(index, position + i));
                     }
                     bytes.truncate(len);
                     position += slots;
@@ -272,10 +277,7 @@ impl Drainer {
             }
         }
         let taken = (position - tail) as usize;
-        self.segment
-            .lane(index)
-            .tail
-            .store(position, Ordering::Release);
+        self.lane(index).tail.store(position, Ordering::Release);
         Ok(taken)
     }
 
@@ -325,7 +327,7 @@ impl Drainer {
 
     fn free_dead_lanes(&mut self) -> io::Result<()> {
         for index in 0..self.segment.geometry.lane_count {
-            let lane = self.segment.lane(index);
+            let lane = self.lane(index);
             if lane.state.load(Ordering::Acquire) != LANE_ACTIVE {
                 continue;
             }
@@ -345,19 +347,7 @@ impl Drainer {
     /// Final counters of a lane's stream, then the lane is zeroed and freed for reuse.
     fn close_stream(&mut self, index: u32) -> io::Result<()> {
         self.close_stream_counters(index)?;
-        let lane = self.segment.lane(index);
-        lane.head.store(0, Ordering::Relaxed);
-        lane.cached_tail.store(0, Ordering::Relaxed);
-        lane.tail.store(0, Ordering::Relaxed);
-        lane.dropped.store(0, Ordering::Relaxed);
-        for slot in &lane.aggregates {
-            slot.count.store(0, Ordering::Relaxed);
-            slot.timed.store(0, Ordering::Relaxed);
-            slot.ticks.store(0, Ordering::Relaxed);
-        }
-        lane.pid.store(0, Ordering::Relaxed);
-        lane.tid.store(0, Ordering::Relaxed);
-        lane.state.store(LANE_FREE, Ordering::Release);
+        self.segment.view().free(index);
         Ok(())
     }
 
@@ -375,7 +365,7 @@ impl Drainer {
         for index in indexes {
             self.snapshot_stream(index)?;
         }
-        let no_lane = self.segment.header().no_lane_drops.load(Ordering::Relaxed);
+        let no_lane = self.segment.view().header().no_lane_drops.load(Ordering::Relaxed);
         if no_lane != self.no_lane_drops {
             self.no_lane_drops = no_lane;
             let time_ns = crate::timebase::monotonic_ns();
@@ -398,7 +388,9 @@ impl Drainer {
         if stream.refused {
             return Ok(());
         }
-        let lane = self.segment.lane(index);
+        let Some(lane) = self.segment.view().lane(index) else {
+            return Ok(());
+        };
         let time_ns = crate::timebase::monotonic_ns();
         let mut samples = Vec::new();
         for (slot, counters) in lane.aggregates.iter().enumerate() {
@@ -463,7 +455,7 @@ impl Drainer {
     pub fn finish(mut self) -> io::Result<Totals> {
         self.drain_once()?;
         for index in 0..self.segment.geometry.lane_count {
-            let state = self.segment.lane(index).state.load(Ordering::Acquire);
+            let state = self.lane(index).state.load(Ordering::Acquire);
             if state == LANE_ACTIVE || state == LANE_RETIRED {
                 self.open_stream(index)?;
                 self.drain_lane(index)?;

@@ -31,17 +31,15 @@ Modes:
       LD_PRELOAD=/path/to/libmlprof.so (and MLPROF_SESSION=NAME for a session other than
       'default') joins it.
 
-Environment read by libmlprof.so (see the README for the full table):
-  MLPROF_SESSION  session to join (attach mode; default 'default')
-  MLPROF_CLOCK    'events' to record every clock_gettime/gettimeofday (default: exact
-                  per-thread aggregates)
-  MLPROF_QUIET    '1' silences the 'no session' line
-  MLPROF_DISABLE  '1' records nothing
+Then: mlprof summary run.bin, mlprof convert run.bin -o trace.json
+Environment variables: see --help.";
 
-Then: mlprof summary run.bin, mlprof convert run.bin -o trace.json";
+fn long_help() -> String {
+    format!("{AFTER_HELP}\n\nEnvironment:\n{}", mlprof_format::options::render())
+}
 
 #[derive(Parser, Debug)]
-#[command(name = "mlprof-collect", version, about = "Record a process tree's file I/O, clock reads and ioctls into run.bin", after_help = AFTER_HELP)]
+#[command(name = "mlprof-collect", version, about = "Record a process tree's file I/O, clock reads and ioctls into run.bin", after_help = AFTER_HELP, after_long_help = long_help())]
 struct Args {
     /// Output run file.
     #[arg(long, short, default_value = "run.bin")]

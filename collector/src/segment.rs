@@ -5,10 +5,8 @@ use std::ffi::CString;
 use std::io;
 use std::sync::atomic::Ordering;
 
-use mlprof_format::record::RECORD_BYTES;
 use mlprof_format::ring::{
-    HEADER_BYTES, LANE_BYTES, Lane, RING_ABI_VERSION, RING_CLOSED, RING_MAGIC, RING_SERVING,
-    RingGeometry, RingHeader,
+    HEADER_BYTES, RING_CLOSED, RING_MAGIC, RING_SERVING, RingGeometry, RingHeader, RingView,
 };
 
 pub struct Segment {
@@ -16,6 +14,7 @@ pub struct Segment {
     base: *mut u8,
     len: usize,
     pub geometry: RingGeometry,
+    view: RingView,
     unlinked: bool,
 }
 
@@ -57,11 +56,13 @@ impl Segment {
                 libc::shm_unlink(c_name.as_ptr());
                 return Err(err);
             }
+            let base = base as *mut u8;
             let segment = Segment {
                 name: c_name,
-                base: base as *mut u8,
+                base,
                 len,
                 geometry,
+                view: RingView::new(base, geometry),
                 unlinked: false,
             };
             segment.init_header(clock_source);
@@ -70,64 +71,19 @@ impl Segment {
     }
 
     fn init_header(&self, clock_source: u32) {
-        let header = self.base as *mut RingHeader;
-        // Safety: the mapping is fresh, zero-filled and at least HEADER_BYTES long; nobody else
-        // reads the header before the magic is stored last.
+        // Safety: the mapping is fresh, zero-filled, page aligned and sized for the geometry.
         unsafe {
-            (*header).abi_version = RING_ABI_VERSION;
-            (*header).header_bytes = HEADER_BYTES as u32;
-            (*header).lane_count = self.geometry.lane_count;
-            (*header).lane_capacity = self.geometry.lane_capacity;
-            (*header).record_bytes = RECORD_BYTES as u32;
-            (*header).lane_bytes = LANE_BYTES as u32;
-            (*header).clock_source = clock_source;
-            (*header).owner_uid = libc::geteuid();
-            (*header).collector_pid = std::process::id();
-            (*header).lanes_offset = self.geometry.lanes_offset();
-            (*header).slots_offset = self.geometry.slots_offset();
-            (*header).total_bytes = self.geometry.total_bytes();
-            (*header).state.store(RING_SERVING, Ordering::Relaxed);
-            std::sync::atomic::fence(Ordering::Release);
-            std::ptr::write_volatile(std::ptr::addr_of_mut!((*header).magic), RING_MAGIC);
+            RingView::initialize(self.base, self.geometry, clock_source, libc::geteuid(), std::process::id());
         }
     }
 
-    pub fn header(&self) -> &RingHeader {
-        // Safety: mapped for the life of `self`.
-        unsafe { &*(self.base as *const RingHeader) }
-    }
-
-    pub fn lane(&self, index: u32) -> &Lane {
-        assert!(index < self.geometry.lane_count);
-        // Safety: index checked; lanes lie within the mapping.
-        unsafe {
-            &*(self.base.add(self.geometry.lanes_offset() as usize) as *const Lane)
-                .add(index as usize)
-        }
-    }
-
-    /// Copies the slot at `position` of lane `index` (the producer may be writing neighbours).
-    pub fn read_slot(&self, index: u32, position: u64) -> [u8; RECORD_BYTES] {
-        assert!(index < self.geometry.lane_count);
-        let capacity = self.geometry.lane_capacity as u64;
-        let offset = self.geometry.slots_offset() as usize
-            + index as usize * self.geometry.lane_slots_bytes() as usize
-            + (position & (capacity - 1)) as usize * RECORD_BYTES;
-        debug_assert!(offset + RECORD_BYTES <= self.len);
-        let mut out = [0u8; RECORD_BYTES];
-        // Safety: in bounds (above); a volatile copy because another process writes the mapping.
-        unsafe {
-            let src = self.base.add(offset);
-            for (i, byte) in out.iter_mut().enumerate() {
-                *byte = std::ptr::read_volatile(src.add(i));
-            }
-        }
-        out
+    pub fn view(&self) -> &RingView {
+        &self.view
     }
 
     /// Stops accepting processes: new joiners see no segment, writers see the closed state.
     pub fn close(&mut self) {
-        self.header().state.store(RING_CLOSED, Ordering::Release);
+        self.view.header().state.store(RING_CLOSED, Ordering::Release);
         self.unlink();
     }
 

@@ -10,6 +10,7 @@
 //! one build of the preload and one build of the collector, the file outlives both.
 
 pub mod func;
+pub mod options;
 pub mod record;
 pub mod ring;
 pub mod runfile;

@@ -17,10 +17,10 @@
 //! it, records its final counters, zeroes it and stores `FREE`. Lanes of threads that died
 //! without retiring (SIGKILL, `_exit`) are found by a liveness check and treated the same way.
 
-use core::sync::atomic::{AtomicU32, AtomicU64};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::func::AGG_SLOTS;
-use crate::record::RECORD_BYTES;
+use crate::record::{Event, MAX_STRING_BYTES, RECORD_BYTES, string_payload_slots};
 
 pub const RING_MAGIC: [u8; 8] = *b"MLPRING\0";
 /// Bumped on any change of the layout below; producers refuse a ring of another version.
@@ -189,6 +189,232 @@ pub fn is_valid_session_name(session: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
+/// A mapped ring, as producers and the consumer see it. All shared state is atomics; the slots
+/// of a lane are written only by the lane's owner and read by the consumer only below `head`.
+pub struct RingView {
+    header: *const RingHeader,
+    lanes: *const Lane,
+    slots: *mut u8,
+    geometry: RingGeometry,
+}
+
+// Safety: the pointers refer to a shared mapping that outlives the view (the creator of the view
+// guarantees it); shared fields are atomics and slots follow the single-writer protocol above.
+unsafe impl Send for RingView {}
+unsafe impl Sync for RingView {}
+
+impl RingView {
+    /// # Safety
+    /// `base` must point to a mapping of at least `geometry.total_bytes()` bytes, aligned to 128,
+    /// holding a ring with this geometry, that stays mapped for the life of the view.
+    pub unsafe fn new(base: *mut u8, geometry: RingGeometry) -> RingView {
+        RingView {
+            header: base as *const RingHeader,
+            // Safety: offsets come from the geometry, within the mapping.
+            lanes: unsafe { base.add(geometry.lanes_offset() as usize) } as *const Lane,
+            slots: unsafe { base.add(geometry.slots_offset() as usize) },
+            geometry,
+        }
+    }
+
+    /// Writes a fresh header into a zeroed mapping (the collector's side). The magic goes last,
+    /// so a producer that maps the segment early sees "not a ring" rather than half a header.
+    ///
+    /// # Safety
+    /// As for [`RingView::new`], and nobody else may be using the mapping yet.
+    pub unsafe fn initialize(base: *mut u8, geometry: RingGeometry, clock_source: u32, owner_uid: u32, collector_pid: u32) {
+        let header = base as *mut RingHeader;
+        // Safety: guaranteed by the caller.
+        unsafe {
+            (*header).abi_version = RING_ABI_VERSION;
+            (*header).header_bytes = HEADER_BYTES as u32;
+            (*header).lane_count = geometry.lane_count;
+            (*header).lane_capacity = geometry.lane_capacity;
+            (*header).record_bytes = RECORD_BYTES as u32;
+            (*header).lane_bytes = LANE_BYTES as u32;
+            (*header).clock_source = clock_source;
+            (*header).owner_uid = owner_uid;
+            (*header).collector_pid = collector_pid;
+            (*header).lanes_offset = geometry.lanes_offset();
+            (*header).slots_offset = geometry.slots_offset();
+            (*header).total_bytes = geometry.total_bytes();
+            (*header).state.store(RING_SERVING, Ordering::Relaxed);
+            core::sync::atomic::fence(Ordering::Release);
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*header).magic), RING_MAGIC);
+        }
+    }
+
+    pub fn header(&self) -> &RingHeader {
+        // Safety: see `new`.
+        unsafe { &*self.header }
+    }
+
+    pub fn geometry(&self) -> RingGeometry {
+        self.geometry
+    }
+
+    /// Lane `index`; `None` when out of range.
+    #[inline(always)]
+    pub fn lane(&self, index: u32) -> Option<&Lane> {
+        // Safety: in range, within the mapping.
+        (index < self.geometry.lane_count).then(|| unsafe { &*self.lanes.add(index as usize) })
+    }
+
+    #[inline(always)]
+    fn slot(&self, index: u32, position: u64) -> *mut u8 {
+        let capacity = self.geometry.lane_capacity as u64;
+        let within = (position & (capacity - 1)) as usize * RECORD_BYTES;
+        // Safety: callers pass `index < lane_count`; the slot lies in that lane's array.
+        unsafe { self.slots.add(index as usize * self.geometry.lane_slots_bytes() as usize + within) }
+    }
+
+    // ---- producer side ----------------------------------------------------------------------
+
+    /// Claims a free lane for thread `tid` of process `pid`, starting the search at a hash of the
+    /// tid. `None` when every lane is taken (the record is then counted in `no_lane_drops`).
+    pub fn claim(&self, pid: u32, tid: u32) -> Option<u32> {
+        let count = self.geometry.lane_count;
+        let start = tid.wrapping_mul(2_654_435_761) % count;
+        for step in 0..count {
+            let index = (start + step) % count;
+            let lane = self.lane(index)?;
+            if lane.state.load(Ordering::Relaxed) == LANE_FREE
+                && lane.state.compare_exchange(LANE_FREE, LANE_CLAIMING, Ordering::Acquire, Ordering::Relaxed).is_ok()
+            {
+                lane.pid.store(pid, Ordering::Relaxed);
+                lane.tid.store(tid, Ordering::Relaxed);
+                lane.generation.fetch_add(1, Ordering::Relaxed);
+                lane.state.store(LANE_ACTIVE, Ordering::Release);
+                return Some(index);
+            }
+        }
+        self.header().no_lane_drops.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+
+    /// Counts a record dropped because its thread has no lane.
+    pub fn count_no_lane_drop(&self) {
+        self.header().no_lane_drops.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Marks lane `index` retired if `pid`/`tid` still own it (thread exit).
+    pub fn retire(&self, index: u32, pid: u32, tid: u32) {
+        let Some(lane) = self.lane(index) else { return };
+        if lane.pid.load(Ordering::Relaxed) == pid
+            && lane.tid.load(Ordering::Relaxed) == tid
+            && lane.state.load(Ordering::Relaxed) == LANE_ACTIVE
+        {
+            lane.state.store(LANE_RETIRED, Ordering::Release);
+        }
+    }
+
+    /// Room for `count` records in lane `index`: the head position to write at, or `None` (and
+    /// the drop is counted) when the lane is full.
+    #[inline(always)]
+    fn reserve(&self, lane: &Lane, count: u64) -> Option<u64> {
+        let capacity = self.geometry.lane_capacity as u64;
+        let head = lane.head.load(Ordering::Relaxed);
+        if head.wrapping_add(count).wrapping_sub(lane.cached_tail.load(Ordering::Relaxed)) > capacity {
+            let tail = lane.tail.load(Ordering::Acquire);
+            lane.cached_tail.store(tail, Ordering::Relaxed);
+            if head.wrapping_add(count).wrapping_sub(tail) > capacity {
+                bump(&lane.dropped);
+                return None;
+            }
+        }
+        Some(head)
+    }
+
+    /// Writes one record into lane `index` (which the caller owns); a full lane drops it and
+    /// counts the drop. Never blocks.
+    #[inline(always)]
+    pub fn push(&self, index: u32, event: &Event) -> bool {
+        let Some(lane) = self.lane(index) else { return false };
+        let Some(head) = self.reserve(lane, 1) else { return false };
+        // Safety: the slot belongs to this lane, which only its owner writes; the consumer does
+        // not read it before the release store below.
+        unsafe { (self.slot(index, head) as *mut Event).write(*event) };
+        lane.head.store(head + 1, Ordering::Release);
+        true
+    }
+
+    /// Writes a string definition (`definition`, then `bytes` in the following slots), published
+    /// at once; `false` (drop counted) when the lane has no room for all of it.
+    pub fn push_string(&self, index: u32, definition: &Event, bytes: &[u8]) -> bool {
+        let Some(lane) = self.lane(index) else { return false };
+        let bytes = &bytes[..bytes.len().min(MAX_STRING_BYTES)];
+        let payload = string_payload_slots(bytes.len()) as u64;
+        let Some(head) = self.reserve(lane, 1 + payload) else { return false };
+        // Safety: as in `push`; all slots up to head + payload belong to this lane.
+        unsafe {
+            (self.slot(index, head) as *mut Event).write(*definition);
+            for (i, chunk) in bytes.chunks(RECORD_BYTES).enumerate() {
+                core::ptr::copy_nonoverlapping(chunk.as_ptr(), self.slot(index, head + 1 + i as u64), chunk.len());
+            }
+        }
+        lane.head.store(head + 1 + payload, Ordering::Release);
+        true
+    }
+
+    /// Counts a record its producer had to give up (e.g. its string did not fit).
+    pub fn count_drop(&self, index: u32) {
+        if let Some(lane) = self.lane(index) {
+            bump(&lane.dropped);
+        }
+    }
+
+    /// Adds one aggregated call (and its duration when measured) to lane `index`'s counters.
+    #[inline(always)]
+    pub fn aggregate(&self, index: u32, slot: usize, ticks: Option<u64>) {
+        let Some(counters) = self.lane(index).and_then(|lane| lane.aggregates.get(slot)) else { return };
+        bump(&counters.count);
+        if let Some(ticks) = ticks {
+            bump(&counters.timed);
+            counters.ticks.store(counters.ticks.load(Ordering::Relaxed).wrapping_add(ticks), Ordering::Relaxed);
+        }
+    }
+
+    // ---- consumer side ----------------------------------------------------------------------
+
+    /// Copies the record at `position` of lane `index` (volatile: another process may be
+    /// writing the neighbouring slots).
+    pub fn read_slot(&self, index: u32, position: u64) -> [u8; RECORD_BYTES] {
+        let mut out = [0u8; RECORD_BYTES];
+        if index >= self.geometry.lane_count {
+            return out;
+        }
+        let src = self.slot(index, position);
+        for (i, byte) in out.iter_mut().enumerate() {
+            // Safety: within the slot (see `slot`).
+            *byte = unsafe { core::ptr::read_volatile(src.add(i)) };
+        }
+        out
+    }
+
+    /// Zeroes a lane whose owner is gone and makes it claimable again.
+    pub fn free(&self, index: u32) {
+        let Some(lane) = self.lane(index) else { return };
+        lane.head.store(0, Ordering::Relaxed);
+        lane.cached_tail.store(0, Ordering::Relaxed);
+        lane.tail.store(0, Ordering::Relaxed);
+        lane.dropped.store(0, Ordering::Relaxed);
+        for slot in &lane.aggregates {
+            slot.count.store(0, Ordering::Relaxed);
+            slot.timed.store(0, Ordering::Relaxed);
+            slot.ticks.store(0, Ordering::Relaxed);
+        }
+        lane.pid.store(0, Ordering::Relaxed);
+        lane.tid.store(0, Ordering::Relaxed);
+        lane.state.store(LANE_FREE, Ordering::Release);
+    }
+}
+
+/// Single-writer increment: a load and a store, no locked read-modify-write.
+#[inline(always)]
+fn bump(counter: &AtomicU64) {
+    counter.store(counter.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,6 +431,175 @@ mod tests {
             }
             .is_valid()
         );
+    }
+
+    /// A zeroed, page-aligned heap buffer standing in for the shared mapping.
+    struct Mapping {
+        base: *mut u8,
+        layout: std::alloc::Layout,
+    }
+
+    impl Mapping {
+        fn new(geometry: RingGeometry) -> Mapping {
+            let layout = std::alloc::Layout::from_size_align(geometry.total_bytes() as usize, 4096).unwrap();
+            // Safety: non-zero size.
+            let base = unsafe { std::alloc::alloc_zeroed(layout) };
+            assert!(!base.is_null());
+            // Safety: zeroed, aligned, sized for the geometry.
+            unsafe { RingView::initialize(base, geometry, CLOCK_MONOTONIC, 0, 0) };
+            Mapping { base, layout }
+        }
+
+        fn view(&self, geometry: RingGeometry) -> RingView {
+            // Safety: the buffer outlives the views made in each test.
+            unsafe { RingView::new(self.base, geometry) }
+        }
+    }
+
+    impl Drop for Mapping {
+        fn drop(&mut self) {
+            // Safety: allocated in `new` with this layout.
+            unsafe { std::alloc::dealloc(self.base, self.layout) };
+        }
+    }
+
+    fn record(seq: u64, tid: u32) -> Event {
+        Event { kind: 20, tid, arg: seq, ..Event::default() }
+    }
+
+    /// Consumer side: takes everything published in `index`, checking order.
+    fn take(view: &RingView, index: u32, expect_next: &mut u64) -> u64 {
+        let lane = view.lane(index).unwrap();
+        let head = lane.head.load(Ordering::Acquire);
+        let tail = lane.tail.load(Ordering::Relaxed);
+        assert!(head - tail <= view.geometry().lane_capacity as u64);
+        for position in tail..head {
+            let event = Event::read_from_bytes(&view.read_slot(index, position)).unwrap();
+            assert_eq!(event.arg, *expect_next, "records arrive in order without gaps");
+            *expect_next += 1;
+        }
+        lane.tail.store(head, Ordering::Release);
+        head - tail
+    }
+
+    use zerocopy::FromBytes;
+
+    #[test]
+    fn header_validates_and_garbage_does_not() {
+        let geometry = RingGeometry { lane_count: 4, lane_capacity: 64 };
+        let mapping = Mapping::new(geometry);
+        let view = mapping.view(geometry);
+        assert_eq!(validate_header(view.header(), geometry.total_bytes()), Ok(geometry));
+        assert!(validate_header(view.header(), geometry.total_bytes() - 1).is_err());
+        // Safety: writing into our own buffer.
+        unsafe { *mapping.base.add(20) = 0xff };
+        assert!(validate_header(view.header(), geometry.total_bytes()).is_err());
+    }
+
+    #[test]
+    fn wrap_around_keeps_order_and_full_lane_drops_exactly() {
+        let geometry = RingGeometry { lane_count: 2, lane_capacity: 64 };
+        let mapping = Mapping::new(geometry);
+        let view = mapping.view(geometry);
+        let lane = view.claim(1, 7).unwrap();
+        let mut next = 0;
+        let mut seq = 0;
+        // Many laps around a 64-slot lane.
+        for _ in 0..100 {
+            for _ in 0..50 {
+                assert!(view.push(lane, &record(seq, 7)));
+                seq += 1;
+            }
+            take(&view, lane, &mut next);
+        }
+        assert_eq!(next, 5000);
+        // Without a consumer, exactly `capacity` records fit; the rest are counted drops.
+        for i in 0..100 {
+            let accepted = view.push(lane, &record(seq, 7));
+            assert_eq!(accepted, i < 64);
+            if accepted {
+                seq += 1;
+            }
+        }
+        assert_eq!(view.lane(lane).unwrap().dropped.load(Ordering::Relaxed), 36);
+        assert_eq!(take(&view, lane, &mut next), 64);
+        // A string needing more room than is left is refused whole.
+        let definition = Event { kind: crate::record::KIND_STRING_DEF, ..Event::default() };
+        assert!(view.push_string(lane, &definition, &[b'x'; 200]));
+        assert_eq!(view.lane(lane).unwrap().head.load(Ordering::Relaxed) - view.lane(lane).unwrap().tail.load(Ordering::Relaxed), 5);
+    }
+
+    #[test]
+    fn lanes_are_claimed_once_and_freed_for_reuse() {
+        let geometry = RingGeometry { lane_count: 3, lane_capacity: 64 };
+        let mapping = Mapping::new(geometry);
+        let view = mapping.view(geometry);
+        let claimed: Vec<u32> = (0..3).map(|t| view.claim(1, t).unwrap()).collect();
+        let mut sorted = claimed.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 3);
+        assert_eq!(view.claim(1, 99), None);
+        assert_eq!(view.header().no_lane_drops.load(Ordering::Relaxed), 1);
+        view.retire(claimed[1], 1, 5); // not the owner: no effect
+        assert_eq!(view.lane(claimed[1]).unwrap().state.load(Ordering::Relaxed), LANE_ACTIVE);
+        view.retire(claimed[1], 1, 1);
+        assert_eq!(view.lane(claimed[1]).unwrap().state.load(Ordering::Relaxed), LANE_RETIRED);
+        view.free(claimed[1]);
+        assert_eq!(view.claim(2, 42), Some(claimed[1]));
+        assert_eq!(view.lane(claimed[1]).unwrap().generation.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn concurrent_producers_lose_nothing_they_did_not_count() {
+        let geometry = RingGeometry { lane_count: 8, lane_capacity: 256 };
+        let mapping = Mapping::new(geometry);
+        let producers = 4u32;
+        let per_producer = 200_000u64;
+        let done = std::sync::atomic::AtomicU32::new(0);
+        let received: Vec<u64> = std::thread::scope(|scope| {
+            for tid in 0..producers {
+                let view = mapping.view(geometry);
+                let done = &done;
+                scope.spawn(move || {
+                    let lane = view.claim(1, tid).unwrap();
+                    let mut seq = 0;
+                    for _ in 0..per_producer {
+                        // Sequence numbers only advance when accepted, so the consumer can
+                        // check order; drops are counted by the ring.
+                        if view.push(lane, &record(seq, tid)) {
+                            seq += 1;
+                        }
+                    }
+                    view.aggregate(lane, 3, Some(1));
+                    done.fetch_add(1, Ordering::Release);
+                });
+            }
+            let view = mapping.view(geometry);
+            let mut next = vec![0u64; geometry.lane_count as usize];
+            loop {
+                let finished = done.load(Ordering::Acquire) == producers;
+                for index in 0..geometry.lane_count {
+                    take(&view, index, &mut next[index as usize]);
+                }
+                if finished {
+                    break;
+                }
+            }
+            next
+        });
+        let view = mapping.view(geometry);
+        let mut total_received = 0;
+        let mut total_dropped = 0;
+        for index in 0..geometry.lane_count {
+            let lane = view.lane(index).unwrap();
+            total_received += received[index as usize];
+            total_dropped += lane.dropped.load(Ordering::Relaxed);
+            if lane.state.load(Ordering::Relaxed) == LANE_ACTIVE {
+                assert_eq!(lane.aggregates[3].count.load(Ordering::Relaxed), 1);
+            }
+        }
+        assert_eq!(total_received + total_dropped, producers as u64 * per_producer);
     }
 
     #[test]

@@ -1,28 +1,7 @@
-//! The `MLPROF_*` options read by the library, one table. Read once per process, at join time,
+//! The `MLPROF_*` options read by the library (documented in `mlprof_format::options`). Read once per process, at join time,
 //! with `getenv` (no allocation) into fixed buffers.
 
 use core::ffi::CStr;
-
-/// Name of the environment variables and what they do; the README's option table is this one.
-pub const OPTIONS: &[(&str, &str)] = &[
-    (
-        "MLPROF_SHM",
-        "shared-memory segment to write to (set by mlprof-collect's launcher)",
-    ),
-    (
-        "MLPROF_SESSION",
-        "session to join when MLPROF_SHM is unset (default: default)",
-    ),
-    (
-        "MLPROF_CLOCK",
-        "aggregate (default): exact per-thread clock read counters; events: one record per call",
-    ),
-    ("MLPROF_QUIET", "1: no stderr line when no session is found"),
-    (
-        "MLPROF_DISABLE",
-        "1: record nothing, pass every call through",
-    ),
-];
 
 pub struct Config {
     pub shm_name: [u8; 128],

@@ -504,7 +504,7 @@ extern "C" fn prepare_vfork() -> usize {
     // Without a real vfork (never seen), fork has the same contract for a child that execs.
     REAL.get()
         .or_else(|| FORK.get())
-        .unwrap_or(fail_fork as usize)
+        .unwrap_or(fail_fork as *const () as usize)
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -12,9 +12,11 @@ use mlprof_format::record::{
 use mlprof_format::ring::{CLOCK_TSC, RING_SERVING, RingHeader, validate_header};
 
 use crate::clock;
-use crate::config::{Config, format_u32};
+use crate::config::Config;
 use crate::guard::{self, THREAD, ThreadState};
-use crate::lane::RingView;
+use mlprof_format::ring::RingView;
+
+use crate::lane;
 use crate::sys;
 
 const UNJOINED: u8 = 0;
@@ -206,14 +208,14 @@ fn send_process_start(parent: u32, forked: bool) {
     let pid = PID.load(Ordering::Relaxed);
     let ppid = if forked { parent } else { sys::getppid() };
     let _ = THREAD.try_with(|thread| {
-        let Some(lane) = ring.lane_of(thread, pid) else {
+        let Some(lane) = lane::lane_of(ring, thread, pid) else {
             return;
         };
         let mut cmdline = [0u8; mlprof_format::record::MAX_STRING_BYTES];
         let len = sys::read_small_file("/proc/self/cmdline", &mut cmdline);
         let cmdline = &cmdline[..len];
         let id = mlprof_format::string_id(cmdline);
-        if !ring.send_string(lane, pid, thread.tid.get(), id, cmdline) {
+        if !lane::send_string(ring, lane, pid, thread.tid.get(), id, cmdline) {
             return;
         }
         ring.push(
@@ -243,7 +245,7 @@ pub fn record_process_exit(status: i32) {
         if thread.vfork_pending.get() && sys::getpid() != pid {
             return;
         }
-        if let Some(lane) = ring.lane_of(thread, pid) {
+        if let Some(lane) = lane::lane_of(ring, thread, pid) {
             ring.push(
                 lane,
                 &Event {
@@ -309,7 +311,7 @@ impl Span {
         let Some(ring) = RING.get() else { return };
         let pid = PID.load(Ordering::Relaxed);
         state.in_hook.set(true);
-        if let Some(lane) = ring.lane_of(state, pid) {
+        if let Some(lane) = lane::lane_of(ring, state, pid) {
             event.kind = func as u16;
             event.pid = pid;
             event.tid = state.tid.get();
@@ -348,10 +350,10 @@ impl Span {
             let pid = PID.load(Ordering::Relaxed);
             if let Some(ring) = RING.get() {
                 state.in_hook.set(true);
-                let sent = ring.lane_of(state, pid).map(|lane| {
+                let sent = lane::lane_of(ring, state, pid).map(|lane| {
                     (
                         lane,
-                        ring.send_string(lane, pid, state.tid.get(), id, bytes),
+                        lane::send_string(ring, lane, pid, state.tid.get(), id, bytes),
                     )
                 });
                 state.in_hook.set(false);
@@ -376,7 +378,7 @@ impl Span {
         let Some(ring) = RING.get() else { return };
         let pid = PID.load(Ordering::Relaxed);
         state.in_hook.set(true);
-        if let Some(lane) = ring.lane_of(state, pid) {
+        if let Some(lane) = lane::lane_of(ring, state, pid) {
             ring.aggregate(lane, slot, Some(end.wrapping_sub(self.start)));
         }
         state.in_hook.set(false);
@@ -400,8 +402,3 @@ pub fn note_vfork() {
     let _ = THREAD.try_with(|state| state.vfork_pending.set(true));
 }
 
-/// Decimal pid for messages.
-#[allow(dead_code)]
-pub fn pid_digits(buf: &mut [u8; 10]) -> &[u8] {
-    format_u32(PID.load(Ordering::Relaxed), buf)
-}

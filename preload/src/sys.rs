@@ -5,8 +5,7 @@ use rustix::fd::{AsFd, OwnedFd};
 
 /// Writes a diagnostic line to stderr without stdio, allocation or our hooks.
 pub fn log_line(parts: &[&[u8]]) {
-    // Safety: fd 2 is only borrowed for the duration of the writes.
-    let stderr = unsafe { rustix::stdio::stderr() };
+    let stderr = rustix::stdio::stderr();
     let mut line = [0u8; 512];
     let mut len = 0;
     for part in parts {

@@ -48,6 +48,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when the reader of our output goes away (`| head`).
+    // Safety: restoring the default disposition of SIGPIPE before any output.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Summary { run, json, top } => summary::Summary::compute(&run).map(|summary| {

@@ -1,0 +1,67 @@
+//! The one table of `MLPROF_*` environment variables. libmlprof.so reads the `Preload` ones,
+//! mlprof-collect the `Collector` ones; `mlprof-collect --help` and the README print this table.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadBy {
+    Preload,
+    Collector,
+}
+
+pub struct EnvOption {
+    pub name: &'static str,
+    pub read_by: ReadBy,
+    pub default: &'static str,
+    pub meaning: &'static str,
+}
+
+pub const ENV_OPTIONS: &[EnvOption] = &[
+    EnvOption {
+        name: "MLPROF_SHM",
+        read_by: ReadBy::Preload,
+        default: "(set by the launcher)",
+        meaning: "shared-memory segment to write to; when unset, the session's segment",
+    },
+    EnvOption {
+        name: "MLPROF_SESSION",
+        read_by: ReadBy::Preload,
+        default: "default",
+        meaning: "session to join (attach mode); mlprof-collect also reads it as its --session default",
+    },
+    EnvOption {
+        name: "MLPROF_CLOCK",
+        read_by: ReadBy::Preload,
+        default: "aggregate",
+        meaning: "aggregate: exact per-thread count and time of clock_gettime/gettimeofday per clock id; events: one record per call",
+    },
+    EnvOption {
+        name: "MLPROF_QUIET",
+        read_by: ReadBy::Preload,
+        default: "0",
+        meaning: "1: do not print the 'no session' line",
+    },
+    EnvOption {
+        name: "MLPROF_DISABLE",
+        read_by: ReadBy::Preload,
+        default: "0",
+        meaning: "1: record nothing; every call passes straight through",
+    },
+    EnvOption {
+        name: "MLPROF_PRELOAD",
+        read_by: ReadBy::Collector,
+        default: "libmlprof.so next to mlprof-collect",
+        meaning: "the library the launcher injects (--preload overrides it)",
+    },
+];
+
+/// The table as aligned text lines.
+pub fn render() -> String {
+    let mut out = String::new();
+    for option in ENV_OPTIONS {
+        let who = match option.read_by {
+            ReadBy::Preload => "libmlprof.so",
+            ReadBy::Collector => "mlprof-collect",
+        };
+        out.push_str(&format!("  {:<15} [{who}, default {}]\n      {}\n", option.name, option.default, option.meaning));
+    }
+    out
+}
