@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use mlprof_format::func::{AGG_SLOTS, Func, agg_slot_meaning};
 use mlprof_format::record::{
-    CONTROL_KIND_BASE, Event, KIND_PROCESS_EXIT, KIND_PROCESS_START, KIND_STRING_DEF,
-    MAX_STRING_BYTES, PROC_FORKED, RECORD_BYTES, string_payload_slots,
+    CONTROL_KIND_BASE, Event, KIND_PROCESS_EXIT, KIND_PROCESS_START, KIND_STRING_DEF, MAX_STRING_BYTES,
+    PROC_FORKED, RECORD_BYTES, string_payload_slots,
 };
 use mlprof_format::ring::{LANE_ACTIVE, LANE_RETIRED};
 use mlprof_format::runfile::{
@@ -60,7 +60,7 @@ pub struct Drainer {
     string_memory: usize,
     batch: Vec<Event>,
     waiting_for_path: Vec<Event>,
-    pids_seen: HashSet<u32>,
+    waiting_for_argv: Vec<(u64, ProcessInfo)>,
     last_snapshot: Instant,
     last_liveness: Instant,
     last_flush: Instant,
@@ -84,7 +84,7 @@ impl Drainer {
             string_memory: 0,
             batch: Vec::with_capacity(1 << 16),
             waiting_for_path: Vec::new(),
-            pids_seen: HashSet::new(),
+            waiting_for_argv: Vec::new(),
             last_snapshot: now,
             last_liveness: now,
             last_flush: now,
@@ -143,21 +143,14 @@ impl Drainer {
         (0..self.segment.geometry.lane_count).any(|i| {
             let lane = self.lane(i);
             lane.state.load(Ordering::Acquire) == LANE_ACTIVE
-                && thread_alive(
-                    lane.pid.load(Ordering::Relaxed),
-                    lane.tid.load(Ordering::Relaxed),
-                )
+                && thread_alive(lane.pid.load(Ordering::Relaxed), lane.tid.load(Ordering::Relaxed))
         })
     }
 
     fn open_stream(&mut self, index: u32) -> io::Result<()> {
         let lane = self.lane(index);
         let generation = lane.generation.load(Ordering::Relaxed);
-        if self
-            .streams
-            .get(&index)
-            .is_some_and(|s| s.generation == generation)
-        {
+        if self.streams.get(&index).is_some_and(|s| s.generation == generation) {
             return Ok(());
         }
         if self.streams.contains_key(&index) {
@@ -241,16 +234,17 @@ impl Drainer {
                     self.define_string(event.arg, bytes)?;
                 }
                 KIND_PROCESS_START => {
-                    let argv = self.argv_of(event.arg2, pid);
-                    self.pids_seen.insert(pid);
                     self.totals.processes += 1;
-                    self.writer.write_process(&ProcessInfo {
+                    let process = ProcessInfo {
                         pid,
                         ppid: event.arg as u32,
-                        argv,
+                        argv: Vec::new(),
                         start_ns: self.timebase.to_ns(event.start),
                         forked: event.extra & PROC_FORKED != 0,
-                    })?;
+                    };
+                    // A fork child refers to its parent's command line, which the parent's lane
+                    // may deliver later in this pass: wait for it.
+                    self.waiting_for_argv.push((event.arg2, process));
                 }
                 KIND_PROCESS_EXIT => {
                     self.writer.write_process_exit(&ProcessExit {
@@ -292,26 +286,44 @@ impl Drainer {
         Ok(())
     }
 
-    fn argv_of(&self, id: u64, pid: u32) -> Vec<String> {
-        let bytes = match self.string_bytes.get(&id) {
-            Some(bytes) => bytes.clone(),
-            None => std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default(),
-        };
-        bytes
-            .split(|&b| b == 0)
-            .filter(|part| !part.is_empty())
-            .map(|part| String::from_utf8_lossy(part).into_owned())
-            .collect()
+    /// Writes the process records whose command line is known (all of them when `all`; those
+    /// whose string never came get the best the system still knows).
+    fn write_processes(&mut self, all: bool) -> io::Result<()> {
+        let waiting = std::mem::take(&mut self.waiting_for_argv);
+        for (id, mut process) in waiting {
+            let bytes = match self.string_bytes.get(&id) {
+                Some(bytes) => bytes.clone(),
+                None if all || self.known_strings.contains(&id) => {
+                    std::fs::read(format!("/proc/{}/cmdline", process.pid)).unwrap_or_default()
+                }
+                None => {
+                    self.waiting_for_argv.push((id, process));
+                    continue;
+                }
+            };
+            process.argv = split_argv(&bytes);
+            self.writer.write_process(&process)?;
+        }
+        Ok(())
     }
+}
 
+fn split_argv(bytes: &[u8]) -> Vec<String> {
+    bytes
+        .split(|&b| b == 0)
+        .filter(|part| !part.is_empty())
+        .map(|part| String::from_utf8_lossy(part).into_owned())
+        .collect()
+}
+
+impl Drainer {
     /// Writes the pass's events in end-time order, and any held events whose path is now known.
     fn write_batch(&mut self) -> io::Result<()> {
+        self.write_processes(false)?;
         if !self.waiting_for_path.is_empty() {
             let known = &self.known_strings;
-            let (ready, still): (Vec<Event>, Vec<Event>) = self
-                .waiting_for_path
-                .drain(..)
-                .partition(|e| known.contains(&e.arg2));
+            let (ready, still): (Vec<Event>, Vec<Event>) =
+                self.waiting_for_path.drain(..).partition(|e| known.contains(&e.arg2));
             self.waiting_for_path = still;
             self.batch.extend(ready);
         }
@@ -331,10 +343,7 @@ impl Drainer {
             if lane.state.load(Ordering::Acquire) != LANE_ACTIVE {
                 continue;
             }
-            if thread_alive(
-                lane.pid.load(Ordering::Relaxed),
-                lane.tid.load(Ordering::Relaxed),
-            ) {
+            if thread_alive(lane.pid.load(Ordering::Relaxed), lane.tid.load(Ordering::Relaxed)) {
                 continue;
             }
             self.open_stream(index)?;
@@ -424,25 +433,14 @@ impl Drainer {
         let dropped = lane.dropped.load(Ordering::Relaxed);
         if dropped != stream.dropped {
             stream.dropped = dropped;
-            let sample = DropSample {
-                stream: stream.id,
-                pid: stream.pid,
-                tid: stream.tid,
-                time_ns,
-                dropped,
-            };
+            let sample = DropSample { stream: stream.id, pid: stream.pid, tid: stream.tid, time_ns, dropped };
             self.writer.write_drops(&[sample])?;
         }
         Ok(())
     }
 
     /// Records the launcher's own view of how its child ended.
-    pub fn record_exit(
-        &mut self,
-        pid: u32,
-        exit_code: Option<i32>,
-        signal: Option<i32>,
-    ) -> io::Result<()> {
+    pub fn record_exit(&mut self, pid: u32, exit_code: Option<i32>, signal: Option<i32>) -> io::Result<()> {
         self.writer.write_process_exit(&ProcessExit {
             pid,
             time_ns: crate::timebase::monotonic_ns(),
@@ -462,6 +460,7 @@ impl Drainer {
                 self.close_stream_counters(index)?;
             }
         }
+        self.write_processes(true)?;
         let held = std::mem::take(&mut self.waiting_for_path);
         self.batch.extend(held);
         self.write_batch()?;
@@ -480,10 +479,7 @@ impl Drainer {
 /// A thread is alive while /proc lists it and it is not a zombie.
 fn thread_alive(pid: u32, tid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) {
-        Ok(stat) => match stat
-            .rfind(')')
-            .and_then(|at| stat[at + 1..].split_whitespace().next())
-        {
+        Ok(stat) => match stat.rfind(')').and_then(|at| stat[at + 1..].split_whitespace().next()) {
             Some(state) => state != "Z" && state != "X",
             None => true,
         },
@@ -493,7 +489,5 @@ fn thread_alive(pid: u32, tid: u32) -> bool {
 
 fn owner_uid(pid: u32) -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(format!("/proc/{pid}"))
-        .ok()
-        .map(|m| m.uid())
+    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
 }

@@ -16,17 +16,16 @@ pub fn find_preload(explicit: Option<&Path>) -> Result<PathBuf, String> {
                 .with_file_name("libmlprof.so"),
         },
     };
-    let absolute = std::fs::canonicalize(&candidate)
-        .map_err(|e| format!("cannot find libmlprof.so at {} ({e}); build it with `cargo build --release` or pass --preload", candidate.display()))?;
+    let absolute = std::fs::canonicalize(&candidate).map_err(|e| {
+        format!(
+            "cannot find libmlprof.so at {} ({e}); build it with `cargo build --release` or pass --preload",
+            candidate.display()
+        )
+    })?;
     Ok(absolute)
 }
 
-pub fn spawn(
-    command: &[String],
-    preload: &Path,
-    shm_name: &str,
-    session: &str,
-) -> Result<Child, String> {
+pub fn spawn(command: &[String], preload: &Path, shm_name: &str, session: &str) -> Result<Child, String> {
     let mut ld_preload = preload.display().to_string();
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         ld_preload.push(':');
@@ -46,8 +45,7 @@ pub fn spawn(
             Ok(())
         });
     }
-    cmd.spawn()
-        .map_err(|e| format!("cannot run {}: {e}", command[0]))
+    cmd.spawn().map_err(|e| format!("cannot run {}: {e}", command[0]))
 }
 
 static TERMINATION: AtomicI32 = AtomicI32::new(0);

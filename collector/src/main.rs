@@ -11,9 +11,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use mlprof_format::ring::{
-    RING_ABI_VERSION, RingGeometry, is_valid_session_name, session_shm_name,
-};
+use mlprof_format::ring::{RING_ABI_VERSION, RingGeometry, is_valid_session_name, session_shm_name};
 use mlprof_format::runfile::{RunInfo, RunWriter};
 
 use crate::drain::{Drainer, Totals};
@@ -82,14 +80,9 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<ExitCode, String> {
-    let geometry = RingGeometry {
-        lane_count: args.lanes,
-        lane_capacity: args.lane_records,
-    };
+    let geometry = RingGeometry { lane_count: args.lanes, lane_capacity: args.lane_records };
     if !geometry.is_valid() {
-        return Err(
-            "--lanes must be 1..=65536 and --lane-records a power of two in 64..=16777216".into(),
-        );
+        return Err("--lanes must be 1..=65536 and --lane-records a power of two in 64..=16777216".into());
     }
     let launching = !args.command.is_empty();
     let session = args
@@ -98,18 +91,12 @@ fn run(args: Args) -> Result<ExitCode, String> {
         .or_else(|| std::env::var("MLPROF_SESSION").ok())
         .unwrap_or_else(|| "default".into());
     if !is_valid_session_name(&session) {
-        return Err(format!(
-            "invalid session name {session:?} (letters, digits, '-', '_', '.'; at most 64)"
-        ));
+        return Err(format!("invalid session name {session:?} (letters, digits, '-', '_', '.'; at most 64)"));
     }
     // Safety: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
     let shm_name = if launching {
-        format!(
-            "/mlprof-{uid}-run-{}-{:x}",
-            std::process::id(),
-            timebase::realtime_ns() & 0xffff_ffff
-        )
+        format!("/mlprof-{uid}-run-{}-{:x}", std::process::id(), timebase::realtime_ns() & 0xffff_ffff)
     } else {
         let name = session_shm_name(uid, &session);
         if let Some(pid) = segment::check_existing(&name).map_err(|e| e.to_string())? {
@@ -119,11 +106,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
         }
         name
     };
-    let preload = if launching {
-        Some(launch::find_preload(args.preload.as_deref())?)
-    } else {
-        None
-    };
+    let preload = if launching { Some(launch::find_preload(args.preload.as_deref())?) } else { None };
 
     let use_tsc = match args.clock.as_str() {
         "tsc" => true,
@@ -171,11 +154,8 @@ fn run(args: Args) -> Result<ExitCode, String> {
             pause(taken);
         }
         let (code, signal) = launch::describe(status);
-        drainer
-            .record_exit(child_pid, code, signal)
-            .map_err(|e| e.to_string())?;
-        code.map(|c| c as u8)
-            .unwrap_or_else(|| 128u8.wrapping_add(signal.unwrap_or(0) as u8))
+        drainer.record_exit(child_pid, code, signal).map_err(|e| e.to_string())?;
+        code.map(|c| c as u8).unwrap_or_else(|| 128u8.wrapping_add(signal.unwrap_or(0) as u8))
     } else {
         if !args.quiet {
             eprintln!(
@@ -183,11 +163,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
                 launch::find_preload(args.preload.as_deref())
                     .map(|p| p.display().to_string())
                     .unwrap_or_else(|_| "libmlprof.so".into()),
-                if session == "default" {
-                    String::new()
-                } else {
-                    format!(" MLPROF_SESSION={session}")
-                }
+                if session == "default" { String::new() } else { format!(" MLPROF_SESSION={session}") }
             );
         } else {
             eprintln!("mlprof-collect: session '{session}' ready");
@@ -200,9 +176,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
     };
 
     drainer.segment_mut().close();
-    let totals = drainer
-        .finish()
-        .map_err(|e| format!("cannot finish {}: {e}", args.out.display()))?;
+    let totals = drainer.finish().map_err(|e| format!("cannot finish {}: {e}", args.out.display()))?;
     if !args.quiet {
         report(&args, &totals, started.elapsed());
     }
@@ -219,10 +193,7 @@ fn report(args: &Args, totals: &Totals, elapsed: Duration) {
     let drops = if totals.dropped == 0 {
         "no records were dropped".to_string()
     } else {
-        format!(
-            "{} RECORDS WERE DROPPED (ring full or no free lane; see `mlprof summary`)",
-            totals.dropped
-        )
+        format!("{} RECORDS WERE DROPPED (ring full or no free lane; see `mlprof summary`)", totals.dropped)
     };
     eprintln!(
         "mlprof-collect: recorded {} calls and {} aggregated clock reads from {} process image(s) and {} thread(s) in {:.2} s; {}; wrote {} ({:.1} MB). Next: mlprof summary {} / mlprof convert {} -o trace.json",
@@ -246,7 +217,5 @@ fn report(args: &Args, totals: &Totals, elapsed: Duration) {
 }
 
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
 }

@@ -21,8 +21,7 @@ pub struct Segment {
 impl Segment {
     /// Creates the segment `name` (e.g. `/mlprof-1000-default`), failing if it exists.
     pub fn create(name: &str, geometry: RingGeometry, clock_source: u32) -> io::Result<Segment> {
-        let c_name =
-            CString::new(name).map_err(|_| io::Error::other("segment name contains NUL"))?;
+        let c_name = CString::new(name).map_err(|_| io::Error::other("segment name contains NUL"))?;
         let len = geometry.total_bytes() as usize;
         // Safety: plain libc calls on a fresh descriptor; errors are checked.
         unsafe {
@@ -116,14 +115,8 @@ pub fn check_existing(name: &str) -> io::Result<Option<u32>> {
         let mut stat: libc::stat = std::mem::zeroed();
         let mut owner = None;
         if libc::fstat(fd, &mut stat) == 0 && stat.st_size as usize >= HEADER_BYTES {
-            let base = libc::mmap(
-                std::ptr::null_mut(),
-                HEADER_BYTES,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            );
+            let base =
+                libc::mmap(std::ptr::null_mut(), HEADER_BYTES, libc::PROT_READ, libc::MAP_SHARED, fd, 0);
             if base != libc::MAP_FAILED {
                 let header = &*(base as *const RingHeader);
                 let pid = header.collector_pid;

@@ -13,10 +13,7 @@ pub fn realtime_ns() -> u64 {
 }
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // Safety: valid clock id and out pointer.
     unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -30,12 +27,10 @@ pub fn tsc_usable() -> bool {
     }
     let flags_ok = std::fs::read_to_string("/proc/cpuinfo")
         .map(|info| {
-            info.lines()
-                .find(|l| l.starts_with("flags"))
-                .is_some_and(|l| {
-                    l.split_whitespace().any(|f| f == "constant_tsc")
-                        && l.split_whitespace().any(|f| f == "nonstop_tsc")
-                })
+            info.lines().find(|l| l.starts_with("flags")).is_some_and(|l| {
+                l.split_whitespace().any(|f| f == "constant_tsc")
+                    && l.split_whitespace().any(|f| f == "nonstop_tsc")
+            })
         })
         .unwrap_or(false);
     let kernel_uses_tsc =
@@ -81,22 +76,12 @@ pub struct Timebase {
 impl Timebase {
     pub fn new(use_tsc: bool) -> Timebase {
         if !use_tsc {
-            return Timebase {
-                source: CLOCK_MONOTONIC,
-                first: (0, 0),
-                latest: (0, 0),
-                ns_per_tick: 1.0,
-            };
+            return Timebase { source: CLOCK_MONOTONIC, first: (0, 0), latest: (0, 0), ns_per_tick: 1.0 };
         }
         let first = anchor();
         std::thread::sleep(std::time::Duration::from_millis(20));
         let latest = anchor();
-        let mut timebase = Timebase {
-            source: CLOCK_TSC,
-            first,
-            latest,
-            ns_per_tick: 1.0,
-        };
+        let mut timebase = Timebase { source: CLOCK_TSC, first, latest, ns_per_tick: 1.0 };
         timebase.update_slope();
         timebase
     }
@@ -106,11 +91,7 @@ impl Timebase {
     }
 
     pub fn source_name(&self) -> &'static str {
-        if self.source == CLOCK_TSC {
-            "tsc"
-        } else {
-            "clock_monotonic"
-        }
+        if self.source == CLOCK_TSC { "tsc" } else { "clock_monotonic" }
     }
 
     fn update_slope(&mut self) {

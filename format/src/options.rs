@@ -34,6 +34,12 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         meaning: "aggregate: exact per-thread count and time of clock_gettime/gettimeofday per clock id; events: one record per call",
     },
     EnvOption {
+        name: "MLPROF_CLOCK_TIMING",
+        read_by: ReadBy::Preload,
+        default: "64",
+        meaning: "aggregate mode times one clock read in N (rounded to a power of two; 1 = every call); counts are always exact",
+    },
+    EnvOption {
         name: "MLPROF_QUIET",
         read_by: ReadBy::Preload,
         default: "0",
@@ -61,7 +67,10 @@ pub fn render() -> String {
             ReadBy::Preload => "libmlprof.so",
             ReadBy::Collector => "mlprof-collect",
         };
-        out.push_str(&format!("  {:<15} [{who}, default {}]\n      {}\n", option.name, option.default, option.meaning));
+        out.push_str(&format!(
+            "  {:<15} [{who}, default {}]\n      {}\n",
+            option.name, option.default, option.meaning
+        ));
     }
     out
 }

@@ -21,9 +21,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 /// `ret` is the return value (an address for mmap, items for fread/fwrite), `errno` is the
 /// errno the call left when it failed, else 0.
 #[repr(C)]
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct Event {
     pub kind: u16,
     pub flags: u16,

@@ -80,6 +80,23 @@ pub struct AggSlot {
     pub ticks: AtomicU64,
 }
 
+impl AggSlot {
+    /// Counts one call (single writer: the lane's owner); returns the new count.
+    #[inline(always)]
+    pub fn count_call(&self) -> u64 {
+        let count = self.count.load(Ordering::Relaxed).wrapping_add(1);
+        self.count.store(count, Ordering::Relaxed);
+        count
+    }
+
+    /// Adds the measured duration of one of the counted calls.
+    #[inline(always)]
+    pub fn add_timing(&self, ticks: u64) {
+        bump(&self.timed);
+        self.ticks.store(self.ticks.load(Ordering::Relaxed).wrapping_add(ticks), Ordering::Relaxed);
+    }
+}
+
 /// One producer lane's control block; cache-line separated by writer.
 #[repr(C, align(128))]
 pub struct Lane {
@@ -118,10 +135,7 @@ pub struct RingGeometry {
 impl RingGeometry {
     /// 256 lanes (threads at once) × 16384 records (1 MiB) each. Pages are only backed once a
     /// lane is used, so the 256 MiB segment costs about 1 MiB per live thread.
-    pub const DEFAULT: RingGeometry = RingGeometry {
-        lane_count: 256,
-        lane_capacity: 16384,
-    };
+    pub const DEFAULT: RingGeometry = RingGeometry { lane_count: 256, lane_capacity: 16384 };
 
     pub fn is_valid(&self) -> bool {
         (1..=65536).contains(&self.lane_count)
@@ -147,20 +161,14 @@ impl RingGeometry {
 }
 
 /// Checks a mapped header against what this build understands; `Err` says why not.
-pub fn validate_header(
-    header: &RingHeader,
-    mapped_bytes: u64,
-) -> Result<RingGeometry, &'static str> {
+pub fn validate_header(header: &RingHeader, mapped_bytes: u64) -> Result<RingGeometry, &'static str> {
     if header.magic != RING_MAGIC {
         return Err("not an mlprof ring (bad magic)");
     }
     if header.abi_version != RING_ABI_VERSION {
         return Err("ring ABI version differs from this libmlprof.so");
     }
-    let geometry = RingGeometry {
-        lane_count: header.lane_count,
-        lane_capacity: header.lane_capacity,
-    };
+    let geometry = RingGeometry { lane_count: header.lane_count, lane_capacity: header.lane_capacity };
     if !geometry.is_valid()
         || header.record_bytes as usize != RECORD_BYTES
         || header.lane_bytes as usize != LANE_BYTES
@@ -184,9 +192,7 @@ pub fn session_shm_name(uid: u32, session: &str) -> String {
 pub fn is_valid_session_name(session: &str) -> bool {
     !session.is_empty()
         && session.len() <= 64
-        && session
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && session.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
 /// A mapped ring, as producers and the consumer see it. All shared state is atomics; the slots
@@ -222,7 +228,13 @@ impl RingView {
     ///
     /// # Safety
     /// As for [`RingView::new`], and nobody else may be using the mapping yet.
-    pub unsafe fn initialize(base: *mut u8, geometry: RingGeometry, clock_source: u32, owner_uid: u32, collector_pid: u32) {
+    pub unsafe fn initialize(
+        base: *mut u8,
+        geometry: RingGeometry,
+        clock_source: u32,
+        owner_uid: u32,
+        collector_pid: u32,
+    ) {
         let header = base as *mut RingHeader;
         // Safety: guaranteed by the caller.
         unsafe {
@@ -279,7 +291,10 @@ impl RingView {
             let index = (start + step) % count;
             let lane = self.lane(index)?;
             if lane.state.load(Ordering::Relaxed) == LANE_FREE
-                && lane.state.compare_exchange(LANE_FREE, LANE_CLAIMING, Ordering::Acquire, Ordering::Relaxed).is_ok()
+                && lane
+                    .state
+                    .compare_exchange(LANE_FREE, LANE_CLAIMING, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
             {
                 lane.pid.store(pid, Ordering::Relaxed);
                 lane.tid.store(tid, Ordering::Relaxed);
@@ -335,6 +350,7 @@ impl RingView {
         // not read it before the release store below.
         unsafe { (self.slot(index, head) as *mut Event).write(*event) };
         lane.head.store(head + 1, Ordering::Release);
+        prefetch_for_write(self.slot(index, head + 1));
         true
     }
 
@@ -349,7 +365,11 @@ impl RingView {
         unsafe {
             (self.slot(index, head) as *mut Event).write(*definition);
             for (i, chunk) in bytes.chunks(RECORD_BYTES).enumerate() {
-                core::ptr::copy_nonoverlapping(chunk.as_ptr(), self.slot(index, head + 1 + i as u64), chunk.len());
+                core::ptr::copy_nonoverlapping(
+                    chunk.as_ptr(),
+                    self.slot(index, head + 1 + i as u64),
+                    chunk.len(),
+                );
             }
         }
         lane.head.store(head + 1 + payload, Ordering::Release);
@@ -363,15 +383,11 @@ impl RingView {
         }
     }
 
-    /// Adds one aggregated call (and its duration when measured) to lane `index`'s counters.
+    /// The aggregate counters of lane `index` for `slot` (the lane's owner updates them with
+    /// [`AggSlot::count_call`] and [`AggSlot::add_timing`]).
     #[inline(always)]
-    pub fn aggregate(&self, index: u32, slot: usize, ticks: Option<u64>) {
-        let Some(counters) = self.lane(index).and_then(|lane| lane.aggregates.get(slot)) else { return };
-        bump(&counters.count);
-        if let Some(ticks) = ticks {
-            bump(&counters.timed);
-            counters.ticks.store(counters.ticks.load(Ordering::Relaxed).wrapping_add(ticks), Ordering::Relaxed);
-        }
+    pub fn aggregate_slot(&self, index: u32, slot: usize) -> Option<&AggSlot> {
+        self.lane(index).and_then(|lane| lane.aggregates.get(slot))
     }
 
     // ---- consumer side ----------------------------------------------------------------------
@@ -409,6 +425,20 @@ impl RingView {
     }
 }
 
+/// Asks for the next slot's cache line in exclusive state now, so the next record (microseconds
+/// later, after the application's next call) does not wait for the line to come back from the
+/// consumer's core.
+#[inline(always)]
+fn prefetch_for_write(slot: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // Safety: prefetch instructions never fault, whatever the address.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_ET0 }>(slot as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = slot;
+}
+
 /// Single-writer increment: a load and a store, no locked read-modify-write.
 #[inline(always)]
 fn bump(counter: &AtomicU64) {
@@ -424,13 +454,7 @@ mod tests {
         let g = RingGeometry::DEFAULT;
         assert!(g.is_valid());
         assert_eq!(g.total_bytes(), 4096 + 256 * 768 + 256 * 16384 * 64);
-        assert!(
-            !RingGeometry {
-                lane_count: 4,
-                lane_capacity: 100
-            }
-            .is_valid()
-        );
+        assert!(!RingGeometry { lane_count: 4, lane_capacity: 100 }.is_valid());
     }
 
     /// A zeroed, page-aligned heap buffer standing in for the shared mapping.
@@ -526,7 +550,11 @@ mod tests {
         // A string needing more room than is left is refused whole.
         let definition = Event { kind: crate::record::KIND_STRING_DEF, ..Event::default() };
         assert!(view.push_string(lane, &definition, &[b'x'; 200]));
-        assert_eq!(view.lane(lane).unwrap().head.load(Ordering::Relaxed) - view.lane(lane).unwrap().tail.load(Ordering::Relaxed), 5);
+        assert_eq!(
+            view.lane(lane).unwrap().head.load(Ordering::Relaxed)
+                - view.lane(lane).unwrap().tail.load(Ordering::Relaxed),
+            5
+        );
     }
 
     #[test]
@@ -571,7 +599,7 @@ mod tests {
                             seq += 1;
                         }
                     }
-                    view.aggregate(lane, 3, Some(1));
+                    view.aggregate_slot(lane, 3).unwrap().count_call();
                     done.fetch_add(1, Ordering::Release);
                 });
             }

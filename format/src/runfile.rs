@@ -178,11 +178,7 @@ impl<W: Write> RunWriter<W> {
         out.write_all(&FORMAT_MAJOR.to_le_bytes())?;
         out.write_all(&FORMAT_MINOR.to_le_bytes())?;
         out.write_all(&FILE_HEADER_BYTES.to_le_bytes())?;
-        let mut writer = RunWriter {
-            out,
-            bytes: FILE_HEADER_BYTES as u64,
-            scratch: Vec::new(),
-        };
+        let mut writer = RunWriter { out, bytes: FILE_HEADER_BYTES as u64, scratch: Vec::new() };
         writer.write_meta(FRAME_RUN_INFO, info)?;
         Ok(writer)
     }
@@ -330,10 +326,7 @@ impl<R: Read> RunReader<R> {
             return Err(Error::NotARunFile);
         }
         if got < header.len() {
-            return Err(Error::Corrupt {
-                offset: got as u64,
-                what: "file ends inside its header".into(),
-            });
+            return Err(Error::Corrupt { offset: got as u64, what: "file ends inside its header".into() });
         }
         let major = u16::from_le_bytes([header[8], header[9]]);
         let minor = u16::from_le_bytes([header[10], header[11]]);
@@ -342,10 +335,7 @@ impl<R: Read> RunReader<R> {
             return Err(Error::UnsupportedVersion { major, minor });
         }
         if !(FILE_HEADER_BYTES..=4096).contains(&header_bytes) {
-            return Err(Error::Corrupt {
-                offset: 12,
-                what: format!("header size {header_bytes}"),
-            });
+            return Err(Error::Corrupt { offset: 12, what: format!("header size {header_bytes}") });
         }
         // A later minor version may grow the header; skip what we do not know.
         let extra = (header_bytes - FILE_HEADER_BYTES) as usize;
@@ -447,8 +437,7 @@ impl<R: Read> RunReader<R> {
             }
             let padded = len as usize + padding_for(len);
             if kind == FRAME_EVENTS && self.skip_events {
-                let skipped =
-                    io::copy(&mut (&mut self.input).take(padded as u64), &mut io::sink())?;
+                let skipped = io::copy(&mut (&mut self.input).take(padded as u64), &mut io::sink())?;
                 if skipped < len as u64 {
                     self.offset += 8 + skipped;
                     return self.truncate("inside a frame");
@@ -467,10 +456,7 @@ impl<R: Read> RunReader<R> {
             }
             self.offset += 8 + padded as u64;
             let payload = &self.buf[..len as usize];
-            let corrupt = |what: String| Error::Corrupt {
-                offset: frame_offset,
-                what,
-            };
+            let corrupt = |what: String| Error::Corrupt { offset: frame_offset, what };
             let frame = match kind {
                 FRAME_RUN_INFO => Frame::RunInfo(decode(payload).map_err(corrupt)?),
                 FRAME_STRING => {
@@ -478,10 +464,7 @@ impl<R: Read> RunReader<R> {
                         return Err(corrupt("string frame shorter than its id".into()));
                     }
                     let id = u64::from_le_bytes(payload[..8].try_into().unwrap_or([0; 8]));
-                    Frame::String {
-                        id,
-                        bytes: &self.buf[8..len as usize],
-                    }
+                    Frame::String { id, bytes: &self.buf[8..len as usize] }
                 }
                 FRAME_PROCESS => Frame::Process(decode(payload).map_err(corrupt)?),
                 FRAME_PROCESS_EXIT => Frame::ProcessExit(decode(payload).map_err(corrupt)?),
@@ -527,36 +510,15 @@ mod tests {
     use super::*;
 
     fn sample_file() -> Vec<u8> {
-        let info = RunInfo {
-            host: "h".into(),
-            session: "s".into(),
-            ..Default::default()
-        };
+        let info = RunInfo { host: "h".into(), session: "s".into(), ..Default::default() };
         let mut w = RunWriter::new(Vec::new(), &info).unwrap();
         w.write_string(42, b"/tmp/x").unwrap();
-        w.write_process(&ProcessInfo {
-            pid: 10,
-            ppid: 1,
-            argv: vec!["a".into()],
-            ..Default::default()
-        })
-        .unwrap();
-        let events: Vec<Event> = (0..100)
-            .map(|i| Event {
-                kind: 20,
-                pid: 10,
-                tid: 10,
-                arg: i,
-                ..Default::default()
-            })
-            .collect();
+        w.write_process(&ProcessInfo { pid: 10, ppid: 1, argv: vec!["a".into()], ..Default::default() })
+            .unwrap();
+        let events: Vec<Event> =
+            (0..100).map(|i| Event { kind: 20, pid: 10, tid: 10, arg: i, ..Default::default() }).collect();
         w.write_events(&events).unwrap();
-        w.finish(&RunEnd {
-            end_ns: 5,
-            events: 100,
-            dropped: 0,
-        })
-        .unwrap()
+        w.finish(&RunEnd { end_ns: 5, events: 100, dropped: 0 }).unwrap()
     }
 
     fn read_all(bytes: &[u8]) -> Result<(usize, bool, bool, u64), Error> {
@@ -582,23 +544,12 @@ mod tests {
                     saw.push(format!("str {id} {}", String::from_utf8_lossy(bytes)))
                 }
                 Frame::Process(p) => saw.push(format!("proc {}", p.pid)),
-                Frame::Events(e) => {
-                    saw.push(format!("events {} last {}", e.len(), e[e.len() - 1].arg))
-                }
+                Frame::Events(e) => saw.push(format!("events {} last {}", e.len(), e[e.len() - 1].arg)),
                 Frame::End(e) => saw.push(format!("end {}", e.events)),
                 other => panic!("unexpected {other:?}"),
             }
         }
-        assert_eq!(
-            saw,
-            [
-                "info h",
-                "str 42 /tmp/x",
-                "proc 10",
-                "events 100 last 99",
-                "end 100"
-            ]
-        );
+        assert_eq!(saw, ["info h", "str 42 /tmp/x", "proc 10", "events 100 last 99", "end 100"]);
         assert!(r.complete() && !r.truncated());
     }
 
@@ -623,28 +574,18 @@ mod tests {
         let info = RunInfo::default();
         let mut w = RunWriter::new(Vec::new(), &info).unwrap();
         w.write_frame(999, b"future stuff").unwrap();
-        w.write_events(&[Event {
-            kind: 20,
-            ..Default::default()
-        }])
-        .unwrap();
+        w.write_events(&[Event { kind: 20, ..Default::default() }]).unwrap();
         let bytes = w.finish(&RunEnd::default()).unwrap();
         assert_eq!(read_all(&bytes).unwrap(), (1, false, true, 1));
     }
 
     #[test]
     fn corrupt_input_is_an_error_not_a_panic() {
-        assert!(matches!(
-            RunReader::new(&b"hello world, not a run"[..]),
-            Err(Error::NotARunFile)
-        ));
+        assert!(matches!(RunReader::new(&b"hello world, not a run"[..]), Err(Error::NotARunFile)));
         let mut bytes = sample_file();
         // Newer major version.
         bytes[8] = 9;
-        assert!(matches!(
-            RunReader::new(&bytes[..]),
-            Err(Error::UnsupportedVersion { .. })
-        ));
+        assert!(matches!(RunReader::new(&bytes[..]), Err(Error::UnsupportedVersion { .. })));
         // An absurd frame length.
         let mut bytes = sample_file();
         bytes[16 + 4..16 + 8].copy_from_slice(&u32::MAX.to_le_bytes());

@@ -9,6 +9,8 @@ pub struct Config {
     pub clock_events: bool,
     pub quiet: bool,
     pub disabled: bool,
+    /// Time one clock read in this many (a power of two).
+    pub clock_timing_every: u32,
 }
 
 fn env(name: &CStr) -> Option<&'static [u8]> {
@@ -34,13 +36,12 @@ impl Config {
             clock_events: env(c"MLPROF_CLOCK") == Some(b"events"),
             quiet: is_on(env(c"MLPROF_QUIET")),
             disabled: is_on(env(c"MLPROF_DISABLE")),
+            clock_timing_every: env(c"MLPROF_CLOCK_TIMING").map_or(64, parse_power_of_two),
         };
         match env(c"MLPROF_SHM") {
             Some(name) if !name.is_empty() => config.push(name),
             _ => {
-                let session = env(c"MLPROF_SESSION")
-                    .filter(|s| !s.is_empty())
-                    .unwrap_or(b"default");
+                let session = env(c"MLPROF_SESSION").filter(|s| !s.is_empty()).unwrap_or(b"default");
                 config.push(b"/mlprof-");
                 let mut digits = [0u8; 10];
                 config.push(format_u32(uid, &mut digits));
@@ -75,4 +76,16 @@ pub fn format_u32(mut value: u32, buf: &mut [u8; 10]) -> &[u8] {
         }
     }
     &buf[at..]
+}
+
+/// A positive decimal, rounded up to a power of two and capped at 2^20; bad input gives 64.
+fn parse_power_of_two(text: &[u8]) -> u32 {
+    let mut value: u32 = 0;
+    for &digit in text {
+        if !digit.is_ascii_digit() || value > 1 << 20 {
+            return 64;
+        }
+        value = value * 10 + (digit - b'0') as u32;
+    }
+    if value == 0 { 64 } else { value.min(1 << 20).next_power_of_two() }
 }

@@ -10,7 +10,7 @@ use mlprof_format::func::{AGG_SLOT_GETTIMEOFDAY, AGG_SLOT_OTHER_CLOCK, Func};
 use mlprof_format::record::Event;
 
 use crate::real::{Real, as_fn};
-use crate::session::{self, Span};
+use crate::session::{self, AggregateCall, Span};
 
 /// Resolves the real function `$name` with C type `$ty`, or fails the call with ENOSYS.
 macro_rules! real {
@@ -28,12 +28,7 @@ macro_rules! real {
 }
 
 fn io_event(fd: c_int, asked: usize, done: isize) -> Event {
-    Event {
-        fd,
-        arg: asked as u64,
-        arg2: done.max(0) as u64,
-        ..Event::default()
-    }
+    Event { fd, arg: asked as u64, arg2: done.max(0) as u64, ..Event::default() }
 }
 
 fn iov_bytes(iov: *const iovec, count: c_int) -> usize {
@@ -122,15 +117,7 @@ macro_rules! fd_hook {
             };
             // Safety: as above.
             let ret = unsafe { real(fd) };
-            span.finish(
-                Event {
-                    fd,
-                    ret: ret as i64,
-                    ..Event::default()
-                },
-                $func,
-                ret < 0,
-            );
+            span.finish(Event { fd, ret: ret as i64, ..Event::default() }, $func, ret < 0);
             ret
         }
     };
@@ -151,13 +138,8 @@ macro_rules! lseek_hook {
             };
             // Safety: as above.
             let ret = unsafe { real(fd, offset, whence) };
-            let event = Event {
-                fd,
-                ret: ret as i64,
-                arg: offset as u64,
-                extra: whence as u32,
-                ..Event::default()
-            };
+            let event =
+                Event { fd, ret: ret as i64, arg: offset as u64, extra: whence as u32, ..Event::default() };
             span.finish(event, $func, ret < 0);
             ret
         }
@@ -210,11 +192,7 @@ mmap_hook!(mmap64, c"mmap64", Func::Mmap64, off64_t);
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
-    let real = real!(
-        c"munmap",
-        unsafe extern "C" fn(*mut c_void, size_t) -> c_int,
-        -1
-    );
+    let real = real!(c"munmap", unsafe extern "C" fn(*mut c_void, size_t) -> c_int, -1);
     let Some(span) = Span::begin() else {
         // Safety: forwarding the caller's arguments unchanged.
         return unsafe { real(addr, len) };
@@ -222,12 +200,7 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     // Safety: as above.
     let ret = unsafe { real(addr, len) };
     span.finish(
-        Event {
-            fd: -1,
-            ret: ret as i64,
-            arg: len as u64,
-            ..Event::default()
-        },
+        Event { fd: -1, ret: ret as i64, arg: len as u64, ..Event::default() },
         Func::Munmap,
         ret < 0,
     );
@@ -264,11 +237,7 @@ macro_rules! fopen_hook {
             let stream = unsafe { real(path, mode) };
             let fd = stream_fd(stream);
             span.finish_with_path(
-                Event {
-                    fd,
-                    ret: fd as i64,
-                    ..Event::default()
-                },
+                Event { fd, ret: fd as i64, ..Event::default() },
                 $func,
                 stream.is_null(),
                 path,
@@ -284,17 +253,8 @@ fopen_hook!(fopen64, c"fopen64", Func::Fopen64);
 macro_rules! stdio_rw_hook {
     ($sym:ident, $name:literal, $func:expr, $buf:ty) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $sym(
-            buf: $buf,
-            size: size_t,
-            items: size_t,
-            stream: *mut FILE,
-        ) -> size_t {
-            let real = real!(
-                $name,
-                unsafe extern "C" fn($buf, size_t, size_t, *mut FILE) -> size_t,
-                0
-            );
+        pub unsafe extern "C" fn $sym(buf: $buf, size: size_t, items: size_t, stream: *mut FILE) -> size_t {
+            let real = real!($name, unsafe extern "C" fn($buf, size_t, size_t, *mut FILE) -> size_t, 0);
             let Some(span) = Span::begin() else {
                 // Safety: forwarding the caller's arguments unchanged.
                 return unsafe { real(buf, size, items, stream) };
@@ -322,11 +282,7 @@ stdio_rw_hook!(fwrite, c"fwrite", Func::Fwrite, *const c_void);
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
-    let real = real!(
-        c"fclose",
-        unsafe extern "C" fn(*mut FILE) -> c_int,
-        libc::EOF
-    );
+    let real = real!(c"fclose", unsafe extern "C" fn(*mut FILE) -> c_int, libc::EOF);
     let Some(span) = Span::begin() else {
         // Safety: forwarding the caller's argument unchanged.
         return unsafe { real(stream) };
@@ -334,15 +290,7 @@ pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
     let fd = stream_fd(stream);
     // Safety: as above.
     let ret = unsafe { real(stream) };
-    span.finish(
-        Event {
-            fd,
-            ret: ret as i64,
-            ..Event::default()
-        },
-        Func::Fclose,
-        ret != 0,
-    );
+    span.finish(Event { fd, ret: ret as i64, ..Event::default() }, Func::Fclose, ret != 0);
     ret
 }
 
@@ -350,64 +298,48 @@ pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn clock_gettime(clock: libc::clockid_t, tp: *mut timespec) -> c_int {
-    let real = real!(
-        c"clock_gettime",
-        unsafe extern "C" fn(libc::clockid_t, *mut timespec) -> c_int,
-        -1
-    );
+    type ClockGettime = unsafe extern "C" fn(libc::clockid_t, *mut timespec) -> c_int;
+    let real = real!(c"clock_gettime", ClockGettime, -1);
+    if !session::clock_events() {
+        let slot = if (0..=11).contains(&clock) { clock as usize } else { AGG_SLOT_OTHER_CLOCK };
+        // Safety: forwarding the caller's arguments unchanged.
+        return aggregated(slot, || unsafe { real(clock, tp) });
+    }
     let Some(span) = Span::begin() else {
         // Safety: forwarding the caller's arguments unchanged.
         return unsafe { real(clock, tp) };
     };
     // Safety: as above.
     let ret = unsafe { real(clock, tp) };
-    if session::clock_events() {
-        span.finish(
-            Event {
-                fd: -1,
-                ret: ret as i64,
-                extra: clock as u32,
-                ..Event::default()
-            },
-            Func::ClockGettime,
-            ret != 0,
-        );
-    } else {
-        let slot = if (0..=11).contains(&clock) {
-            clock as usize
-        } else {
-            AGG_SLOT_OTHER_CLOCK
-        };
-        span.finish_aggregate(slot);
-    }
+    let event = Event { fd: -1, ret: ret as i64, extra: clock as u32, ..Event::default() };
+    span.finish(event, Func::ClockGettime, ret != 0);
     ret
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gettimeofday(tv: *mut timeval, tz: *mut c_void) -> c_int {
-    let real = real!(
-        c"gettimeofday",
-        unsafe extern "C" fn(*mut timeval, *mut c_void) -> c_int,
-        -1
-    );
+    let real = real!(c"gettimeofday", unsafe extern "C" fn(*mut timeval, *mut c_void) -> c_int, -1);
+    if !session::clock_events() {
+        // Safety: forwarding the caller's arguments unchanged.
+        return aggregated(AGG_SLOT_GETTIMEOFDAY, || unsafe { real(tv, tz) });
+    }
     let Some(span) = Span::begin() else {
         // Safety: forwarding the caller's arguments unchanged.
         return unsafe { real(tv, tz) };
     };
     // Safety: as above.
     let ret = unsafe { real(tv, tz) };
-    if session::clock_events() {
-        span.finish(
-            Event {
-                fd: -1,
-                ret: ret as i64,
-                ..Event::default()
-            },
-            Func::Gettimeofday,
-            ret != 0,
-        );
-    } else {
-        span.finish_aggregate(AGG_SLOT_GETTIMEOFDAY);
+    span.finish(Event { fd: -1, ret: ret as i64, ..Event::default() }, Func::Gettimeofday, ret != 0);
+    ret
+}
+
+/// Runs a clock read counted in the thread's aggregate `slot` (see `AggregateCall`).
+#[inline(always)]
+fn aggregated(slot: usize, call: impl FnOnce() -> c_int) -> c_int {
+    let counted = AggregateCall::begin(slot);
+    let ret = call();
+    if let Some(counted) = counted {
+        counted.finish();
     }
     ret
 }
@@ -416,27 +348,14 @@ pub unsafe extern "C" fn gettimeofday(tv: *mut timeval, tz: *mut c_void) -> c_in
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    let real = real!(
-        c"ioctl",
-        unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int,
-        -1
-    );
+    let real = real!(c"ioctl", unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int, -1);
     let Some(span) = Span::begin() else {
         // Safety: forwarding the caller's arguments unchanged.
         return unsafe { real(fd, request, arg) };
     };
     // Safety: as above.
     let ret = unsafe { real(fd, request, arg) };
-    span.finish(
-        Event {
-            fd,
-            ret: ret as i64,
-            arg: request as u64,
-            ..Event::default()
-        },
-        Func::Ioctl,
-        ret < 0,
-    );
+    span.finish(Event { fd, ret: ret as i64, arg: request as u64, ..Event::default() }, Func::Ioctl, ret < 0);
     ret
 }
 
@@ -502,9 +421,7 @@ extern "C" fn prepare_vfork() -> usize {
     static REAL: Real = Real::new(c"vfork");
     static FORK: Real = Real::new(c"fork");
     // Without a real vfork (never seen), fork has the same contract for a child that execs.
-    REAL.get()
-        .or_else(|| FORK.get())
-        .unwrap_or(fail_fork as *const () as usize)
+    REAL.get().or_else(|| FORK.get()).unwrap_or(fail_fork as *const () as usize)
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -53,7 +53,14 @@ pub fn send_string(ring: &RingView, index: u32, pid: u32, tid: u32, id: u64, byt
     if strings::was_sent(id) {
         return true;
     }
-    let definition = Event { kind: KIND_STRING_DEF, pid, tid, arg: id, arg2: bytes.len().min(mlprof_format::record::MAX_STRING_BYTES) as u64, ..Event::default() };
+    let definition = Event {
+        kind: KIND_STRING_DEF,
+        pid,
+        tid,
+        arg: id,
+        arg2: bytes.len().min(mlprof_format::record::MAX_STRING_BYTES) as u64,
+        ..Event::default()
+    };
     if !ring.push_string(index, &definition, bytes) {
         return false;
     }

@@ -12,10 +12,7 @@ pub struct Real {
 
 impl Real {
     pub const fn new(name: &'static CStr) -> Real {
-        Real {
-            addr: AtomicUsize::new(0),
-            name,
-        }
+        Real { addr: AtomicUsize::new(0), name }
     }
 
     /// The address, or `None` when no later object defines the symbol (the hook then fails the
@@ -47,10 +44,7 @@ impl Real {
 /// `F` must be the C signature of the symbol the address was resolved for.
 #[inline(always)]
 pub unsafe fn as_fn<F: Copy>(addr: usize) -> F {
-    debug_assert_eq!(
-        core::mem::size_of::<F>(),
-        core::mem::size_of::<*const c_void>()
-    );
+    debug_assert_eq!(core::mem::size_of::<F>(), core::mem::size_of::<*const c_void>());
     // Safety: guaranteed by the caller; function pointers and usize have the same size here.
     unsafe { core::mem::transmute_copy::<usize, F>(&addr) }
 }

@@ -2,14 +2,12 @@
 //! exec, and the begin/finish helpers every hook uses.
 
 use core::ffi::{CStr, c_void};
-use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use mlprof_format::func::Func;
-use mlprof_format::record::{
-    Event, FLAG_ERROR, KIND_PROCESS_EXIT, KIND_PROCESS_START, PROC_FORKED,
-};
-use mlprof_format::ring::{CLOCK_TSC, RING_SERVING, RingHeader, validate_header};
+use mlprof_format::record::{Event, FLAG_ERROR, KIND_PROCESS_EXIT, KIND_PROCESS_START, PROC_FORKED};
+use mlprof_format::ring::{AggSlot, CLOCK_TSC, RING_SERVING, RingHeader, validate_header};
 
 use crate::clock;
 use crate::config::Config;
@@ -29,6 +27,8 @@ static RING: OnceLock<RingView> = OnceLock::new();
 /// This process's pid, refreshed in fork children.
 static PID: AtomicU32 = AtomicU32::new(0);
 static CLOCK_EVENTS: AtomicBool = AtomicBool::new(false);
+/// Clock reads whose count has these bits clear are timed (every 64th by default).
+static TIMING_MASK: AtomicU64 = AtomicU64::new(63);
 /// pthread key whose destructor retires the thread's lane; u32::MAX = none.
 static LANE_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 
@@ -53,10 +53,7 @@ pub fn clock_events() -> bool {
 /// Joins the session named by the environment. Runs with the reentrancy guard held.
 #[cold]
 fn join() -> bool {
-    if STATE
-        .compare_exchange(UNJOINED, JOINING, Ordering::Acquire, Ordering::Acquire)
-        .is_err()
-    {
+    if STATE.compare_exchange(UNJOINED, JOINING, Ordering::Acquire, Ordering::Acquire).is_err() {
         return STATE.load(Ordering::Acquire) == ACTIVE;
     }
     let saved_errno = guard::errno();
@@ -76,6 +73,7 @@ fn try_join() -> bool {
         return false;
     }
     CLOCK_EVENTS.store(config.clock_events, Ordering::Relaxed);
+    TIMING_MASK.store(config.clock_timing_every as u64 - 1, Ordering::Relaxed);
     let mut name = [0u8; 130];
     let name_len = config.shm_name().len();
     name[..name_len].copy_from_slice(config.shm_name());
@@ -142,9 +140,7 @@ fn try_join() -> bool {
             return false;
         }
     };
-    if header.state.load(Ordering::Acquire) != RING_SERVING
-        || !sys::process_exists(header.collector_pid)
-    {
+    if header.state.load(Ordering::Acquire) != RING_SERVING || !sys::process_exists(header.collector_pid) {
         say(b"its collector has exited");
         return false;
     }
@@ -293,10 +289,7 @@ impl Span {
         if state.vfork_pending.get() && !vfork_parent_resumed(state) {
             return None;
         }
-        Some(Span {
-            thread,
-            start: clock::now(),
-        })
+        Some(Span { thread, start: clock::now() })
     }
 
     /// Ends the call and writes its record. `event` carries the function's own fields; pid, tid,
@@ -330,32 +323,21 @@ impl Span {
     }
 
     /// Like `finish`, for calls that name a path: the path is sent once, then referenced by id.
-    pub fn finish_with_path(
-        self,
-        mut event: Event,
-        func: Func,
-        failed: bool,
-        path: *const libc::c_char,
-    ) {
+    pub fn finish_with_path(self, mut event: Event, func: Func, failed: bool, path: *const libc::c_char) {
         if !path.is_null() {
             let errno = guard::errno();
             // Safety: the application passed a NUL-terminated path to a libc function that reads
             // it the same way.
             let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
-            let id = mlprof_format::string_id(
-                &bytes[..bytes.len().min(mlprof_format::record::MAX_STRING_BYTES)],
-            );
+            let id =
+                mlprof_format::string_id(&bytes[..bytes.len().min(mlprof_format::record::MAX_STRING_BYTES)]);
             // Safety: see `begin`.
             let state = unsafe { &*self.thread };
             let pid = PID.load(Ordering::Relaxed);
             if let Some(ring) = RING.get() {
                 state.in_hook.set(true);
-                let sent = lane::lane_of(ring, state, pid).map(|lane| {
-                    (
-                        lane,
-                        lane::send_string(ring, lane, pid, state.tid.get(), id, bytes),
-                    )
-                });
+                let sent = lane::lane_of(ring, state, pid)
+                    .map(|lane| (lane, lane::send_string(ring, lane, pid, state.tid.get(), id, bytes)));
                 state.in_hook.set(false);
                 if let Some((lane, false)) = sent {
                     ring.count_drop(lane);
@@ -368,20 +350,54 @@ impl Span {
         }
         self.finish(event, func, failed);
     }
+}
 
-    /// Ends an aggregated call (clock reads): counts it on the thread's lane.
+/// An aggregated call (a clock read) in progress. The call is counted exactly; its duration is
+/// measured on one call in `MLPROF_CLOCK_TIMING` (64 by default), because two timestamps cost
+/// more than the ~20 ns vDSO call they would measure. Reports scale the measured time to the
+/// exact count and say how many calls were timed.
+pub struct AggregateCall {
+    counters: *const AggSlot,
+    start: u64,
+}
+
+impl AggregateCall {
     #[inline(always)]
-    pub fn finish_aggregate(self, slot: usize) {
-        let end = clock::now();
-        // Safety: see `begin`.
-        let state = unsafe { &*self.thread };
-        let Some(ring) = RING.get() else { return };
-        let pid = PID.load(Ordering::Relaxed);
-        state.in_hook.set(true);
-        if let Some(lane) = lane::lane_of(ring, state, pid) {
-            ring.aggregate(lane, slot, Some(end.wrapping_sub(self.start)));
+    pub fn begin(slot: usize) -> Option<AggregateCall> {
+        let thread = THREAD.try_with(|t| t as *const ThreadState).ok()?;
+        // Safety: the thread-local outlives this call on this thread.
+        let state = unsafe { &*thread };
+        if state.in_hook.get() {
+            return None;
         }
+        if STATE.load(Ordering::Acquire) != ACTIVE {
+            state.in_hook.set(true);
+            let active = is_active();
+            state.in_hook.set(false);
+            if !active {
+                return None;
+            }
+        }
+        if state.vfork_pending.get() && !vfork_parent_resumed(state) {
+            return None;
+        }
+        let ring = RING.get()?;
+        state.in_hook.set(true);
+        let lane = lane::lane_of(ring, state, PID.load(Ordering::Relaxed));
         state.in_hook.set(false);
+        let counters = ring.aggregate_slot(lane?, slot)?;
+        let count = counters.count_call();
+        let start = if count & TIMING_MASK.load(Ordering::Relaxed) == 0 { clock::now() } else { 0 };
+        Some(AggregateCall { counters, start })
+    }
+
+    #[inline(always)]
+    pub fn finish(self) {
+        if self.start != 0 {
+            let ticks = clock::now().wrapping_sub(self.start);
+            // Safety: the counters live in the ring mapping, which is never unmapped.
+            unsafe { &*self.counters }.add_timing(ticks);
+        }
     }
 }
 
@@ -401,4 +417,3 @@ fn vfork_parent_resumed(state: &ThreadState) -> bool {
 pub fn note_vfork() {
     let _ = THREAD.try_with(|state| state.vfork_pending.set(true));
 }
-

@@ -45,10 +45,7 @@ pub fn geteuid() -> u32 {
 /// Whether a process exists (signal 0).
 pub fn process_exists(pid: u32) -> bool {
     match rustix::process::Pid::from_raw(pid as i32) {
-        Some(pid) => !matches!(
-            rustix::process::test_kill_process(pid),
-            Err(rustix::io::Errno::SRCH)
-        ),
+        Some(pid) => !matches!(rustix::process::test_kill_process(pid), Err(rustix::io::Errno::SRCH)),
         None => false,
     }
 }

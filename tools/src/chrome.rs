@@ -33,11 +33,7 @@ struct TraceWriter<W: Write> {
 impl<W: Write> TraceWriter<W> {
     fn begin(mut out: W, origin_ns: u64) -> io::Result<Self> {
         out.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")?;
-        Ok(TraceWriter {
-            out,
-            first: true,
-            origin_ns,
-        })
+        Ok(TraceWriter { out, first: true, origin_ns })
     }
 
     fn separator(&mut self) -> io::Result<()> {
@@ -80,9 +76,7 @@ impl<W: Write> TraceWriter<W> {
         self.separator()?;
         let (us, frac) = self.micros(event.start);
         let category = match func.class() {
-            Class::Open | Class::Read | Class::Write | Class::Close | Class::Seek | Class::Sync => {
-                "io"
-            }
+            Class::Open | Class::Read | Class::Write | Class::Close | Class::Seek | Class::Sync => "io",
             Class::Map => "mmap",
             Class::Clock => "clock",
             Class::Ioctl => "ioctl",
@@ -99,12 +93,7 @@ impl<W: Write> TraceWriter<W> {
             event.ret
         )?;
         if func.moves_bytes() {
-            write!(
-                self.out,
-                ",\"bytes\":{},\"asked\":{}",
-                bytes_moved(func, event),
-                event.arg
-            )?;
+            write!(self.out, ",\"bytes\":{},\"asked\":{}", bytes_moved(func, event), event.arg)?;
         }
         if event.is_error() {
             write!(self.out, ",\"errno\":{}", event.errno)?;
@@ -112,11 +101,7 @@ impl<W: Write> TraceWriter<W> {
         match func.class() {
             Class::Ioctl => write!(self.out, ",\"request\":\"{:#x}\"", event.arg)?,
             Class::Map => write!(self.out, ",\"length\":{}", event.arg)?,
-            Class::Seek => write!(
-                self.out,
-                ",\"offset\":{},\"whence\":{}",
-                event.arg as i64, event.extra
-            )?,
+            Class::Seek => write!(self.out, ",\"offset\":{},\"whence\":{}", event.arg as i64, event.extra)?,
             Class::Clock => write!(self.out, ",\"clock_id\":{}", event.extra)?,
             _ => {}
         }
@@ -138,14 +123,10 @@ pub fn convert(input: &Path, output: &Path, progress: bool) -> Result<ConvertSta
         eprintln!("mlprof: warning: {warning}");
     }
     let total_bytes = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0);
-    let file =
-        File::create(output).map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+    let file = File::create(output).map_err(|e| format!("cannot write {}: {e}", output.display()))?;
     let io_err = |e: io::Error| format!("writing {}: {e}", output.display());
-    let mut trace = TraceWriter::begin(
-        BufWriter::with_capacity(1 << 20, file),
-        meta.info.start_mono_ns,
-    )
-    .map_err(io_err)?;
+    let mut trace = TraceWriter::begin(BufWriter::with_capacity(1 << 20, file), meta.info.start_mono_ns)
+        .map_err(io_err)?;
 
     write_metadata(&mut trace, &meta).map_err(io_err)?;
     // Escaped paths, computed once per path.
@@ -155,22 +136,16 @@ pub fn convert(input: &Path, output: &Path, progress: bool) -> Result<ConvertSta
     let mut events = 0u64;
     let started = Instant::now();
     let mut next_report = started + Duration::from_secs(1);
-    while let Some(frame) = reader
-        .next_frame()
-        .map_err(|e| format!("{}: {e}", input.display()))?
-    {
+    while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", input.display()))? {
         match frame {
             Frame::Events(batch) => {
                 for event in batch {
                     let Some(func) = Func::from_id(event.kind) else {
                         continue;
                     };
-                    let path = fds.observe(&meta, event).map(|id| {
-                        escaped
-                            .entry(id)
-                            .or_insert_with(|| quoted(&meta.path(id)))
-                            .as_str()
-                    });
+                    let path = fds
+                        .observe(&meta, event)
+                        .map(|id| escaped.entry(id).or_insert_with(|| quoted(&meta.path(id))).as_str());
                     trace.call(func, event, path).map_err(io_err)?;
                     events += 1;
                 }
@@ -206,10 +181,7 @@ fn write_metadata<W: Write>(trace: &mut TraceWriter<W>, meta: &RunMeta) -> io::R
     Ok(())
 }
 
-fn write_aggregates<W: Write>(
-    trace: &mut TraceWriter<W>,
-    samples: &[AggregateSample],
-) -> io::Result<()> {
+fn write_aggregates<W: Write>(trace: &mut TraceWriter<W>, samples: &[AggregateSample]) -> io::Result<()> {
     for sample in samples {
         let Some(func) = Func::from_id(sample.func) else {
             continue;
@@ -218,12 +190,7 @@ fn write_aggregates<W: Write>(
             Some(clock) => format!("{} calls (clock {clock}, tid {})", func.name(), sample.tid),
             None => format!("{} calls (tid {})", func.name(), sample.tid),
         };
-        trace.counter(
-            sample.pid,
-            &name,
-            sample.time_ns,
-            &format!("\"count\":{}", sample.count),
-        )?;
+        trace.counter(sample.pid, &name, sample.time_ns, &format!("\"count\":{}", sample.count))?;
     }
     Ok(())
 }
@@ -235,12 +202,7 @@ fn write_drops<W: Write>(trace: &mut TraceWriter<W>, samples: &[DropSample]) -> 
         } else {
             format!("dropped records (tid {})", sample.tid)
         };
-        trace.counter(
-            sample.pid,
-            &name,
-            sample.time_ns,
-            &format!("\"dropped\":{}", sample.dropped),
-        )?;
+        trace.counter(sample.pid, &name, sample.time_ns, &format!("\"dropped\":{}", sample.dropped))?;
     }
     Ok(())
 }

@@ -11,11 +11,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "mlprof",
-    version,
-    about = "Reports on mlprof run files (run.bin)"
-)]
+#[command(name = "mlprof", version, about = "Reports on mlprof run files (run.bin)")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -60,11 +56,7 @@ fn main() -> ExitCode {
                 summary.print_text(top);
             }
         }),
-        Command::Convert {
-            run,
-            output,
-            progress,
-        } => {
+        Command::Convert { run, output, progress } => {
             let progress = progress || std::io::stderr().is_terminal();
             chrome::convert(&run, &output, progress).map(|stats| {
                 eprintln!(

@@ -44,29 +44,23 @@ impl RunMeta {
         let mut meta = RunMeta::default();
         let mut exits = Vec::new();
         loop {
-            let frame = reader
-                .next_frame()
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let frame = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))?;
             let Some(frame) = frame else { break };
             match frame {
                 Frame::RunInfo(info) => meta.info = info,
                 Frame::String { id, bytes } => {
-                    meta.strings
-                        .insert(id, String::from_utf8_lossy(bytes).into_owned());
+                    meta.strings.insert(id, String::from_utf8_lossy(bytes).into_owned());
                 }
-                Frame::Process(info) => meta
-                    .images
-                    .entry(info.pid)
-                    .or_default()
-                    .push(Image { info, exit: None }),
+                Frame::Process(info) => {
+                    meta.images.entry(info.pid).or_default().push(Image { info, exit: None })
+                }
                 Frame::ProcessExit(exit) => exits.push(exit),
                 Frame::Thread(thread) => {
                     meta.threads.insert((thread.pid, thread.tid), thread.name);
                 }
                 Frame::Aggregates(samples) => {
                     for sample in samples {
-                        meta.aggregates
-                            .insert((sample.stream, sample.func, sample.clock_id), sample);
+                        meta.aggregates.insert((sample.stream, sample.func, sample.clock_id), sample);
                     }
                 }
                 Frame::Drops(samples) => {
@@ -85,10 +79,8 @@ impl RunMeta {
         // (with the signal, if any) completes what the exit hook saw.
         for exit in exits {
             if let Some(images) = meta.images.get_mut(&exit.pid) {
-                let at = images
-                    .iter()
-                    .rposition(|i| i.info.start_ns <= exit.time_ns)
-                    .unwrap_or(images.len() - 1);
+                let at =
+                    images.iter().rposition(|i| i.info.start_ns <= exit.time_ns).unwrap_or(images.len() - 1);
                 let image = &mut images[at];
                 match &mut image.exit {
                     Some(known) => {
@@ -107,12 +99,7 @@ impl RunMeta {
     /// Index of the image of `pid` running at `time_ns` (the latest that started before it).
     pub fn image_at(&self, pid: u32, time_ns: u64) -> Option<usize> {
         let images = self.images.get(&pid)?;
-        Some(
-            images
-                .iter()
-                .rposition(|i| i.info.start_ns <= time_ns)
-                .unwrap_or(0),
-        )
+        Some(images.iter().rposition(|i| i.info.start_ns <= time_ns).unwrap_or(0))
     }
 
     pub fn dropped(&self) -> u64 {
@@ -120,10 +107,7 @@ impl RunMeta {
     }
 
     pub fn path(&self, id: u64) -> String {
-        self.strings
-            .get(&id)
-            .cloned()
-            .unwrap_or_else(|| format!("<string {id:#x}>"))
+        self.strings.get(&id).cloned().unwrap_or_else(|| format!("<string {id:#x}>"))
     }
 
     pub fn command_line(&self) -> String {

@@ -66,10 +66,7 @@ impl Summary {
         };
         let mut fds = FdTables::default();
         let mut reader = run::open(path)?;
-        while let Some(frame) = reader
-            .next_frame()
-            .map_err(|e| format!("{}: {e}", path.display()))?
-        {
+        while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
             let Frame::Events(events) = frame else {
                 continue;
             };
@@ -127,12 +124,7 @@ impl Summary {
             } else {
                 sample.timed_ns
             };
-            let stats = CallStats {
-                count: sample.count,
-                errors: 0,
-                total_ns,
-                bytes: 0,
-            };
+            let stats = CallStats { count: sample.count, errors: 0, total_ns, bytes: 0 };
             self.events += sample.count;
             self.calls.entry(func.name()).or_default().add(&stats);
             let image = self.meta.image_at(sample.pid, sample.time_ns).unwrap_or(0);
@@ -147,14 +139,8 @@ impl Summary {
 
     fn duration_ns(&self) -> u64 {
         let start = self.meta.info.start_mono_ns;
-        let end = self
-            .meta
-            .end
-            .as_ref()
-            .map(|e| e.end_ns)
-            .unwrap_or(self.last_ns);
-        end.max(self.last_ns)
-            .saturating_sub(start.min(self.first_ns))
+        let end = self.meta.end.as_ref().map(|e| e.end_ns).unwrap_or(self.last_ns);
+        end.max(self.last_ns).saturating_sub(start.min(self.first_ns))
     }
 
     /// Process images in (start time, pid) order, with their call tables.
@@ -163,23 +149,14 @@ impl Summary {
             .meta
             .images
             .iter()
-            .flat_map(|(&pid, images)| {
-                images
-                    .iter()
-                    .enumerate()
-                    .map(move |(i, image)| (pid, i, image))
-            })
+            .flat_map(|(&pid, images)| images.iter().enumerate().map(move |(i, image)| (pid, i, image)))
             .collect();
         list.sort_by_key(|(pid, i, image)| (image.info.start_ns, *pid, *i));
         list
     }
 
     fn file_list(&self) -> Vec<(String, &FileStats)> {
-        let mut files: Vec<_> = self
-            .files
-            .iter()
-            .map(|(&id, stats)| (self.meta.path(id), stats))
-            .collect();
+        let mut files: Vec<_> = self.files.iter().map(|(&id, stats)| (self.meta.path(id), stats)).collect();
         files.sort_by(|a, b| {
             (b.1.bytes_read + b.1.bytes_written)
                 .cmp(&(a.1.bytes_read + a.1.bytes_written))
@@ -193,11 +170,7 @@ impl Summary {
             .images()
             .into_iter()
             .map(|(pid, index, image)| {
-                let calls = self
-                    .per_image
-                    .get(&(pid, index))
-                    .cloned()
-                    .unwrap_or_default();
+                let calls = self.per_image.get(&(pid, index)).cloned().unwrap_or_default();
                 json!({
                     "pid": pid,
                     "ppid": image.info.ppid,
@@ -272,9 +245,7 @@ impl Summary {
                 None => "exit not seen".into(),
             };
             let calls = self.per_image.get(&(*pid, *index));
-            let total: u64 = calls
-                .map(|c| c.values().map(|s| s.count).sum())
-                .unwrap_or(0);
+            let total: u64 = calls.map(|c| c.values().map(|s| s.count).sum()).unwrap_or(0);
             println!(
                 "  pid {pid} (ppid {}){} {} — {total} calls, {exit}",
                 image.info.ppid,
@@ -304,10 +275,7 @@ impl Summary {
         if !files.is_empty() {
             println!();
             println!("Top files by bytes:");
-            println!(
-                "  {:>12} {:>12} {:>8} {:>10}  path",
-                "read", "written", "calls", "time"
-            );
+            println!("  {:>12} {:>12} {:>8} {:>10}  path", "read", "written", "calls", "time");
             for (path, f) in files.iter().take(top) {
                 println!(
                     "  {:>12} {:>12} {:>8} {:>10}  {}",
@@ -365,17 +333,9 @@ fn print_call_table(calls: &CallTable) {
         sum.add(s);
         println!(
             "{:>6.2} {:>11.6} {:>11.3} {:>10} {:>8} {:>12}  {}",
-            if total_ns > 0 {
-                s.total_ns as f64 * 100.0 / total_ns as f64
-            } else {
-                0.0
-            },
+            if total_ns > 0 { s.total_ns as f64 * 100.0 / total_ns as f64 } else { 0.0 },
             s.total_ns as f64 / 1e9,
-            if s.count > 0 {
-                s.total_ns as f64 / 1e3 / s.count as f64
-            } else {
-                0.0
-            },
+            if s.count > 0 { s.total_ns as f64 / 1e3 / s.count as f64 } else { 0.0 },
             s.count,
             s.errors,
             s.bytes,

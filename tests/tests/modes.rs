@@ -1,0 +1,256 @@
+//! Ways of running mlprof: launcher exit status, attach mode, no collector,
+//! a collector killed mid-run, and `mlprof convert`.
+
+use mlprof_tests::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+/// CMD exiting 7 makes mlprof-collect exit 7; CMD's stdout passes through;
+/// the collector's own stderr lines start with `mlprof-collect:`.
+#[test]
+fn launcher_exit_status_passthrough() {
+    let dir = TempDir::new("exit-status");
+    let prog = compile("writer", &dir);
+    let path = dir.file("w.dat");
+    let out = dir.join("run.bin");
+    let o = run_collect(&out, &[], &[&prog, &path, "3", "7"]);
+    assert_eq!(o.status.code(), Some(7), "mlprof-collect must exit with CMD's status 7\n{}", describe(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "done 3\n", "CMD's stdout must pass through");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.lines().any(|l| l.starts_with("mlprof-collect:")),
+        "no `mlprof-collect:` summary line on stderr:\n{stderr}"
+    );
+
+    let s = clean_summary(&out);
+    let p = s.proc_exact(&format!("{prog} {path} 3 7"));
+    let mut e = s.expect();
+    e.calls("writer", p.calls(), &[("open", 1), ("write", 3), ("close", 1)], &[("write", 192)]);
+    e.file(s.file(&path), 1, &[("write", 3)], 0, 192);
+    if let Some(code) = p.exit_code() {
+        e.that(format_args!("exit_code {code} == 7"), code == 7);
+    }
+    e.finish();
+}
+
+/// CMD killed by SIGKILL makes mlprof-collect exit 128+9, and the writes
+/// CMD made before dying are all recorded.
+#[test]
+fn launcher_signal_status() {
+    const N: u64 = 300;
+    let dir = TempDir::new("signal-status");
+    let prog = compile("writer", &dir);
+    let path = dir.file("w.dat");
+    let out = dir.join("run.bin");
+    let o = run_collect(&out, &[], &[&prog, &path, &N.to_string(), "sig9"]);
+    assert_eq!(
+        shell_status(o.status),
+        128 + 9,
+        "mlprof-collect must exit 128+SIGKILL when CMD is killed\n{}",
+        describe(&o)
+    );
+    let s = clean_summary(&out);
+    let p = s.proc_exact(&format!("{prog} {path} {N} sig9"));
+    let mut e = s.expect();
+    e.calls("writer", p.calls(), &[("open", 1), ("write", N), ("close", 1)], &[("write", 64 * N)]);
+    e.file(s.file(&path), 1, &[("write", N)], 0, 64 * N);
+    e.finish();
+}
+
+/// Attach mode: a collector serves a unique session; two programs started
+/// independently with LD_PRELOAD + MLPROF_SESSION join it concurrently;
+/// SIGINT finalizes run.bin and the collector exits 0.
+#[test]
+fn attach_mode() {
+    let dir = TempDir::new("attach");
+    let prog = compile("writer", &dir);
+    let session = unique_session("attach");
+    let out = dir.join("run.bin");
+    let mut collector = AttachCollector::start(&out, &session);
+
+    let jobs = [(dir.file("a.dat"), 120u64, 0), (dir.file("b.dat"), 345u64, 4)];
+    let outputs: Vec<_> = std::thread::scope(|sc| {
+        let handles: Vec<_> = jobs
+            .iter()
+            .map(|(path, n, code)| {
+                let mut c = preloaded_command(&prog, &session);
+                c.args([path.as_str(), &n.to_string(), &code.to_string()]);
+                sc.spawn(move || output_with_timeout(c, default_timeout()))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("runner thread")).collect()
+    });
+    for ((_, n, code), o) in jobs.iter().zip(&outputs) {
+        assert_eq!(o.status.code(), Some(*code), "attached program status\n{}", describe(o));
+        assert_eq!(String::from_utf8_lossy(&o.stdout), format!("done {n}\n"));
+    }
+    collector.stop_ok();
+    let ready = collector.stderr_lines().iter().filter(|l| l.contains("ready")).count();
+    assert_eq!(ready, 1, "want exactly one ready line; stderr:\n{}", collector.stderr());
+
+    let s = clean_summary(&out);
+    let mut e = s.expect();
+    for (path, n, code) in &jobs {
+        let p = s.proc_exact(&format!("{prog} {path} {n} {code}"));
+        e.calls(path, p.calls(), &[("open", 1), ("write", *n), ("close", 1)], &[("write", 64 * n)]);
+        e.file(s.file(path), 1, &[("write", *n)], 0, 64 * n);
+    }
+    e.calls("tree", s.calls(), &[("open", 2), ("write", 465), ("close", 2)], &[]);
+    e.finish();
+}
+
+/// No collector serves the session: the program runs exactly as without
+/// the preload (same stdout, exit status and file), and libmlprof prints
+/// exactly one stderr line starting `mlprof: no session`; none with
+/// MLPROF_QUIET=1.
+#[test]
+fn no_collector() {
+    let dir = TempDir::new("no-collector");
+    let prog = compile("writer", &dir);
+    let session = unique_session("nobody");
+    let path = dir.file("w.dat");
+    let args = [path.as_str(), "10", "5"];
+
+    let mut bare = Command::new(&prog);
+    clean_env(&mut bare).args(args);
+    let bare = output_with_timeout(bare, default_timeout());
+    assert_eq!(bare.status.code(), Some(5), "bare run\n{}", describe(&bare));
+    assert_eq!(String::from_utf8_lossy(&bare.stdout), "done 10\n");
+    assert!(bare.stderr.is_empty(), "bare run\n{}", describe(&bare));
+    std::fs::remove_file(&path).unwrap();
+
+    let mut c = preloaded_command(&prog, &session);
+    c.args(args);
+    let o = output_with_timeout(c, default_timeout());
+    assert_eq!(o.status.code(), Some(5), "exit status must be unchanged\n{}", describe(&o));
+    assert_eq!(o.stdout, bare.stdout, "stdout must be unchanged\n{}", describe(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<_> = stderr.lines().collect();
+    assert!(
+        lines.len() == 1 && lines[0].starts_with("mlprof: no session"),
+        "want exactly one stderr line starting `mlprof: no session`, got:\n{stderr}"
+    );
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 640, "the program's file must be written");
+    std::fs::remove_file(&path).unwrap();
+
+    let mut c = preloaded_command(&prog, &session);
+    c.args(args).env("MLPROF_QUIET", "1");
+    let o = output_with_timeout(c, default_timeout());
+    assert_eq!(o.status.code(), Some(5), "MLPROF_QUIET=1\n{}", describe(&o));
+    assert_eq!(o.stdout, bare.stdout, "MLPROF_QUIET=1\n{}", describe(&o));
+    assert!(o.stderr.is_empty(), "MLPROF_QUIET=1 must print nothing\n{}", describe(&o));
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 640);
+}
+
+/// The attach-mode collector is SIGKILLed while an attached program (our own
+/// child) is between writes; the program finishes with its normal output and
+/// status.  A collector restarted on the same session then records a new
+/// process cleanly.
+#[test]
+fn collector_killed_mid_run() {
+    const N: u64 = 4000;
+    const PAUSE: u64 = 1000;
+    let dir = TempDir::new("collector-kill");
+    let prog = compile("writer", &dir);
+    let session = unique_session("kill");
+    let out1 = dir.join("killed.bin");
+    let mut collector = AttachCollector::start(&out1, &session);
+
+    let path = dir.file("w1.dat");
+    let mut c = preloaded_command(&prog, &session);
+    c.args([path.as_str(), &N.to_string(), "6", &PAUSE.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = c.spawn().expect("start writer");
+    let guard = Guard::new(child.id(), default_timeout());
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("read writer stdout");
+    assert_eq!(line, "paused\n", "writer did not reach its pause point");
+
+    let st = collector.kill9();
+    assert_eq!(st.code(), None, "collector should have died of SIGKILL: {st:?}");
+
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"go\n").expect("resume writer");
+    drop(stdin);
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).expect("read writer stdout");
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let status = child.wait().unwrap();
+    assert!(!guard.fired(), "writer hung after the collector was killed");
+    assert_eq!(
+        status.code(),
+        Some(6),
+        "writer must exit normally (6) after the collector died; stdout {rest:?}, stderr:\n{err}"
+    );
+    assert_eq!(rest, format!("done {N}\n"), "writer output after the collector died; stderr:\n{err}");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 64 * N);
+
+    // Whatever the killed collector left must still be readable, and marked truncated.
+    if std::fs::metadata(&out1).map(|m| m.len() > 0).unwrap_or(false) {
+        let s = Summary::load(&out1);
+        assert!(s.truncated(), "run file of a SIGKILLed collector must say truncated: true");
+    }
+
+    let out2 = dir.join("restarted.bin");
+    let mut collector2 = AttachCollector::start(&out2, &session);
+    let path2 = dir.file("w2.dat");
+    let mut c = preloaded_command(&prog, &session);
+    c.args([path2.as_str(), "50", "0"]);
+    let o = output_with_timeout(c, default_timeout());
+    assert!(o.status.success(), "second writer\n{}", describe(&o));
+    collector2.stop_ok();
+
+    let s = clean_summary(&out2);
+    let p = s.proc_exact(&format!("{prog} {path2} 50 0"));
+    let mut e = s.expect();
+    e.calls("new process", p.calls(), &[("open", 1), ("write", 50), ("close", 1)], &[("write", 3200)]);
+    e.file(s.file(&path2), 1, &[("write", 50)], 0, 3200);
+    e.that(
+        "the first writer (run before the restart) is not in the new run",
+        s.procs_with_cmdline(&path).is_empty(),
+    );
+    e.finish();
+}
+
+/// `mlprof convert`: one "X" event per recorded call, with pid and args.
+#[test]
+fn convert_one_event_per_call() {
+    const N: u64 = 25;
+    let dir = TempDir::new("convert");
+    let prog = compile("writer", &dir);
+    let path = dir.file("w.dat");
+    let out = dir.join("run.bin");
+    run_collect_ok(&out, &[&prog, &path, &N.to_string(), "0"]);
+    let s = clean_summary(&out);
+    let pid = s.proc_exact(&format!("{prog} {path} {N} 0")).pid();
+
+    let trace = convert_trace(&out);
+    let events = trace.get("traceEvents").and_then(Value::as_array).expect("trace has a traceEvents array");
+    let mine: Vec<&Value> =
+        events.iter().filter(|ev| ev.get("pid").and_then(Value::as_u64) == Some(pid)).collect();
+    let mut by_name: BTreeMap<&str, u64> = BTreeMap::new();
+    for ev in mine.iter().filter(|ev| ev.get("ph").and_then(Value::as_str) == Some("X")) {
+        *by_name.entry(ev.get("name").and_then(Value::as_str).unwrap_or("?")).or_default() += 1;
+    }
+    let want: BTreeMap<&str, u64> = [("open", 1), ("write", N), ("close", 1)].into_iter().collect();
+    assert_eq!(by_name, want, "X events of pid {pid}");
+    for ev in mine.iter().filter(|ev| ev.get("name").and_then(Value::as_str) == Some("write")) {
+        let args = ev.get("args").unwrap_or(&Value::Null);
+        assert_eq!(args.get("bytes").and_then(Value::as_u64), Some(64), "write event args: {ev}");
+        assert_eq!(args.get("path").and_then(Value::as_str), Some(path.as_str()), "write event args: {ev}");
+        assert!(ev.get("tid").is_some() && ev.get("ts").is_some() && ev.get("dur").is_some(), "{ev}");
+    }
+    let named = mine.iter().any(|ev| {
+        ev.get("ph").and_then(Value::as_str) == Some("M")
+            && ev.get("name").and_then(Value::as_str) == Some("process_name")
+    });
+    assert!(named, "no process_name metadata event for pid {pid}");
+}
