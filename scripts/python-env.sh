@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Creates (or reuses) the Python virtual environment the examples and tests use, with PyTorch
+# and torchvision from the package index, and prints its python path on stdout.
+# The environment lives outside the clone (default ~/.cache/mlprof-venv, or $MLPROF_VENV) so
+# CI runs reuse it; it is recreated whenever it is missing or broken.
+set -euo pipefail
+venv="${MLPROF_VENV:-$HOME/.cache/mlprof-venv}"
+python="$venv/bin/python"
+if ! "$python" -c 'import torch, torchvision, PIL' >/dev/null 2>&1; then
+    echo "python-env: installing torch, torchvision and pillow into $venv (about a minute)" >&2
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$python" -m pip install --quiet --disable-pip-version-check torch torchvision pillow numpy >&2
+fi
+echo "$python"
