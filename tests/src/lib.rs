@@ -343,12 +343,18 @@ pub struct AttachCollector {
 impl AttachCollector {
     /// Starts the collector and returns once it printed `session 'NAME' ready`.
     pub fn start(out: &Path, session: &str) -> AttachCollector {
+        Self::start_with_args(out, session, &[])
+    }
+
+    /// Like [`AttachCollector::start`] with extra options (`--lanes 4`, `--lane-records 64`, ...).
+    pub fn start_with_args(out: &Path, session: &str, args: &[&str]) -> AttachCollector {
         let mut cmd = Command::new(&bins().collect);
         clean_env(&mut cmd);
         cmd.arg("--out")
             .arg(out)
             .arg("--session")
             .arg(session)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -1,0 +1,191 @@
+//! A ring scribbled over by a hostile or broken producer.  A small ring is initialized in
+//! memory with `RingView::initialize`, then the fuzz input overwrites its header, lane blocks
+//! and slots (the first bytes pick which region gets how much).  Then:
+//!
+//! 1. `validate_header` must accept or refuse it without panicking (the producer's check);
+//! 2. a consumer pass that mirrors `collector/src/drain.rs` (`drain_lane`): lane states,
+//!    head/tail sanity, slot reads, string definitions with their payload slots, `free`;
+//! 3. producer operations on the scribbled lanes (`claim`, `push`, `push_string`, `retire`,
+//!    `count_drop`, `aggregate_slot`) must stay inside the mapping (AddressSanitizer checks).
+//!
+//! The consumer logic is duplicated from the collector because it lives in the collector
+//! binary, not in `mlprof-format`; see RELIABILITY.md for the proposed move.
+#![no_main]
+
+use std::sync::atomic::Ordering;
+
+use libfuzzer_sys::fuzz_target;
+use mlprof_format::record::{
+    CONTROL_KIND_BASE, Event, KIND_STRING_DEF, MAX_STRING_BYTES, string_payload_slots,
+};
+use mlprof_format::ring::{
+    CLOCK_MONOTONIC, HEADER_BYTES, LANE_ACTIVE, LANE_RETIRED, RingGeometry, RingView, validate_header,
+};
+use zerocopy::FromBytes;
+
+const GEOMETRY: RingGeometry = RingGeometry { lane_count: 4, lane_capacity: 64 };
+
+/// 128-aligned zeroed memory standing in for the shared mapping.
+struct Mapping {
+    base: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+impl Mapping {
+    fn new(len: usize) -> Mapping {
+        let layout = std::alloc::Layout::from_size_align(len, 4096).unwrap();
+        // Safety: non-zero size.
+        let base = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!base.is_null());
+        Mapping { base, layout }
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        // Safety: the allocation is `layout.size()` bytes, owned by us.
+        unsafe { std::slice::from_raw_parts_mut(self.base, self.layout.size()) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // Safety: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.base, self.layout) };
+    }
+}
+
+/// Writes `src` at `region.start + offset` (wrapping within the region).
+fn scribble(dst: &mut [u8], region: std::ops::Range<usize>, offset: usize, src: &[u8]) {
+    let len = region.len();
+    if len == 0 {
+        return;
+    }
+    for (i, b) in src.iter().enumerate() {
+        dst[region.start + (offset + i) % len] = *b;
+    }
+}
+
+/// The collector's consumer pass over one lane (drain.rs `drain_lane`), returning the number of
+/// records taken.  Must never panic or read outside the lane, whatever the lane holds.
+fn drain_lane(view: &RingView, index: u32) -> u64 {
+    let capacity = view.geometry().lane_capacity as u64;
+    let Some(lane) = view.lane(index) else { return 0 };
+    let head = lane.head.load(Ordering::Acquire);
+    let tail = lane.tail.load(Ordering::Relaxed);
+    if head == tail {
+        return 0;
+    }
+    if head < tail || head - tail > capacity {
+        lane.tail.store(head, Ordering::Release);
+        return 0;
+    }
+    let mut position = tail;
+    let mut strings = 0usize;
+    while position < head {
+        let slot = view.read_slot(index, position);
+        let Ok(event) = Event::read_from_bytes(&slot) else { break };
+        position += 1;
+        match event.kind {
+            KIND_STRING_DEF => {
+                let len = (event.arg2 as usize).min(MAX_STRING_BYTES);
+                let slots = string_payload_slots(len) as u64;
+                if position + slots > head {
+                    position = head;
+                    break;
+                }
+                let mut bytes = Vec::with_capacity(slots as usize * 64);
+                for i in 0..slots {
+                    bytes.extend_from_slice(&view.read_slot(index, position + i));
+                }
+                bytes.truncate(len);
+                strings += bytes.len();
+                position += slots;
+            }
+            kind if kind >= CONTROL_KIND_BASE => {}
+            _ => {
+                let _ = event.start.saturating_add(event.dur);
+            }
+        }
+    }
+    assert!(strings <= (capacity as usize) * 64, "string bytes beyond the lane");
+    let taken = position - tail;
+    assert!(taken <= capacity, "took more records than a lane holds");
+    lane.tail.store(position, Ordering::Release);
+    taken
+}
+
+fuzz_target!(|data: &[u8]| {
+    if data.len() < 4 {
+        return;
+    }
+    let total = GEOMETRY.total_bytes() as usize;
+    let mut mapping = Mapping::new(total);
+    // Safety: zeroed, aligned, sized for the geometry, not shared.
+    unsafe { RingView::initialize(mapping.base, GEOMETRY, CLOCK_MONOTONIC, 0, 0) };
+
+    // data[0..4]: how many bytes go to header / lanes / slots, and an offset into the slots.
+    let (ctl, rest) = data.split_at(4);
+    let header_n = (ctl[0] as usize).min(rest.len());
+    let (header_part, rest) = rest.split_at(header_n);
+    let lanes_n = (ctl[1] as usize * 16).min(rest.len());
+    let (lanes_part, slots_part) = rest.split_at(lanes_n);
+    let lanes = HEADER_BYTES..GEOMETRY.slots_offset() as usize;
+    let slots = GEOMETRY.slots_offset() as usize..total;
+    // Header scribbles keep the magic most of the time, to get past the first check.
+    let header_region = if ctl[3] & 1 == 0 { 8..HEADER_BYTES } else { 0..HEADER_BYTES };
+    let bytes = mapping.bytes();
+    scribble(bytes, header_region, 0, header_part);
+    scribble(bytes, lanes, ctl[2] as usize * 8, lanes_part);
+    scribble(bytes, slots, ctl[3] as usize * 64, slots_part);
+
+    // Safety: the mapping outlives the views; sized for GEOMETRY.
+    let view = unsafe { RingView::new(mapping.base, GEOMETRY) };
+    // 1. The producer's header check: any answer, no panic; a geometry it accepts fits.
+    if let Ok(geometry) = validate_header(view.header(), total as u64) {
+        assert!(geometry.total_bytes() <= total as u64);
+        // A view built from the validated geometry must also be safe to drain.
+        // Safety: validate_header checked that the geometry fits the mapping.
+        let accepted = unsafe { RingView::new(mapping.base, geometry) };
+        for index in 0..geometry.lane_count {
+            drain_lane(&accepted, index);
+        }
+    }
+
+    // 2. The collector's pass, with its own geometry (it never re-reads the header's).
+    for index in 0..GEOMETRY.lane_count + 1 {
+        let Some(lane) = view.lane(index) else { continue };
+        let state = lane.state.load(Ordering::Acquire);
+        if state != LANE_ACTIVE && state != LANE_RETIRED {
+            continue;
+        }
+        drain_lane(&view, index);
+        let _ = lane.dropped.load(Ordering::Relaxed);
+        for slot in &lane.aggregates {
+            let _ = slot.count.load(Ordering::Relaxed);
+        }
+        if state == LANE_RETIRED {
+            view.free(index);
+        }
+    }
+
+    // 3. Producer operations on whatever the lanes now hold.
+    let tid = u32::from_le_bytes([ctl[0], ctl[1], ctl[2], ctl[3]]);
+    if let Some(index) = view.claim(1, tid) {
+        let event = Event { kind: 20, tid, ..Event::default() };
+        for _ in 0..70 {
+            view.push(index, &event);
+        }
+        let definition = Event { kind: KIND_STRING_DEF, arg2: slots_part.len() as u64, ..Event::default() };
+        view.push_string(index, &definition, slots_part);
+        let _ = view.aggregate_slot(index, ctl[0] as usize).map(|a| a.count_call());
+        view.count_drop(index);
+        view.retire(index, 1, tid);
+        drain_lane(&view, index);
+    }
+    for index in 0..GEOMETRY.lane_count {
+        let event = Event::default();
+        // Lanes the scribble left in any state: writing into them must stay in bounds.
+        view.push(index, &event);
+        view.push_string(index, &event, header_part);
+        drain_lane(&view, index);
+    }
+});
