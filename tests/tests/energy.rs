@@ -1,0 +1,365 @@
+//! Energy: the collector samples a test double of NVML (tests/nvml_double/nvml_double.c,
+//! compiled here with gcc) whose GPUs draw a known power curve, and a fake powercap tree; the
+//! tests check `mlprof energy --json` (totals, attribution, coverage), `--ops --csv --append`,
+//! and the counter tracks of `mlprof convert` against that curve.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use mlprof_tests::*;
+use serde_json::Value;
+
+const BASE_W: f64 = 100.0;
+const AMP_W: f64 = 50.0;
+const PERIOD_S: f64 = 2.0;
+
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid clock id and out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The double's power curve of GPU `g` at `t` s after its start, W.
+fn power(g: u32, t: f64) -> f64 {
+    BASE_W * (g + 1) as f64 + AMP_W * (2.0 * std::f64::consts::PI * t / PERIOD_S).sin()
+}
+
+/// Integral of `power(g, ·)` over [0, t], J.
+fn energy(g: u32, t: f64) -> f64 {
+    BASE_W * (g + 1) as f64 * t
+        - AMP_W * PERIOD_S / (2.0 * std::f64::consts::PI)
+            * ((2.0 * std::f64::consts::PI * t / PERIOD_S).cos() - 1.0)
+}
+
+/// Energy of GPU `g` between two CLOCK_MONOTONIC times, J.
+fn energy_between(g: u32, origin_ns: u64, a_ns: u64, b_ns: u64) -> f64 {
+    let s = |ns: u64| (ns as f64 - origin_ns as f64) / 1e9;
+    energy(g, s(b_ns)) - energy(g, s(a_ns))
+}
+
+fn nvml_double(dir: &TempDir) -> String {
+    let out = dir.join("libnvml_double.so");
+    let src = tests_dir().join("nvml_double").join("nvml_double.c");
+    let o = Command::new("gcc")
+        .args(["-shared", "-fPIC", "-O1", "-Wall", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .arg("-lm")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
+    assert!(o.status.success(), "gcc failed for {}:\n{}", src.display(), String::from_utf8_lossy(&o.stderr));
+    out.display().to_string()
+}
+
+/// A run under the collector with the double; returns (output, run.bin, curve origin).
+struct Run {
+    out: Output,
+    bin: PathBuf,
+    origin_ns: u64,
+}
+
+fn collect(dir: &TempDir, args: &[&str], cmd: &[String], env: &[(&str, &str)]) -> Run {
+    let bin = dir.join("run.bin");
+    let empty_powercap = dir.join("no-powercap");
+    let _ = std::fs::create_dir(&empty_powercap);
+    let origin_ns = mono_ns();
+    let origin = origin_ns.to_string();
+    let powercap = empty_powercap.display().to_string();
+    let mut all_env: Vec<(&str, &str)> = vec![
+        ("NVML_DOUBLE_START_NS", &origin),
+        ("NVML_DOUBLE_BASE_W", "100"),
+        ("NVML_DOUBLE_AMP_W", "50"),
+        ("NVML_DOUBLE_PERIOD_MS", "2000"),
+        ("MLPROF_POWERCAP_DIR", &powercap),
+    ];
+    all_env.extend_from_slice(env);
+    let mut c = collect_command(&bin, args, cmd);
+    c.env_remove("CUDA_VISIBLE_DEVICES").env_remove("MLPROF_NVML_LIB");
+    for (k, v) in &all_env {
+        c.env(k, v);
+    }
+    let out = output_with_timeout(c, default_timeout());
+    assert!(out.status.success(), "mlprof-collect failed\n{}", describe(&out));
+    Run { out, bin, origin_ns }
+}
+
+fn mlprof(args: &[&str]) -> Output {
+    let mut c = Command::new(&bins().mlprof);
+    c.args(args);
+    clean_env(&mut c);
+    let out = output_with_timeout(c, Duration::from_secs(60));
+    assert!(out.status.success(), "mlprof {args:?} failed\n{}", describe(&out));
+    out
+}
+
+fn energy_json(bin: &Path) -> Value {
+    let out = mlprof(&["energy", "--json", &bin.display().to_string()]);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("invalid JSON: {e}\n{}", describe(&out)))
+}
+
+fn f(v: &Value, key: &str) -> f64 {
+    v.get(key).and_then(Value::as_f64).unwrap_or_else(|| panic!("{key} missing or not a number in {v}"))
+}
+
+fn device(json: &Value, id: u64) -> &Value {
+    json["devices"]
+        .as_array()
+        .and_then(|d| d.iter().find(|d| d["id"].as_u64() == Some(id)))
+        .unwrap_or_else(|| panic!("no device {id} in {json}"))
+}
+
+fn span<'a>(json: &'a Value, name: &str) -> &'a Value {
+    json["spans"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["name"] == name))
+        .unwrap_or_else(|| panic!("no span {name} in {json}"))
+}
+
+fn close(what: &str, got: f64, want: f64, tolerance: f64) {
+    assert!((got - want).abs() <= tolerance, "{what}: got {got}, want {want} ± {tolerance}");
+}
+
+fn run_window(json: &Value) -> (u64, u64) {
+    (json["start_ns"].as_u64().expect("start_ns"), json["end_ns"].as_u64().expect("end_ns"))
+}
+
+/// Two GPUs with energy counters updated every 100 ms; two threads block in read and fread
+/// over known, overlapping phases. Totals match the curve's integral within 1%; the split
+/// between read and fread follows the overlap rule; coverage is the share of the run's energy
+/// inside the union of the calls; samples and events share the time axis.
+#[test]
+fn counter_totals_attribution_and_time_axis() {
+    let dir = TempDir::new("energy-attr");
+    let lib = nvml_double(&dir);
+    let prog = compile("energy_phases", &dir);
+    let run = collect(&dir, &["--nvml-lib", &lib], std::slice::from_ref(&prog), &[("NVML_DOUBLE_GPUS", "2")]);
+    let stdout = String::from_utf8_lossy(&run.out.stdout).to_string();
+    let times = |tag: &str| -> (u64, u64) {
+        let line =
+            stdout.lines().find(|l| l.starts_with(tag)).unwrap_or_else(|| panic!("no {tag} line: {stdout}"));
+        let v: Vec<u64> = line.split_whitespace().skip(1).map(|x| x.parse().expect("time")).collect();
+        (v[0], v[1])
+    };
+    let (a0, a1) = times("A ");
+    let (b0, b1) = times("B ");
+    let json = energy_json(&run.bin);
+    let (start, end) = run_window(&json);
+
+    // Devices: totals against the analytic integral.
+    let mut total = 0.0;
+    for g in 0..2u32 {
+        let d = device(&json, g as u64);
+        assert_eq!(d["source"], "nvml_counter");
+        assert_eq!(d["in_run"], true);
+        assert_eq!(d["uuid"], format!("GPU-00000000-0000-0000-0000-{g:012}"));
+        assert_eq!(d["name"], format!("Double GPU {g}"));
+        let want = energy_between(g, run.origin_ns, start, end);
+        close(&format!("GPU {g} energy"), f(d, "energy_j"), want, want * 0.01);
+        close(
+            &format!("GPU {g} mean power"),
+            f(d, "mean_power_w"),
+            want / ((end - start) as f64 / 1e9),
+            0.01 * want,
+        );
+        assert!(f(d, "uncertainty_j") > 0.0);
+        total += want;
+    }
+    close("run total", f(&json["total"], "energy_j"), total, total * 0.01);
+    close("duration", f(&json, "duration_s"), (end - start) as f64 / 1e9, 1e-6);
+
+    // Attribution: read alone [a0, b0], shared [b0, a1], fread alone [a1, b1] (both GPUs).
+    let both =
+        |a: u64, b: u64| energy_between(0, run.origin_ns, a, b) + energy_between(1, run.origin_ns, a, b);
+    let want_read = both(a0, b0) + both(b0, a1) / 2.0;
+    let want_fread = both(b0, a1) / 2.0 + both(a1, b1);
+    let read = span(&json, "read");
+    let fread = span(&json, "fread");
+    let tolerance = |s: &Value, want: f64| want * 0.02 + f(s, "uncertainty_j");
+    close("read energy", f(read, "energy_j"), want_read, tolerance(read, want_read));
+    close("fread energy", f(fread, "energy_j"), want_fread, tolerance(fread, want_fread));
+    assert_eq!(read["class"], "read");
+    // Coverage: the calls cover [a0, b1] (plus microseconds of other calls).
+    let covered = both(a0, b1);
+    let coverage = &json["coverage"];
+    close("coverage attributed", f(coverage, "attributed_j"), covered, covered * 0.02);
+    close("coverage fraction", f(coverage, "fraction"), covered / total, 0.02);
+    let procs = json["processes"].as_array().expect("processes");
+    assert_eq!(procs.len(), 1, "{json}");
+    close("process calls energy", f(&procs[0], "spans_energy_j"), covered, covered * 0.02);
+
+    // Time axis: recorded read/fread events against the program's own clock reads, and the
+    // power readings in the trace against the curve at their timestamps.
+    let trace = convert_trace(&run.bin);
+    let events = trace["traceEvents"].as_array().expect("traceEvents");
+    let to_ns = |ts: f64| start as f64 + ts * 1000.0;
+    for (name, s, e) in [("read", a0, a1), ("fread", b0, b1)] {
+        let x = events
+            .iter()
+            .filter(|ev| ev["ph"] == "X" && ev["name"] == name)
+            .max_by(|p, q| f(p, "dur").total_cmp(&f(q, "dur")))
+            .unwrap_or_else(|| panic!("no {name} event"));
+        close(&format!("{name} start"), to_ns(f(x, "ts")), s as f64, 2e6);
+        close(&format!("{name} end"), to_ns(f(x, "ts") + f(x, "dur")), e as f64, 2e6);
+    }
+    let mut readings = 0;
+    for ev in events.iter().filter(|ev| ev["ph"] == "C" && ev["name"] == "power W (NVML reading)") {
+        let pid = ev["pid"].as_u64().expect("pid");
+        assert!(pid == 0x7fff_0000 || pid == 0x7fff_0001, "{ev}");
+        let g = (pid - 0x7fff_0000) as u32;
+        let t = (to_ns(f(ev, "ts")) - run.origin_ns as f64) / 1e9;
+        let watts = f(&ev["args"], "W");
+        close(&format!("GPU {g} power at {t:.4} s"), watts, power(g, t), 0.5);
+        readings += 1;
+    }
+    assert!(readings >= 20, "only {readings} power readings in the trace");
+    let names: Vec<&str> = events
+        .iter()
+        .filter(|ev| ev["ph"] == "M" && ev["name"] == "process_name")
+        .filter_map(|ev| ev["args"]["name"].as_str())
+        .collect();
+    assert!(names.contains(&"GPU 0: Double GPU 0") && names.contains(&"GPU 1: Double GPU 1"), "{names:?}");
+    for counter in
+        ["energy J", "power W", "GPU utilization %", "SM clock MHz", "memory used GB", "temperature C"]
+    {
+        assert!(events.iter().any(|ev| ev["ph"] == "C" && ev["name"] == counter), "no {counter} track");
+    }
+
+    // Operator table: text, CSV, and a CSV database appended from two runs.
+    let bin = run.bin.display().to_string();
+    let text = String::from_utf8_lossy(&mlprof(&["energy", "--ops", &bin]).stdout).to_string();
+    assert!(text.lines().any(|l| l.starts_with("read ")), "{text}");
+    let db = dir.join("ops.csv");
+    let db_s = db.display().to_string();
+    for _ in 0..2 {
+        mlprof(&["energy", "--ops", "--csv", "--append", &db_s, &bin]);
+    }
+    let csv = std::fs::read_to_string(&db).expect("ops.csv");
+    let lines: Vec<&str> = csv.lines().collect();
+    assert!(
+        lines[0].starts_with("run,command,op,class,shapes,calls,median_s,mean_s,energy_per_call_j"),
+        "{csv}"
+    );
+    assert_eq!(lines.iter().filter(|l| l.starts_with("run,")).count(), 1, "header once:\n{csv}");
+    let read_rows: Vec<&&str> = lines.iter().filter(|l| l.split(',').nth(2) == Some("read")).collect();
+    assert_eq!(read_rows.len(), 2, "{csv}");
+    let cols: Vec<&str> = read_rows[0].split(',').collect();
+    assert_eq!(cols[5], "1");
+    close("read median", cols[6].parse().unwrap(), (a1 - a0) as f64 / 1e9, 0.002);
+    close("read energy per call", cols[8].parse().unwrap(), f(read, "energy_j"), 1e-3);
+}
+
+/// No energy counter: the collector integrates the power readings.
+#[test]
+fn power_integration_without_counter() {
+    let dir = TempDir::new("energy-integrate");
+    let lib = nvml_double(&dir);
+    // The library comes from MLPROF_NVML_LIB this time.
+    let run = collect(
+        &dir,
+        &[],
+        &["sleep".to_string(), "2".to_string()],
+        &[("NVML_DOUBLE_NO_ENERGY", "1"), ("MLPROF_NVML_LIB", &lib)],
+    );
+    let json = energy_json(&run.bin);
+    let (start, end) = run_window(&json);
+    let d = device(&json, 0);
+    assert_eq!(d["source"], "power_integration");
+    let want = energy_between(0, run.origin_ns, start, end);
+    close("integrated energy", f(d, "energy_j"), want, want * 0.01);
+}
+
+/// No NVML: one line says so, the run goes on, nothing is invented.
+#[test]
+fn no_nvml() {
+    let dir = TempDir::new("energy-none");
+    let missing = dir.file("no-such-libnvidia-ml.so");
+    let run = collect(&dir, &["--nvml-lib", &missing], &["true".to_string()], &[]);
+    let stderr = String::from_utf8_lossy(&run.out.stderr).to_string();
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("no NVML")).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("no CPU energy"), "{stderr}");
+    let json = energy_json(&run.bin);
+    assert_eq!(json["devices"].as_array().map(Vec::len), Some(0), "{json}");
+    assert_eq!(f(&json["total"], "energy_j"), 0.0);
+    assert!(!json["notes"].as_array().expect("notes").is_empty());
+    // Not an NVML library at all (libc): refused before nvml-wrapper gets it.
+    let run = collect(&dir, &["--nvml-lib", "libc.so.6"], &["true".to_string()], &[]);
+    assert!(String::from_utf8_lossy(&run.out.stderr).contains("not an NVML library"));
+}
+
+/// GPU 1 disappears 400 ms in: the error is recorded, GPU 0 is sampled to the end.
+#[test]
+fn gpu_lost_mid_run() {
+    let dir = TempDir::new("energy-lost");
+    let lib = nvml_double(&dir);
+    let run = collect(
+        &dir,
+        &["--nvml-lib", &lib],
+        &["sleep".to_string(), "2".to_string()],
+        &[("NVML_DOUBLE_GPUS", "2"), ("NVML_DOUBLE_LOSE", "1:400")],
+    );
+    let json = energy_json(&run.bin);
+    let (start, end) = run_window(&json);
+    let duration = (end - start) as f64 / 1e9;
+    let lost = device(&json, 1);
+    let errors = lost["errors"].as_array().expect("errors");
+    assert_eq!(errors.len(), 1, "{lost}");
+    assert!(errors[0].as_str().unwrap_or("").contains("GPU 1"), "{lost}");
+    let lost_at = (run.origin_ns as f64 + 0.4e9 - start as f64) / 1e9;
+    assert!(f(lost, "last_sample_s") < lost_at + 0.05, "{lost}");
+    let alive = device(&json, 0);
+    assert!(alive["errors"].as_array().expect("errors").is_empty());
+    assert!(f(alive, "last_sample_s") > duration - 0.05, "{alive} (duration {duration})");
+    let want = energy_between(0, run.origin_ns, start, end);
+    close("GPU 0 energy", f(alive, "energy_j"), want, want * 0.01);
+}
+
+/// CUDA_VISIBLE_DEVICES decides which GPUs belong to the run; all are recorded.
+#[test]
+fn cuda_visible_devices() {
+    let dir = TempDir::new("energy-visible");
+    let lib = nvml_double(&dir);
+    let run = collect(
+        &dir,
+        &["--nvml-lib", &lib],
+        &["sleep".to_string(), "0.5".to_string()],
+        &[("NVML_DOUBLE_GPUS", "2"), ("CUDA_VISIBLE_DEVICES", "GPU-00000000-0000-0000-0000-000000000001")],
+    );
+    let json = energy_json(&run.bin);
+    assert_eq!(device(&json, 0)["in_run"], false);
+    assert_eq!(device(&json, 1)["in_run"], true);
+    close("run total", f(&json["total"], "energy_j"), f(device(&json, 1), "energy_j"), 1e-6);
+}
+
+/// CPU energy from powercap: a fake package zone whose counter wraps during the run.
+#[test]
+fn rapl_package_with_wraparound() {
+    let dir = TempDir::new("energy-rapl");
+    let zone = dir.join("powercap").join("intel-rapl:0");
+    std::fs::create_dir_all(&zone).expect("mkdir");
+    std::fs::write(zone.join("name"), "package-0\n").expect("name");
+    std::fs::write(zone.join("max_energy_range_uj"), "1000000\n").expect("range");
+    std::fs::write(zone.join("energy_uj"), "900000\n").expect("energy");
+    let file = zone.join("energy_uj").display().to_string();
+    let script = format!(
+        "sleep 0.2; echo 950000 > {file}; sleep 0.2; echo 50000 > {file}; sleep 0.2; echo 100000 > {file}; sleep 0.3"
+    );
+    let powercap = dir.join("powercap").display().to_string();
+    let missing = dir.file("no-nvml.so");
+    let run = collect(
+        &dir,
+        &["--nvml-lib", &missing],
+        &["sh".to_string(), "-c".to_string(), script],
+        &[("MLPROF_POWERCAP_DIR", &powercap)],
+    );
+    let json = energy_json(&run.bin);
+    let d = device(&json, 256);
+    assert_eq!(d["kind"], "cpu_package");
+    assert_eq!(d["source"], "rapl");
+    assert_eq!(d["name"], "CPU package 0");
+    close("package energy", f(d, "energy_j"), 0.2, 1e-3);
+    let stderr = String::from_utf8_lossy(&run.out.stderr);
+    assert!(stderr.contains("no NVML") && !stderr.contains("no CPU energy"), "{stderr}");
+}
