@@ -10,14 +10,14 @@ use std::time::{Duration, Instant};
 
 use mlprof_format::func::{AGG_SLOTS, Func, agg_slot_meaning};
 use mlprof_format::record::{
-    CONTROL_KIND_BASE, Event, KIND_PROCESS_EXIT, KIND_PROCESS_START, KIND_STRING_DEF, MAX_STRING_BYTES,
-    PROC_FORKED, RECORD_BYTES, string_payload_slots,
+    CONTROL_KIND_BASE, Event, KIND_PROCESS_EXIT, KIND_PROCESS_START, KIND_STRING_DEF, KIND_SYMBOL_DEF,
+    MAX_STRING_BYTES, PROC_FORKED, string_payload_slots,
 };
 use mlprof_format::ring::{LANE_ACTIVE, LANE_RETIRED};
 use mlprof_format::runfile::{
-    AggregateSample, DropSample, ProcessExit, ProcessInfo, RunEnd, RunWriter, ThreadInfo,
+    AggregateSample, DropSample, ProcessExit, ProcessInfo, RunEnd, RunWriter, SymbolInfo, ThreadInfo,
 };
-use zerocopy::FromBytes;
+use zerocopy::IntoBytes;
 
 use crate::segment::Segment;
 use crate::timebase::Timebase;
@@ -61,6 +61,8 @@ pub struct Drainer {
     batch: Vec<Event>,
     waiting_for_path: Vec<Event>,
     waiting_for_argv: Vec<(u64, ProcessInfo)>,
+    /// Records copied out of a lane, reused between passes.
+    scratch: Vec<Event>,
     last_snapshot: Instant,
     last_liveness: Instant,
     last_flush: Instant,
@@ -85,6 +87,7 @@ impl Drainer {
             batch: Vec::with_capacity(1 << 16),
             waiting_for_path: Vec::new(),
             waiting_for_argv: Vec::new(),
+            scratch: Vec::new(),
             last_snapshot: now,
             last_liveness: now,
             last_flush: now,
@@ -103,6 +106,11 @@ impl Drainer {
 
     pub fn segment_mut(&mut self) -> &mut Segment {
         &mut self.segment
+    }
+
+    /// The run file, for the frames of the energy sampler.
+    pub fn writer_mut(&mut self) -> &mut RunWriter {
+        &mut self.writer
     }
 
     /// One pass over all lanes; returns the number of records taken.
@@ -206,13 +214,13 @@ impl Drainer {
             return Ok(0);
         };
         let (pid, tid, refused) = (stream.pid, stream.tid, stream.refused);
-        let mut position = tail;
-        while position < head {
-            let slot = self.segment.view().read_slot(index, position);
-            let Ok(mut event) = Event::read_from_bytes(&slot) else {
-                break;
-            };
-            position += 1;
+        let mut records = std::mem::take(&mut self.scratch);
+        records.clear();
+        self.segment.view().copy_out(index, tail, head, &mut records);
+        let mut at = 0;
+        while at < records.len() {
+            let mut event = records[at];
+            at += 1;
             if refused {
                 self.totals.refused_records += 1;
                 continue;
@@ -220,17 +228,14 @@ impl Drainer {
             match event.kind {
                 KIND_STRING_DEF => {
                     let len = (event.arg2 as usize).min(MAX_STRING_BYTES);
-                    let slots = string_payload_slots(len) as u64;
-                    if position + slots > head {
-                        position = head;
+                    let slots = string_payload_slots(len);
+                    if at + slots > records.len() {
+                        at = records.len();
                         break;
                     }
-                    let mut bytes = Vec::with_capacity(slots as usize * RECORD_BYTES);
-                    for i in 0..slots {
-                        bytes.extend_from_slice(&self.segment.view().read_slot(index, position + i));
-                    }
+                    let mut bytes = records[at..at + slots].as_bytes().to_vec();
                     bytes.truncate(len);
-                    position += slots;
+                    at += slots;
                     self.define_string(event.arg, bytes)?;
                 }
                 KIND_PROCESS_START => {
@@ -245,6 +250,9 @@ impl Drainer {
                     // A fork child refers to its parent's command line, which the parent's lane
                     // may deliver later in this pass: wait for it.
                     self.waiting_for_argv.push((event.arg2, process));
+                }
+                KIND_SYMBOL_DEF => {
+                    self.writer.write_symbol(&SymbolInfo { pid, handle: event.arg, name: event.arg2 })?;
                 }
                 KIND_PROCESS_EXIT => {
                     self.writer.write_process_exit(&ProcessExit {
@@ -270,8 +278,9 @@ impl Drainer {
                 }
             }
         }
-        let taken = (position - tail) as usize;
-        self.lane(index).tail.store(position, Ordering::Release);
+        let taken = at;
+        self.scratch = records;
+        self.lane(index).tail.store(tail + taken as u64, Ordering::Release);
         Ok(taken)
     }
 

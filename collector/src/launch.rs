@@ -25,7 +25,44 @@ pub fn find_preload(explicit: Option<&Path>) -> Result<PathBuf, String> {
     Ok(absolute)
 }
 
+/// Where `program` resolves to: itself when it names a path, else the first executable match
+/// in `$PATH` (as execvp does).
+fn resolve_program(program: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    if program.contains('/') {
+        return Some(PathBuf::from(program));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|candidate| {
+        std::fs::metadata(candidate).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
+}
+
+/// The warning to print when `program` is setuid/setgid to another identity: the dynamic
+/// loader runs such programs in secure mode and ignores `LD_PRELOAD`, so nothing of theirs is
+/// recorded (children that exec ordinary programs are).
+pub fn setid_warning(program: &str) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let path = resolve_program(program)?;
+    let meta = std::fs::metadata(&path).ok()?;
+    // Safety: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let setuid = meta.mode() & libc::S_ISUID != 0 && meta.uid() != uid;
+    let setgid = meta.mode() & libc::S_ISGID != 0 && meta.mode() & 0o010 != 0 && meta.gid() != gid;
+    (setuid || setgid).then(|| {
+        format!(
+            "mlprof-collect: warning: {} is {}: the dynamic loader ignores LD_PRELOAD for it, so it \
+             cannot be profiled (programs it execs can)",
+            path.display(),
+            if setuid { "setuid" } else { "setgid" }
+        )
+    })
+}
+
 pub fn spawn(command: &[String], preload: &Path, shm_name: &str, session: &str) -> Result<Child, String> {
+    if let Some(warning) = setid_warning(&command[0]) {
+        eprintln!("{warning}");
+    }
     let mut ld_preload = preload.display().to_string();
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         ld_preload.push(':');
@@ -36,6 +73,15 @@ pub fn spawn(command: &[String], preload: &Path, shm_name: &str, session: &str) 
         .env("LD_PRELOAD", ld_preload)
         .env("MLPROF_SHM", shm_name)
         .env("MLPROF_SESSION", session);
+    // mlprof is the ITT collector; one the user had chosen (VTune's) is chained behind it.
+    let preload_os = preload.as_os_str();
+    match std::env::var_os("INTEL_LIBITTNOTIFY64").filter(|v| !v.is_empty() && v.as_os_str() != preload_os) {
+        Some(theirs) if std::env::var_os("MLPROF_ITT_CHAIN").is_none() => {
+            cmd.env("MLPROF_ITT_CHAIN", theirs);
+        }
+        _ => {}
+    }
+    cmd.env("INTEL_LIBITTNOTIFY64", preload_os);
     // The child should not inherit our ignored SIGINT disposition: restore defaults.
     // Safety: only async-signal-safe calls between fork and exec.
     unsafe {

@@ -13,6 +13,40 @@ pub enum Class {
     Map,
     Clock,
     Ioctl,
+    /// GPU kernel launches (runtime and driver).
+    Launch,
+    /// Host↔device and device↔device copies.
+    Copy,
+    Memset,
+    Alloc,
+    Free,
+    /// Calls that wait for the GPU (stream, event, device, context synchronization).
+    GpuSync,
+    /// Event record/query, stream query and stream-waits-on-event (do not block the host).
+    GpuEvent,
+    GraphLaunch,
+    SetDevice,
+    /// NCCL collectives and point-to-point calls.
+    Collective,
+    /// ncclGroupStart/End.
+    Group,
+    /// NCCL communicator creation and destruction.
+    Comm,
+    /// An annotated interval (ITT task or frame): its own name is in the record.
+    Span,
+    /// An annotated instant (ITT marker, pause, resume).
+    Instant,
+}
+
+/// The library an intercepted function belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Api {
+    Libc,
+    CudaRuntime,
+    CudaDriver,
+    Nccl,
+    /// Intel ITT annotations received by mlprof's collector.
+    Itt,
 }
 
 macro_rules! funcs {
@@ -74,6 +108,111 @@ funcs! {
     ClockGettime = 70, "clock_gettime", Clock;
     Gettimeofday = 71, "gettimeofday", Clock;
     Ioctl = 80, "ioctl", Ioctl;
+    // CUDA runtime (libcudart), 100..=299.
+    CudaLaunchKernel = 100, "cudaLaunchKernel", Launch;
+    CudaLaunchKernelPtsz = 101, "cudaLaunchKernel_ptsz", Launch;
+    CudaLaunchKernelExC = 102, "cudaLaunchKernelExC", Launch;
+    CudaLaunchKernelExCPtsz = 103, "cudaLaunchKernelExC_ptsz", Launch;
+    CudaLaunchCooperativeKernel = 104, "cudaLaunchCooperativeKernel", Launch;
+    CudaLaunchCooperativeKernelPtsz = 105, "cudaLaunchCooperativeKernel_ptsz", Launch;
+    CudaMemcpy = 110, "cudaMemcpy", Copy;
+    CudaMemcpyPtds = 111, "cudaMemcpy_ptds", Copy;
+    CudaMemcpyAsync = 112, "cudaMemcpyAsync", Copy;
+    CudaMemcpyAsyncPtsz = 113, "cudaMemcpyAsync_ptsz", Copy;
+    CudaMemcpy2D = 114, "cudaMemcpy2D", Copy;
+    CudaMemcpy2DPtds = 115, "cudaMemcpy2D_ptds", Copy;
+    CudaMemcpy2DAsync = 116, "cudaMemcpy2DAsync", Copy;
+    CudaMemcpy2DAsyncPtsz = 117, "cudaMemcpy2DAsync_ptsz", Copy;
+    CudaMemset = 120, "cudaMemset", Memset;
+    CudaMemsetPtds = 121, "cudaMemset_ptds", Memset;
+    CudaMemsetAsync = 122, "cudaMemsetAsync", Memset;
+    CudaMemsetAsyncPtsz = 123, "cudaMemsetAsync_ptsz", Memset;
+    CudaMemset2D = 124, "cudaMemset2D", Memset;
+    CudaMemset2DPtds = 125, "cudaMemset2D_ptds", Memset;
+    CudaMemset2DAsync = 126, "cudaMemset2DAsync", Memset;
+    CudaMemset2DAsyncPtsz = 127, "cudaMemset2DAsync_ptsz", Memset;
+    CudaMalloc = 130, "cudaMalloc", Alloc;
+    CudaFree = 131, "cudaFree", Free;
+    CudaMallocAsync = 132, "cudaMallocAsync", Alloc;
+    CudaMallocAsyncPtsz = 133, "cudaMallocAsync_ptsz", Alloc;
+    CudaFreeAsync = 134, "cudaFreeAsync", Free;
+    CudaFreeAsyncPtsz = 135, "cudaFreeAsync_ptsz", Free;
+    CudaMallocHost = 136, "cudaMallocHost", Alloc;
+    CudaHostAlloc = 137, "cudaHostAlloc", Alloc;
+    CudaFreeHost = 138, "cudaFreeHost", Free;
+    CudaStreamSynchronize = 140, "cudaStreamSynchronize", GpuSync;
+    CudaStreamSynchronizePtsz = 141, "cudaStreamSynchronize_ptsz", GpuSync;
+    CudaDeviceSynchronize = 142, "cudaDeviceSynchronize", GpuSync;
+    CudaEventSynchronize = 143, "cudaEventSynchronize", GpuSync;
+    CudaEventRecord = 144, "cudaEventRecord", GpuEvent;
+    CudaEventRecordPtsz = 145, "cudaEventRecord_ptsz", GpuEvent;
+    CudaEventQuery = 146, "cudaEventQuery", GpuEvent;
+    CudaStreamWaitEvent = 147, "cudaStreamWaitEvent", GpuEvent;
+    CudaStreamWaitEventPtsz = 148, "cudaStreamWaitEvent_ptsz", GpuEvent;
+    CudaStreamQuery = 149, "cudaStreamQuery", GpuEvent;
+    CudaStreamQueryPtsz = 150, "cudaStreamQuery_ptsz", GpuEvent;
+    CudaGraphLaunch = 151, "cudaGraphLaunch", GraphLaunch;
+    CudaGraphLaunchPtsz = 152, "cudaGraphLaunch_ptsz", GraphLaunch;
+    CudaSetDevice = 153, "cudaSetDevice", SetDevice;
+    // CUDA driver (libcuda), 300..=499.
+    CuLaunchKernel = 300, "cuLaunchKernel", Launch;
+    CuLaunchKernelPtsz = 301, "cuLaunchKernel_ptsz", Launch;
+    CuLaunchKernelEx = 302, "cuLaunchKernelEx", Launch;
+    CuLaunchKernelExPtsz = 303, "cuLaunchKernelEx_ptsz", Launch;
+    CuMemcpy = 310, "cuMemcpy", Copy;
+    CuMemcpyPtds = 311, "cuMemcpy_ptds", Copy;
+    CuMemcpyAsync = 312, "cuMemcpyAsync", Copy;
+    CuMemcpyAsyncPtsz = 313, "cuMemcpyAsync_ptsz", Copy;
+    CuMemcpyHtoD = 314, "cuMemcpyHtoD_v2", Copy;
+    CuMemcpyHtoDPtds = 315, "cuMemcpyHtoD_v2_ptds", Copy;
+    CuMemcpyDtoH = 316, "cuMemcpyDtoH_v2", Copy;
+    CuMemcpyDtoHPtds = 317, "cuMemcpyDtoH_v2_ptds", Copy;
+    CuMemcpyDtoD = 318, "cuMemcpyDtoD_v2", Copy;
+    CuMemcpyDtoDPtds = 319, "cuMemcpyDtoD_v2_ptds", Copy;
+    CuMemcpyHtoDAsync = 320, "cuMemcpyHtoDAsync_v2", Copy;
+    CuMemcpyHtoDAsyncPtsz = 321, "cuMemcpyHtoDAsync_v2_ptsz", Copy;
+    CuMemcpyDtoHAsync = 322, "cuMemcpyDtoHAsync_v2", Copy;
+    CuMemcpyDtoHAsyncPtsz = 323, "cuMemcpyDtoHAsync_v2_ptsz", Copy;
+    CuMemcpyDtoDAsync = 324, "cuMemcpyDtoDAsync_v2", Copy;
+    CuMemcpyDtoDAsyncPtsz = 325, "cuMemcpyDtoDAsync_v2_ptsz", Copy;
+    CuMemAlloc = 330, "cuMemAlloc_v2", Alloc;
+    CuMemFree = 331, "cuMemFree_v2", Free;
+    CuMemAllocHost = 332, "cuMemAllocHost_v2", Alloc;
+    CuMemFreeHost = 333, "cuMemFreeHost", Free;
+    CuMemAllocAsync = 334, "cuMemAllocAsync", Alloc;
+    CuMemAllocAsyncPtsz = 335, "cuMemAllocAsync_ptsz", Alloc;
+    CuMemFreeAsync = 336, "cuMemFreeAsync", Free;
+    CuMemFreeAsyncPtsz = 337, "cuMemFreeAsync_ptsz", Free;
+    CuStreamSynchronize = 340, "cuStreamSynchronize", GpuSync;
+    CuStreamSynchronizePtsz = 341, "cuStreamSynchronize_ptsz", GpuSync;
+    CuCtxSynchronize = 342, "cuCtxSynchronize", GpuSync;
+    CuEventSynchronize = 343, "cuEventSynchronize", GpuSync;
+    CuEventRecord = 344, "cuEventRecord", GpuEvent;
+    CuEventRecordPtsz = 345, "cuEventRecord_ptsz", GpuEvent;
+    CuGraphLaunch = 346, "cuGraphLaunch", GraphLaunch;
+    CuGraphLaunchPtsz = 347, "cuGraphLaunch_ptsz", GraphLaunch;
+    // NCCL (libnccl), 500..=599.
+    NcclAllReduce = 500, "ncclAllReduce", Collective;
+    NcclAllGather = 501, "ncclAllGather", Collective;
+    NcclReduceScatter = 502, "ncclReduceScatter", Collective;
+    NcclBroadcast = 503, "ncclBroadcast", Collective;
+    NcclReduce = 504, "ncclReduce", Collective;
+    NcclSend = 505, "ncclSend", Collective;
+    NcclRecv = 506, "ncclRecv", Collective;
+    NcclGroupStart = 510, "ncclGroupStart", Group;
+    NcclGroupEnd = 511, "ncclGroupEnd", Group;
+    NcclCommInitRank = 520, "ncclCommInitRank", Comm;
+    NcclCommInitRankConfig = 521, "ncclCommInitRankConfig", Comm;
+    NcclCommInitAll = 522, "ncclCommInitAll", Comm;
+    NcclCommInitRankScalable = 523, "ncclCommInitRankScalable", Comm;
+    NcclCommDestroy = 524, "ncclCommDestroy", Comm;
+    NcclCommAbort = 525, "ncclCommAbort", Comm;
+    // ITT annotations (mlprof as an ITT collector), 600..=699.
+    IttTask = 600, "itt_task", Span;
+    IttFrame = 601, "itt_frame", Span;
+    IttMarker = 602, "itt_marker", Instant;
+    IttPause = 603, "itt_pause", Instant;
+    IttResume = 604, "itt_resume", Instant;
 }
 
 impl Func {
@@ -85,6 +224,26 @@ impl Func {
     /// Whether `arg2` holds an interned path id.
     pub const fn has_path(self) -> bool {
         matches!(self.class(), Class::Open)
+    }
+
+    pub const fn api(self) -> Api {
+        match self as u16 {
+            100..=299 => Api::CudaRuntime,
+            300..=499 => Api::CudaDriver,
+            500..=599 => Api::Nccl,
+            600..=699 => Api::Itt,
+            _ => Api::Libc,
+        }
+    }
+
+    /// Whether the host thread waits for the GPU inside the call: synchronizations and the
+    /// copies that are not `Async` (those block until the copy is done).
+    pub fn blocks_host(self) -> bool {
+        match self.class() {
+            Class::GpuSync => true,
+            Class::Copy => !self.name().contains("Async"),
+            _ => false,
+        }
     }
 
     pub fn from_name(name: &str) -> Option<Func> {

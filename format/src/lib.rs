@@ -9,6 +9,7 @@
 //! The ring ABI and the file format have separate versions: the ring is a live protocol between
 //! one build of the preload and one build of the collector, the file outlives both.
 
+pub mod energy;
 pub mod func;
 pub mod options;
 pub mod record;

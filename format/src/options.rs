@@ -57,6 +57,18 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         default: "libmlprof.so next to mlprof-collect",
         meaning: "the library the launcher injects (--preload overrides it)",
     },
+    EnvOption {
+        name: "MLPROF_NVML_LIB",
+        read_by: ReadBy::Collector,
+        default: "libnvidia-ml.so.1",
+        meaning: "NVML library for GPU energy sampling (--nvml-lib overrides it); none found: no GPU energy",
+    },
+    EnvOption {
+        name: "MLPROF_POWERCAP_DIR",
+        read_by: ReadBy::Collector,
+        default: "/sys/class/powercap",
+        meaning: "where CPU energy (RAPL intel-rapl:* zones) is read from; unreadable: no CPU energy",
+    },
 ];
 
 /// The table as aligned text lines.

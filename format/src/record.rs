@@ -46,6 +46,129 @@ const _: () = assert!(core::mem::align_of::<Event>() == 8);
 
 /// `flags` bit: the call failed (returned its error value).
 pub const FLAG_ERROR: u16 = 1;
+/// `flags` bit: a driver call made from inside a recorded runtime call (e.g. the
+/// `cuLaunchKernel` behind a `cudaLaunchKernel`); reports leave it out of host-time totals.
+pub const FLAG_NESTED: u16 = 2;
+
+/// The layout of GPU API records (CUDA runtime, CUDA driver, NCCL): the same 64 bytes as
+/// [`Event`], with the fields a GPU call needs. Convert with [`GpuCall::from_event`] and
+/// [`GpuCall::into_event`].
+///
+/// | class | `aux` | `arg` | `stream` | `object` |
+/// |---|---|---|---|---|
+/// | launch | block dims (x \| y<<11 \| z<<22) | grid dims (x \| y<<32 \| z<<48) | stream | kernel function handle |
+/// | copy | direction ([`COPY_H2H`]…[`COPY_DEFAULT`]) | bytes | stream | – |
+/// | memset | – | bytes | stream | – |
+/// | alloc | – | bytes | stream (async) | pointer returned |
+/// | free | – | – | stream (async) | pointer freed |
+/// | sync / event / graph | – | – | stream | event, graph or 0 |
+/// | set device | – | device | – | – |
+/// | collective | datatype \| op<<8 \| peer or root<<16 (op 0xff: none) | count | stream | communicator |
+/// | comm | rank | ranks | – | communicator |
+///
+/// `status` is the cudaError_t / CUresult / ncclResult_t returned; `device` the thread's current
+/// device as last set through cudaSetDevice (0 until then).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct GpuCall {
+    pub kind: u16,
+    pub flags: u16,
+    pub pid: u32,
+    pub tid: u32,
+    pub device: i32,
+    pub start: u64,
+    pub dur: u64,
+    pub status: i32,
+    pub aux: u32,
+    pub arg: u64,
+    pub stream: u64,
+    pub object: u64,
+}
+const _: () = assert!(core::mem::size_of::<GpuCall>() == RECORD_BYTES);
+const _: () = assert!(core::mem::offset_of!(GpuCall, start) == core::mem::offset_of!(Event, start));
+const _: () = assert!(core::mem::offset_of!(GpuCall, dur) == core::mem::offset_of!(Event, dur));
+const _: () = assert!(core::mem::offset_of!(GpuCall, device) == core::mem::offset_of!(Event, fd));
+
+impl GpuCall {
+    pub fn from_event(event: &Event) -> GpuCall {
+        zerocopy::transmute!(*event)
+    }
+
+    pub fn into_event(self) -> Event {
+        zerocopy::transmute!(self)
+    }
+
+    /// (x, y, z) grid dimensions of a launch.
+    pub fn grid(&self) -> (u32, u32, u32) {
+        (self.arg as u32, (self.arg >> 32) as u16 as u32, (self.arg >> 48) as u16 as u32)
+    }
+
+    /// (x, y, z) block dimensions of a launch.
+    pub fn block(&self) -> (u32, u32, u32) {
+        (self.aux & 0x7ff, (self.aux >> 11) & 0x7ff, self.aux >> 22)
+    }
+}
+
+/// The layout of ITT annotation records (`itt_task`, `itt_frame`: spans; `itt_marker`,
+/// `itt_pause`, `itt_resume`: instants with `dur` 0): the same 64 bytes as [`Event`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct IttSpan {
+    pub kind: u16,
+    pub flags: u16,
+    pub pid: u32,
+    pub tid: u32,
+    /// Nesting depth of a task on its thread (0 = outermost).
+    pub depth: i32,
+    pub start: u64,
+    pub dur: u64,
+    /// The task or frame id's first word (`__itt_id.d1`; 0 = `__itt_null`).
+    pub id: u64,
+    /// String id of the task, frame or marker name (0 = none).
+    pub name: u64,
+    /// String id of the domain name (0 = none).
+    pub domain: u64,
+    /// The parent id's first word.
+    pub parent: u64,
+}
+const _: () = assert!(core::mem::size_of::<IttSpan>() == RECORD_BYTES);
+const _: () = assert!(core::mem::offset_of!(IttSpan, start) == core::mem::offset_of!(Event, start));
+const _: () = assert!(core::mem::offset_of!(IttSpan, dur) == core::mem::offset_of!(Event, dur));
+
+impl IttSpan {
+    pub fn from_event(event: &Event) -> IttSpan {
+        zerocopy::transmute!(*event)
+    }
+
+    pub fn into_event(self) -> Event {
+        zerocopy::transmute!(self)
+    }
+}
+
+/// Packs launch dimensions into a [`GpuCall`]'s `arg` (grid) and `aux` (block).
+pub fn pack_launch_dims(grid: (u32, u32, u32), block: (u32, u32, u32)) -> (u64, u32) {
+    let grid = grid.0 as u64 | ((grid.1.min(0xffff) as u64) << 32) | ((grid.2.min(0xffff) as u64) << 48);
+    let block = block.0.min(0x7ff) | (block.1.min(0x7ff) << 11) | (block.2.min(0x3ff) << 22);
+    (grid, block)
+}
+
+/// Copy directions (`aux` of copy records), as cudaMemcpyKind numbers them.
+pub const COPY_H2H: u32 = 0;
+pub const COPY_H2D: u32 = 1;
+pub const COPY_D2H: u32 = 2;
+pub const COPY_D2D: u32 = 3;
+/// Inferred by CUDA from the pointers (cudaMemcpyDefault, cuMemcpy): not known to the hook.
+pub const COPY_DEFAULT: u32 = 4;
+
+pub fn copy_direction_name(aux: u32) -> &'static str {
+    match aux {
+        COPY_H2H => "H2H",
+        COPY_H2D => "H2D",
+        COPY_D2H => "D2H",
+        COPY_D2D => "D2D",
+        _ => "default",
+    }
+}
 
 /// Kinds at or above this are ring control records, never stored as events.
 pub const CONTROL_KIND_BASE: u16 = 0x8000;
@@ -58,6 +181,9 @@ pub const KIND_STRING_DEF: u16 = 0x8001;
 pub const KIND_PROCESS_START: u16 = 0x8002;
 /// A process calls exit/_exit: `ret` = status.
 pub const KIND_PROCESS_EXIT: u16 = 0x8003;
+/// Names a GPU function handle of this process: `arg` = handle, `arg2` = name string id (sent
+/// before). Sent once per handle per process.
+pub const KIND_SYMBOL_DEF: u16 = 0x8004;
 
 /// The process is a fork child: it inherits its parent's fd table.
 pub const PROC_FORKED: u32 = 1;

@@ -19,13 +19,15 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use zerocopy::{FromBytes, IntoBytes};
 
+use crate::energy::{EnergyDevice, EnergyNote, EnergySample};
 use crate::record::{Event, RECORD_BYTES};
 
 pub const FILE_MAGIC: [u8; 8] = *b"MLPROFRB";
 /// Incompatible changes; readers refuse a newer major.
 pub const FORMAT_MAJOR: u16 = 1;
 /// Compatible additions (new frame kinds, appended fields).
-pub const FORMAT_MINOR: u16 = 0;
+/// 1.2: energy frames (kinds 10..=12).
+pub const FORMAT_MINOR: u16 = 2;
 const FILE_HEADER_BYTES: u32 = 16;
 
 /// Frame kinds. Only ever added.
@@ -38,6 +40,12 @@ pub const FRAME_AGGREGATES: u16 = 6;
 pub const FRAME_DROPS: u16 = 7;
 pub const FRAME_THREAD: u16 = 8;
 pub const FRAME_END: u16 = 9;
+// 10..=19: energy and device samples (see [`crate::energy`]): one device, a batch of samples, a note.
+pub const FRAME_ENERGY_DEVICE: u16 = 10;
+pub const FRAME_ENERGY_SAMPLES: u16 = 11;
+pub const FRAME_ENERGY_NOTE: u16 = 12;
+/// Name of a GPU function handle (kernel) in one process.
+pub const FRAME_SYMBOL: u16 = 20;
 
 /// Largest frame a reader accepts; anything larger is corruption, not data.
 pub const MAX_FRAME_BYTES: u32 = 64 << 20;
@@ -118,6 +126,15 @@ pub struct DropSample {
     pub dropped: u64,
 }
 
+/// The name of a GPU function handle (a kernel) in process `pid`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SymbolInfo {
+    pub pid: u32,
+    pub handle: u64,
+    /// String id of the name (mangled as the library reports it; tools demangle).
+    pub name: u64,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunEnd {
     pub end_ns: u64,
@@ -166,8 +183,12 @@ pub struct RunWriter<W: Write = BufWriter<File>> {
 }
 
 impl RunWriter<BufWriter<File>> {
+    /// Creates (or truncates) `path`; a new file is private to the user (0600): it names the
+    /// user's files and command lines.
     pub fn create(path: &Path, info: &RunInfo) -> io::Result<Self> {
-        let file = File::create(path)?;
+        use std::os::unix::fs::OpenOptionsExt;
+        let file =
+            std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
         RunWriter::new(BufWriter::with_capacity(1 << 20, file), info)
     }
 }
@@ -228,6 +249,10 @@ impl<W: Write> RunWriter<W> {
         self.write_meta(FRAME_PROCESS_EXIT, exit)
     }
 
+    pub fn write_symbol(&mut self, symbol: &SymbolInfo) -> io::Result<()> {
+        self.write_meta(FRAME_SYMBOL, symbol)
+    }
+
     pub fn write_thread(&mut self, thread: &ThreadInfo) -> io::Result<()> {
         self.write_meta(FRAME_THREAD, thread)
     }
@@ -246,6 +271,18 @@ impl<W: Write> RunWriter<W> {
 
     pub fn write_drops(&mut self, samples: &[DropSample]) -> io::Result<()> {
         self.write_meta(FRAME_DROPS, &samples)
+    }
+
+    pub fn write_energy_device(&mut self, device: &EnergyDevice) -> io::Result<()> {
+        self.write_meta(FRAME_ENERGY_DEVICE, device)
+    }
+
+    pub fn write_energy_samples(&mut self, samples: &[EnergySample]) -> io::Result<()> {
+        self.write_meta(FRAME_ENERGY_SAMPLES, &samples)
+    }
+
+    pub fn write_energy_note(&mut self, note: &EnergyNote) -> io::Result<()> {
+        self.write_meta(FRAME_ENERGY_NOTE, note)
     }
 
     /// Writes the end frame and flushes; the file is then complete.
@@ -279,7 +316,11 @@ pub enum Frame<'a> {
     Aggregates(Vec<AggregateSample>),
     Drops(Vec<DropSample>),
     Thread(ThreadInfo),
+    Symbol(SymbolInfo),
     End(RunEnd),
+    EnergyDevice(EnergyDevice),
+    EnergySamples(Vec<EnergySample>),
+    EnergyNote(EnergyNote),
 }
 
 /// Streaming reader; memory stays at one frame (≤ 64 MiB, normally ≤ 4 MiB) whatever the file
@@ -445,8 +486,10 @@ impl<R: Read> RunReader<R> {
                 self.offset += 8 + skipped;
                 continue;
             }
-            self.buf.resize(padded, 0);
-            let got = read_fully(&mut self.input, &mut self.buf)?;
+            // Grow with the data actually read, not with the length the header claims: a
+            // corrupt 20-byte file must not cost a 64 MiB allocation (found by fuzz/ runfile).
+            self.buf.clear();
+            let got = (&mut self.input).take(padded as u64).read_to_end(&mut self.buf)?;
             if got < padded {
                 // Padding of the very last frame may be missing after a kill; the payload counts.
                 if got < len as usize {
@@ -469,7 +512,7 @@ impl<R: Read> RunReader<R> {
                 FRAME_PROCESS => Frame::Process(decode(payload).map_err(corrupt)?),
                 FRAME_PROCESS_EXIT => Frame::ProcessExit(decode(payload).map_err(corrupt)?),
                 FRAME_EVENTS => {
-                    if payload.len() % RECORD_BYTES != 0 {
+                    if !payload.len().is_multiple_of(RECORD_BYTES) {
                         return Err(corrupt(format!("events frame of {} bytes", payload.len())));
                     }
                     // Copy into an aligned buffer: the byte buffer has no alignment guarantee.
@@ -487,6 +530,10 @@ impl<R: Read> RunReader<R> {
                 FRAME_AGGREGATES => Frame::Aggregates(decode(payload).map_err(corrupt)?),
                 FRAME_DROPS => Frame::Drops(decode(payload).map_err(corrupt)?),
                 FRAME_THREAD => Frame::Thread(decode(payload).map_err(corrupt)?),
+                FRAME_SYMBOL => Frame::Symbol(decode(payload).map_err(corrupt)?),
+                FRAME_ENERGY_DEVICE => Frame::EnergyDevice(decode(payload).map_err(corrupt)?),
+                FRAME_ENERGY_SAMPLES => Frame::EnergySamples(decode(payload).map_err(corrupt)?),
+                FRAME_ENERGY_NOTE => Frame::EnergyNote(decode(payload).map_err(corrupt)?),
                 FRAME_END => {
                     self.ended = true;
                     Frame::End(decode(payload).map_err(corrupt)?)

@@ -19,6 +19,10 @@ pub struct ThreadState {
     pub vfork_pending: Cell<bool>,
     /// After a failed lane claim: records to drop before trying again.
     pub no_lane_skips: Cell<u32>,
+    /// The CUDA device this thread last selected with cudaSetDevice.
+    pub device: Cell<i32>,
+    /// Depth of recorded CUDA runtime calls in progress (driver calls inside are nested).
+    pub gpu_depth: Cell<u32>,
 }
 
 thread_local! {
@@ -30,6 +34,8 @@ thread_local! {
             tid: Cell::new(0),
             vfork_pending: Cell::new(false),
             no_lane_skips: Cell::new(0),
+            device: Cell::new(0),
+            gpu_depth: Cell::new(0),
         }
     };
 }

@@ -2,7 +2,11 @@
 //! and thread into the collector's shared-memory ring.
 //!
 //! Module map:
-//! * [`exports`]: every `extern "C"` symbol this library defines (the hooks);
+//! * [`exports`]: every `extern "C"` symbol this library defines (libc, CUDA, NCCL hooks, the
+//!   driver entry-point lookups and the ITT collector entry points);
+//! * [`gpu`]: what the GPU hooks share (nesting, kernel names);
+//! * [`itt`]: mlprof as an ITT collector (interning, task stacks, chaining);
+//! * [`itt_stamp`]: every recorded interval also emitted as an ITT task;
 //! * [`real`]: the next definition of each hooked symbol, resolved lazily;
 //! * [`guard`]: the per-thread reentrancy guard and errno preservation;
 //! * [`session`]: joining the collector's ring (lazily, once per process) and fork handling;
@@ -18,7 +22,10 @@
 mod clock;
 mod config;
 mod exports;
+mod gpu;
 mod guard;
+mod itt;
+mod itt_stamp;
 mod lane;
 mod real;
 mod session;

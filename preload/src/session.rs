@@ -6,7 +6,9 @@ use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use mlprof_format::func::Func;
-use mlprof_format::record::{Event, FLAG_ERROR, KIND_PROCESS_EXIT, KIND_PROCESS_START, PROC_FORKED};
+use mlprof_format::record::{
+    Event, FLAG_ERROR, FLAG_NESTED, GpuCall, KIND_PROCESS_EXIT, KIND_PROCESS_START, PROC_FORKED,
+};
 use mlprof_format::ring::{AggSlot, CLOCK_TSC, RING_SERVING, RingHeader, validate_header};
 
 use crate::clock;
@@ -33,7 +35,11 @@ static TIMING_MASK: AtomicU64 = AtomicU64::new(63);
 static LANE_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 
 pub fn init_from_constructor() {
-    guard::with_guard(|_| join());
+    guard::with_guard(|_| {
+        if join() {
+            crate::itt_stamp::init();
+        }
+    });
 }
 
 /// Whether calls are being recorded; joins on first use.
@@ -265,13 +271,15 @@ fn is_active_quick() -> bool {
 pub struct Span {
     thread: *const ThreadState,
     start: u64,
+    /// An ITT task was opened for this call (see `itt_stamp`).
+    stamped: bool,
 }
 
 impl Span {
     /// Starts timing a call, or `None` when it must pass through unrecorded: our own calls
     /// (reentrancy), no session, or a vfork child running on its parent's memory.
     #[inline(always)]
-    pub fn begin() -> Option<Span> {
+    pub fn begin(func: Func) -> Option<Span> {
         let thread = THREAD.try_with(|t| t as *const ThreadState).ok()?;
         // Safety: the thread-local outlives this call on this thread.
         let state = unsafe { &*thread };
@@ -289,7 +297,11 @@ impl Span {
         if state.vfork_pending.get() && !vfork_parent_resumed(state) {
             return None;
         }
-        Some(Span { thread, start: clock::now() })
+        // Our ITT calls (and whatever a chained collector does in them) are not recorded.
+        state.in_hook.set(true);
+        let stamped = crate::itt_stamp::begin(func);
+        state.in_hook.set(false);
+        Some(Span { thread, start: clock::now(), stamped })
     }
 
     /// Ends the call and writes its record. `event` carries the function's own fields; pid, tid,
@@ -301,6 +313,9 @@ impl Span {
         let errno = if failed { guard::errno() } else { 0 };
         // Safety: see `begin`.
         let state = unsafe { &*self.thread };
+        state.in_hook.set(true);
+        crate::itt_stamp::end(self.stamped);
+        state.in_hook.set(false);
         let Some(ring) = RING.get() else { return };
         let pid = PID.load(Ordering::Relaxed);
         state.in_hook.set(true);
@@ -320,6 +335,80 @@ impl Span {
         if failed {
             guard::set_errno(errno);
         }
+    }
+
+    /// The calling thread's state.
+    pub fn thread(&self) -> &ThreadState {
+        // Safety: see `begin`.
+        unsafe { &*self.thread }
+    }
+
+    /// Ends a GPU API call (CUDA runtime/driver, NCCL) and writes its record; errno is not
+    /// touched (these APIs report through their return value).
+    #[inline(always)]
+    pub fn finish_gpu(self, mut call: GpuCall, func: Func, failed: bool) {
+        let end = clock::now();
+        // Safety: see `begin`.
+        let state = unsafe { &*self.thread };
+        state.in_hook.set(true);
+        crate::itt_stamp::end(self.stamped);
+        state.in_hook.set(false);
+        let Some(ring) = RING.get() else { return };
+        let pid = PID.load(Ordering::Relaxed);
+        state.in_hook.set(true);
+        if let Some(lane) = lane::lane_of(ring, state, pid) {
+            call.kind = func as u16;
+            call.pid = pid;
+            call.tid = state.tid.get();
+            call.start = self.start;
+            call.dur = end.wrapping_sub(self.start);
+            if call.device == 0 {
+                call.device = state.device.get();
+            }
+            if failed {
+                call.flags |= FLAG_ERROR;
+            }
+            if state.gpu_depth.get() > 0 {
+                call.flags |= FLAG_NESTED;
+            }
+            ring.push(lane, &call.into_event());
+        }
+        state.in_hook.set(false);
+    }
+
+    /// Names GPU function `handle` for the collector, once per handle per process: `resolve`
+    /// writes the name into the buffer and returns its length (0 = unknown). Runs with the
+    /// guard held, so CUDA calls made by `resolve` are not recorded.
+    pub fn define_symbol(&self, handle: u64, resolve: impl FnOnce(&mut [u8]) -> usize) {
+        if handle == 0 || crate::strings::symbol_was_defined(handle) {
+            return;
+        }
+        // Safety: see `begin`.
+        let state = unsafe { &*self.thread };
+        let Some(ring) = RING.get() else { return };
+        let pid = PID.load(Ordering::Relaxed);
+        state.in_hook.set(true);
+        let mut name = [0u8; 1024];
+        let len = resolve(&mut name).min(name.len());
+        if len > 0
+            && let Some(lane) = lane::lane_of(ring, state, pid)
+        {
+            let id = mlprof_format::string_id(&name[..len]);
+            if lane::send_string(ring, lane, pid, state.tid.get(), id, &name[..len]) {
+                let definition = Event {
+                    kind: mlprof_format::record::KIND_SYMBOL_DEF,
+                    pid,
+                    tid: state.tid.get(),
+                    arg: handle,
+                    arg2: id,
+                    ..Event::default()
+                };
+                if ring.push(lane, &definition) {
+                    crate::strings::mark_symbol_defined(handle);
+                }
+            }
+        }
+        state.in_hook.set(false);
     }
 
     /// Like `finish`, for calls that name a path: the path is sent once, then referenced by id.
@@ -416,4 +505,37 @@ fn vfork_parent_resumed(state: &ThreadState) -> bool {
 /// Marks the calling thread as having called vfork (see `exports::vfork`).
 pub fn note_vfork() {
     let _ = THREAD.try_with(|state| state.vfork_pending.set(true));
+}
+
+/// Remembers the CUDA device this thread selected (recorded on its later GPU calls).
+pub fn set_thread_device(device: i32) {
+    let _ = THREAD.try_with(|state| state.device.set(device));
+}
+
+/// Runs `f` with this thread's lane, outside the hot path (ITT annotations, which carry their
+/// own timing): `f` gets the ring, the lane, the pid and the thread state, with the guard held.
+/// Returns false when nothing can be recorded (no session, our own call, a vfork child).
+pub fn with_lane(f: impl FnOnce(&RingView, u32, u32, &ThreadState)) -> bool {
+    let Ok(thread) = THREAD.try_with(|t| t as *const ThreadState) else { return false };
+    // Safety: the thread-local outlives this call on this thread.
+    let state = unsafe { &*thread };
+    if state.in_hook.get() {
+        return false;
+    }
+    state.in_hook.set(true);
+    let recorded = (|| {
+        if !is_active() {
+            return false;
+        }
+        if state.vfork_pending.get() && !vfork_parent_resumed(state) {
+            return false;
+        }
+        let Some(ring) = RING.get() else { return false };
+        let pid = PID.load(Ordering::Relaxed);
+        let Some(lane) = lane::lane_of(ring, state, pid) else { return false };
+        f(ring, lane, pid, state);
+        true
+    })();
+    state.in_hook.set(false);
+    recorded
 }

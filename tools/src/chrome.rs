@@ -8,11 +8,11 @@ use std::io::{self, BufWriter, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use mlprof_format::func::{Class, Func};
-use mlprof_format::record::Event;
+use mlprof_format::func::{Api, Class, Func};
+use mlprof_format::record::{Event, FLAG_NESTED, GpuCall, IttSpan, copy_direction_name};
 use mlprof_format::runfile::{AggregateSample, DropSample, Frame};
 
-use crate::run::{self, FdTables, RunMeta, bytes_moved};
+use crate::run::{self, FdTables, RunMeta, bytes_moved, nccl_datatype_name, nccl_op_name};
 
 pub struct ConvertStats {
     pub events: u64,
@@ -24,16 +24,36 @@ fn quoted(text: &str) -> String {
     serde_json::to_string(text).unwrap_or_else(|_| "\"?\"".into())
 }
 
-struct TraceWriter<W: Write> {
+struct TraceWriter<'m, W: Write> {
     out: W,
     first: bool,
     origin_ns: u64,
+    kernel_names: KernelNames<'m>,
 }
 
-impl<W: Write> TraceWriter<W> {
-    fn begin(mut out: W, origin_ns: u64) -> io::Result<Self> {
+/// Demangled kernel names, computed once per (process, function).
+struct KernelNames<'m> {
+    meta: &'m RunMeta,
+    cache: HashMap<(u32, u64), String>,
+}
+
+impl KernelNames<'_> {
+    fn name(&mut self, pid: u32, handle: u64) -> String {
+        let meta = self.meta;
+        self.cache.entry((pid, handle)).or_insert_with(|| meta.kernel_name(pid, handle)).clone()
+    }
+}
+
+impl<'m, W: Write> TraceWriter<'m, W> {
+    fn begin(mut out: W, meta: &'m RunMeta) -> io::Result<Self> {
+        let origin_ns = meta.info.start_mono_ns;
         out.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")?;
-        Ok(TraceWriter { out, first: true, origin_ns })
+        Ok(TraceWriter {
+            out,
+            first: true,
+            origin_ns,
+            kernel_names: KernelNames { meta, cache: HashMap::new() },
+        })
     }
 
     fn separator(&mut self) -> io::Result<()> {
@@ -75,23 +95,31 @@ impl<W: Write> TraceWriter<W> {
     fn call(&mut self, func: Func, event: &Event, path: Option<&str>) -> io::Result<()> {
         self.separator()?;
         let (us, frac) = self.micros(event.start);
-        let category = match func.class() {
-            Class::Open | Class::Read | Class::Write | Class::Close | Class::Seek | Class::Sync => "io",
-            Class::Map => "mmap",
-            Class::Clock => "clock",
-            Class::Ioctl => "ioctl",
+        let category = match func.api() {
+            Api::Libc => match func.class() {
+                Class::Map => "mmap",
+                Class::Clock => "clock",
+                Class::Ioctl => "ioctl",
+                _ => "io",
+            },
+            Api::CudaRuntime => "cuda_runtime",
+            Api::CudaDriver => "cuda_driver",
+            Api::Nccl => "nccl",
+            Api::Itt => return self.itt_event(func, event, us, frac),
         };
         write!(
             self.out,
-            "{{\"ph\":\"X\",\"name\":\"{}\",\"cat\":\"{category}\",\"pid\":{},\"tid\":{},\"ts\":{us}.{frac:03},\"dur\":{}.{:03},\"args\":{{\"fd\":{},\"ret\":{}",
+            "{{\"ph\":\"X\",\"name\":\"{}\",\"cat\":\"{category}\",\"pid\":{},\"tid\":{},\"ts\":{us}.{frac:03},\"dur\":{}.{:03},\"args\":{{",
             func.name(),
             event.pid,
             event.tid,
             event.dur / 1000,
             event.dur % 1000,
-            event.fd,
-            event.ret
         )?;
+        if func.api() != Api::Libc {
+            return self.gpu_args(func, event);
+        }
+        write!(self.out, "\"fd\":{},\"ret\":{}", event.fd, event.ret)?;
         if func.moves_bytes() {
             write!(self.out, ",\"bytes\":{},\"asked\":{}", bytes_moved(func, event), event.arg)?;
         }
@@ -111,6 +139,102 @@ impl<W: Write> TraceWriter<W> {
         self.out.write_all(b"}}")
     }
 
+    /// An ITT annotation: a span named after the task or frame, or an instant.
+    fn itt_event(&mut self, func: Func, event: &Event, us: i64, frac: u64) -> io::Result<()> {
+        let span = IttSpan::from_event(event);
+        let meta = self.kernel_names.meta;
+        let name = match (func, span.name) {
+            (Func::IttPause, _) => "itt pause".to_string(),
+            (Func::IttResume, _) => "itt resume".to_string(),
+            (_, 0) => func.name().to_string(),
+            (_, id) => meta.path(id),
+        };
+        let domain = if span.domain == 0 { String::new() } else { meta.path(span.domain) };
+        let category = quoted(&format!("itt,{domain}"));
+        let (name, domain) = (quoted(&name), quoted(&domain));
+        if func.class() == Class::Span {
+            write!(
+                self.out,
+                "{{\"ph\":\"X\",\"name\":{name},\"cat\":{category},\"pid\":{},\"tid\":{},\"ts\":{us}.{frac:03},\"dur\":{}.{:03},\"args\":{{\"domain\":{domain},\"id\":{},\"depth\":{}}}}}",
+                span.pid,
+                span.tid,
+                span.dur / 1000,
+                span.dur % 1000,
+                span.id,
+                span.depth
+            )
+        } else {
+            write!(
+                self.out,
+                "{{\"ph\":\"i\",\"s\":\"t\",\"name\":{name},\"cat\":{category},\"pid\":{},\"tid\":{},\"ts\":{us}.{frac:03},\"args\":{{\"domain\":{domain}}}}}",
+                span.pid, span.tid
+            )
+        }
+    }
+
+    /// Arguments of a CUDA/NCCL call (see `GpuCall` for the field meanings).
+    fn gpu_args(&mut self, func: Func, event: &Event) -> io::Result<()> {
+        let call = GpuCall::from_event(event);
+        write!(self.out, "\"status\":{},\"device\":{}", call.status, call.device)?;
+        if call.stream != 0 {
+            write!(self.out, ",\"stream\":\"{:#x}\"", call.stream)?;
+        }
+        if call.flags & FLAG_NESTED != 0 {
+            self.out.write_all(b",\"nested\":true")?;
+        }
+        match func.class() {
+            Class::Launch => {
+                let (gx, gy, gz) = call.grid();
+                let (bx, by, bz) = call.block();
+                let kernel = quoted(&self.kernel_names.name(call.pid, call.object));
+                write!(
+                    self.out,
+                    ",\"kernel\":{kernel},\"grid\":[{gx},{gy},{gz}],\"block\":[{bx},{by},{bz}]"
+                )?;
+            }
+            Class::Copy => write!(
+                self.out,
+                ",\"bytes\":{},\"direction\":\"{}\"",
+                call.arg,
+                copy_direction_name(call.aux)
+            )?,
+            Class::Memset => write!(self.out, ",\"bytes\":{}", call.arg)?,
+            Class::Alloc => write!(self.out, ",\"bytes\":{},\"ptr\":\"{:#x}\"", call.arg, call.object)?,
+            Class::Free => write!(self.out, ",\"ptr\":\"{:#x}\"", call.object)?,
+            Class::Collective => {
+                let datatype = call.aux & 0xff;
+                write!(
+                    self.out,
+                    ",\"count\":{},\"datatype\":\"{}\",\"bytes\":{},\"comm\":\"{:#x}\"",
+                    call.arg,
+                    nccl_datatype_name(datatype),
+                    bytes_moved(func, event),
+                    call.object
+                )?;
+                let op = (call.aux >> 8) & 0xff;
+                if op != 0xff {
+                    write!(self.out, ",\"op\":\"{}\"", nccl_op_name(op))?;
+                }
+                if matches!(func, Func::NcclSend | Func::NcclRecv) {
+                    write!(self.out, ",\"peer\":{}", call.aux >> 16)?;
+                } else if matches!(func, Func::NcclBroadcast | Func::NcclReduce) {
+                    write!(self.out, ",\"root\":{}", call.aux >> 16)?;
+                }
+            }
+            Class::Comm => write!(
+                self.out,
+                ",\"ranks\":{},\"rank\":{},\"comm\":\"{:#x}\"",
+                call.arg, call.aux, call.object
+            )?,
+            Class::SetDevice => write!(self.out, ",\"set_device\":{}", call.arg)?,
+            Class::GpuSync | Class::GpuEvent | Class::GraphLaunch if call.object != 0 => {
+                write!(self.out, ",\"object\":\"{:#x}\"", call.object)?
+            }
+            _ => {}
+        }
+        self.out.write_all(b"}}")
+    }
+
     fn finish(mut self) -> io::Result<()> {
         self.out.write_all(b"\n]}\n")?;
         self.out.flush()
@@ -125,8 +249,7 @@ pub fn convert(input: &Path, output: &Path, progress: bool) -> Result<ConvertSta
     let total_bytes = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0);
     let file = File::create(output).map_err(|e| format!("cannot write {}: {e}", output.display()))?;
     let io_err = |e: io::Error| format!("writing {}: {e}", output.display());
-    let mut trace = TraceWriter::begin(BufWriter::with_capacity(1 << 20, file), meta.info.start_mono_ns)
-        .map_err(io_err)?;
+    let mut trace = TraceWriter::begin(BufWriter::with_capacity(1 << 20, file), &meta).map_err(io_err)?;
 
     write_metadata(&mut trace, &meta).map_err(io_err)?;
     // Escaped paths, computed once per path.
@@ -136,6 +259,7 @@ pub fn convert(input: &Path, output: &Path, progress: bool) -> Result<ConvertSta
     let mut events = 0u64;
     let started = Instant::now();
     let mut next_report = started + Duration::from_secs(1);
+    let mut energy_tracks = crate::energy::EnergyTrace::default();
     while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", input.display()))? {
         match frame {
             Frame::Events(batch) => {
@@ -157,6 +281,12 @@ pub fn convert(input: &Path, output: &Path, progress: bool) -> Result<ConvertSta
             }
             Frame::Aggregates(samples) => write_aggregates(&mut trace, &samples).map_err(io_err)?,
             Frame::Drops(samples) => write_drops(&mut trace, &samples).map_err(io_err)?,
+            Frame::EnergyDevice(device) => {
+                write_energy(&mut trace, energy_tracks.device(&device)).map_err(io_err)?
+            }
+            Frame::EnergySamples(samples) => {
+                write_energy(&mut trace, energy_tracks.samples(&samples)).map_err(io_err)?
+            }
             _ => {}
         }
     }
@@ -165,7 +295,7 @@ pub fn convert(input: &Path, output: &Path, progress: bool) -> Result<ConvertSta
     Ok(ConvertStats { events, bytes })
 }
 
-fn write_metadata<W: Write>(trace: &mut TraceWriter<W>, meta: &RunMeta) -> io::Result<()> {
+fn write_metadata<W: Write>(trace: &mut TraceWriter<'_, W>, meta: &RunMeta) -> io::Result<()> {
     let mut pids: Vec<_> = meta.images.iter().collect();
     pids.sort_by_key(|(pid, _)| **pid);
     for (pid, images) in pids {
@@ -181,7 +311,7 @@ fn write_metadata<W: Write>(trace: &mut TraceWriter<W>, meta: &RunMeta) -> io::R
     Ok(())
 }
 
-fn write_aggregates<W: Write>(trace: &mut TraceWriter<W>, samples: &[AggregateSample]) -> io::Result<()> {
+fn write_aggregates<W: Write>(trace: &mut TraceWriter<'_, W>, samples: &[AggregateSample]) -> io::Result<()> {
     for sample in samples {
         let Some(func) = Func::from_id(sample.func) else {
             continue;
@@ -195,7 +325,7 @@ fn write_aggregates<W: Write>(trace: &mut TraceWriter<W>, samples: &[AggregateSa
     Ok(())
 }
 
-fn write_drops<W: Write>(trace: &mut TraceWriter<W>, samples: &[DropSample]) -> io::Result<()> {
+fn write_drops<W: Write>(trace: &mut TraceWriter<'_, W>, samples: &[DropSample]) -> io::Result<()> {
     for sample in samples {
         let name = if sample.stream == 0 {
             "dropped records (no free lane)".to_string()
@@ -203,6 +333,25 @@ fn write_drops<W: Write>(trace: &mut TraceWriter<W>, samples: &[DropSample]) -> 
             format!("dropped records (tid {})", sample.tid)
         };
         trace.counter(sample.pid, &name, sample.time_ns, &format!("\"dropped\":{}", sample.dropped))?;
+    }
+    Ok(())
+}
+
+/// Energy, power, utilization, clock, memory and temperature tracks: one pseudo-process per
+/// device (`crate::energy::TRACK_PID_BASE` + device id), on the events' time axis.
+fn write_energy<W: Write>(
+    trace: &mut TraceWriter<W>,
+    items: Vec<crate::energy::TraceItem>,
+) -> io::Result<()> {
+    for item in items {
+        match item {
+            crate::energy::TraceItem::ProcessName { pid, name } => {
+                trace.metadata("process_name", pid, 0, &name)?
+            }
+            crate::energy::TraceItem::Counter { pid, name, time_ns, args } => {
+                trace.counter(pid, name, time_ns, &args)?
+            }
+        }
     }
     Ok(())
 }

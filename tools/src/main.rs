@@ -1,6 +1,7 @@
 //! `mlprof`: reports on run files written by `mlprof-collect`.
 
 mod chrome;
+mod energy;
 mod run;
 mod summary;
 
@@ -30,6 +31,27 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         top: usize,
     },
+    /// Energy per device, per process and per span name (the recorded calls), with
+    /// uncertainties and coverage; `--ops` for the operator table.
+    Energy {
+        /// The run file written by mlprof-collect.
+        run: PathBuf,
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Operator table: calls, median and 3σ-trimmed mean time, energy per call, share.
+        #[arg(long)]
+        ops: bool,
+        /// With --ops: CSV instead of a table.
+        #[arg(long, requires = "ops")]
+        csv: bool,
+        /// With --ops --csv: append the rows to FILE (header only when FILE is new or empty).
+        #[arg(long, value_name = "FILE", requires = "csv")]
+        append: Option<PathBuf>,
+        /// Rows in the per-span table.
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+    },
     /// Convert to a Chrome trace (JSON) that opens in Perfetto UI and chrome://tracing.
     Convert {
         /// The run file written by mlprof-collect.
@@ -56,6 +78,22 @@ fn main() -> ExitCode {
                 summary.print_text(top);
             }
         }),
+        Command::Energy { run, json, ops, csv, append, top } => {
+            energy::Report::compute(&run).and_then(|report| {
+                if csv {
+                    energy::write_csv(&report, &run, append.as_deref())
+                } else {
+                    if ops {
+                        report.print_ops();
+                    } else if json {
+                        println!("{}", report.to_json());
+                    } else {
+                        report.print_text(top);
+                    }
+                    Ok(())
+                }
+            })
+        }
         Command::Convert { run, output, progress } => {
             let progress = progress || std::io::stderr().is_terminal();
             chrome::convert(&run, &output, progress).map(|stats| {

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use mlprof_format::func::{Class, Func};
-use mlprof_format::record::Event;
+use mlprof_format::func::{Api, Class, Func};
+use mlprof_format::record::{Event, GpuCall};
 use mlprof_format::runfile::{
     AggregateSample, DropSample, Frame, ProcessExit, ProcessInfo, RunEnd, RunInfo, RunReader,
 };
@@ -24,6 +24,8 @@ pub struct RunMeta {
     /// Images per pid, in start order.
     pub images: HashMap<u32, Vec<Image>>,
     pub threads: HashMap<(u32, u32), String>,
+    /// Kernel names: (pid, function handle) → name string id.
+    pub symbols: HashMap<(u32, u64), u64>,
     /// Last cumulative sample per (stream, func, clock id).
     pub aggregates: HashMap<(u64, u16, Option<i32>), AggregateSample>,
     /// Last cumulative drop count per stream.
@@ -68,8 +70,13 @@ impl RunMeta {
                         meta.drops.insert(sample.stream, sample);
                     }
                 }
+                Frame::Symbol(symbol) => {
+                    meta.symbols.insert((symbol.pid, symbol.handle), symbol.name);
+                }
                 Frame::End(end) => meta.end = Some(end),
                 Frame::Events(_) => {}
+                // Energy frames are read by `mlprof energy` and `convert` in their own pass.
+                Frame::EnergyDevice(_) | Frame::EnergySamples(_) | Frame::EnergyNote(_) => {}
             }
         }
         for images in meta.images.values_mut() {
@@ -102,6 +109,22 @@ impl RunMeta {
         Some(images.iter().rposition(|i| i.info.start_ns <= time_ns).unwrap_or(0))
     }
 
+    /// The demangled name of kernel `handle` launched by `pid` (a fork child uses the names
+    /// its parent defined), or its address.
+    pub fn kernel_name(&self, pid: u32, handle: u64) -> String {
+        let mut owner = pid;
+        for _ in 0..8 {
+            if let Some(id) = self.symbols.get(&(owner, handle)) {
+                return demangle(&self.path(*id));
+            }
+            match self.images.get(&owner).and_then(|i| i.first()).filter(|i| i.info.forked) {
+                Some(image) => owner = image.info.ppid,
+                None => break,
+            }
+        }
+        format!("kernel@{handle:#x}")
+    }
+
     pub fn dropped(&self) -> u64 {
         self.drops.values().map(|d| d.dropped).sum()
     }
@@ -130,6 +153,10 @@ impl FdTables {
     /// Updates the tables with `event` and returns the path id its fd refers to, if known.
     pub fn observe(&mut self, meta: &RunMeta, event: &Event) -> Option<u64> {
         let func = Func::from_id(event.kind)?;
+        if func.api() != Api::Libc {
+            // GPU records keep the device where libc records keep the fd.
+            return None;
+        }
         if !self.tables.contains_key(&event.pid) {
             let inherited = meta
                 .images
@@ -154,7 +181,68 @@ impl FdTables {
     }
 }
 
-/// Bytes a call moved, counted only for reads and writes.
+/// Bytes a call moved: read/written for I/O, copied/set/allocated for GPU memory calls, sent
+/// for collectives (count × datatype size).
 pub fn bytes_moved(func: Func, event: &Event) -> u64 {
-    if func.moves_bytes() { event.arg2 } else { 0 }
+    match func.class() {
+        Class::Read | Class::Write => event.arg2,
+        Class::Copy | Class::Memset | Class::Alloc => event.arg,
+        Class::Collective => {
+            let call = GpuCall::from_event(event);
+            call.arg.saturating_mul(nccl_datatype_bytes(call.aux & 0xff))
+        }
+        _ => 0,
+    }
+}
+
+/// Size of an NCCL datatype (ncclInt8 = 0 … ncclFloat8e5m2 = 11).
+pub fn nccl_datatype_bytes(datatype: u32) -> u64 {
+    match datatype {
+        0 | 1 | 10 | 11 => 1,
+        6 | 9 => 2,
+        2 | 3 | 7 => 4,
+        4 | 5 | 8 => 8,
+        _ => 0,
+    }
+}
+
+pub fn nccl_datatype_name(datatype: u32) -> &'static str {
+    match datatype {
+        0 => "int8",
+        1 => "uint8",
+        2 => "int32",
+        3 => "uint32",
+        4 => "int64",
+        5 => "uint64",
+        6 => "float16",
+        7 => "float32",
+        8 => "float64",
+        9 => "bfloat16",
+        10 => "float8e4m3",
+        11 => "float8e5m2",
+        _ => "unknown",
+    }
+}
+
+pub fn nccl_op_name(op: u32) -> &'static str {
+    match op {
+        0 => "sum",
+        1 => "prod",
+        2 => "max",
+        3 => "min",
+        4 => "avg",
+        0xff => "none",
+        _ => "custom",
+    }
+}
+
+/// A C++ name demangled for display; other names as they are.
+pub fn demangle(name: &str) -> String {
+    if name.starts_with("_Z")
+        && let Ok(symbol) = cpp_demangle::Symbol::new(name)
+        && let Ok(text) = symbol.demangle(&cpp_demangle::DemangleOptions::default())
+    {
+        return text;
+    }
+    name.to_string()
 }

@@ -4,7 +4,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use mlprof_format::func::Func;
+use mlprof_format::func::{Api, Class, Func};
+use mlprof_format::record::{Event, FLAG_NESTED, GpuCall, copy_direction_name};
 use mlprof_format::runfile::Frame;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -49,6 +50,112 @@ pub struct Summary {
     files: HashMap<u64, FileStats>,
     first_ns: u64,
     last_ns: u64,
+    gpu: GpuStats,
+}
+
+/// The GPU section: outer calls only (a driver call made inside a runtime call is counted in
+/// its own API row but not again in copies, blocked time or kernels).
+#[derive(Default)]
+struct GpuStats {
+    apis: CallTable,
+    /// direction → (calls, bytes).
+    copies: BTreeMap<&'static str, (u64, u64)>,
+    /// (pid, tid) → ns inside synchronizing calls and blocking copies.
+    blocked: BTreeMap<(u32, u32), u64>,
+    /// (pid, function handle) → (launches, host ns).
+    kernels: HashMap<(u32, u64), (u64, u64)>,
+}
+
+impl GpuStats {
+    fn add(&mut self, func: Func, event: &Event, stats: &CallStats) {
+        self.apis.entry(func.name()).or_default().add(stats);
+        if event.flags & FLAG_NESTED != 0 {
+            return;
+        }
+        let call = GpuCall::from_event(event);
+        if func.blocks_host() {
+            *self.blocked.entry((event.pid, event.tid)).or_default() += event.dur;
+        }
+        match func.class() {
+            Class::Copy => {
+                let entry = self.copies.entry(copy_direction_name(call.aux)).or_default();
+                entry.0 += 1;
+                entry.1 += call.arg;
+            }
+            Class::Launch => {
+                let entry = self.kernels.entry((event.pid, call.object)).or_default();
+                entry.0 += 1;
+                entry.1 += event.dur;
+            }
+            _ => {}
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.apis.is_empty()
+    }
+
+    /// Kernels by name (several handles and processes can share a name), most launched first.
+    fn kernels_by_name(&self, meta: &RunMeta) -> Vec<(String, u64, u64)> {
+        let mut by_name: HashMap<String, (u64, u64)> = HashMap::new();
+        for (&(pid, handle), &(launches, ns)) in &self.kernels {
+            let entry = by_name.entry(meta.kernel_name(pid, handle)).or_default();
+            entry.0 += launches;
+            entry.1 += ns;
+        }
+        let mut list: Vec<_> = by_name.into_iter().map(|(name, (n, ns))| (name, n, ns)).collect();
+        list.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        list
+    }
+
+    fn to_json(&self, meta: &RunMeta) -> Value {
+        let copies: serde_json::Map<String, Value> = self
+            .copies
+            .iter()
+            .map(|(dir, (calls, bytes))| (dir.to_string(), json!({"calls": calls, "bytes": bytes})))
+            .collect();
+        let blocked: Vec<Value> =
+            self.blocked.iter().map(|(&(pid, tid), &ns)| json!({"pid": pid, "tid": tid, "ns": ns})).collect();
+        let kernels: Vec<Value> = self
+            .kernels_by_name(meta)
+            .into_iter()
+            .map(|(name, launches, ns)| json!({"name": name, "launches": launches, "host_ns": ns}))
+            .collect();
+        json!({
+            "apis": self.apis,
+            "copies": copies,
+            "host_blocked_ns": self.blocked.values().sum::<u64>(),
+            "host_blocked": blocked,
+            "kernels": kernels,
+        })
+    }
+
+    fn print_text(&self, meta: &RunMeta, top: usize) {
+        println!();
+        println!("GPU (CUDA runtime, driver, NCCL):");
+        print_call_table(&self.apis);
+        if !self.copies.is_empty() {
+            println!();
+            println!("  Copies:");
+            for (dir, (calls, bytes)) in &self.copies {
+                println!("    {dir:>7}: {calls} calls, {}", format_bytes(*bytes));
+            }
+        }
+        let total: u64 = self.blocked.values().sum();
+        println!();
+        println!("  Host blocked on GPU (synchronizations and blocking copies): {}", format_ns(total));
+        for (&(pid, tid), &ns) in &self.blocked {
+            println!("    pid {pid} tid {tid}: {}", format_ns(ns));
+        }
+        let kernels = self.kernels_by_name(meta);
+        if !kernels.is_empty() {
+            println!();
+            println!("  Top kernels by launches:");
+            for (name, launches, ns) in kernels.iter().take(top) {
+                println!("    {launches:>10} launches {:>10} host  {}", format_ns(*ns), truncate(name, 100));
+            }
+        }
+    }
 }
 
 impl Summary {
@@ -62,6 +169,7 @@ impl Summary {
             files: HashMap::new(),
             first_ns: u64::MAX,
             last_ns: 0,
+            gpu: GpuStats::default(),
             meta,
         };
         let mut fds = FdTables::default();
@@ -85,6 +193,9 @@ impl Summary {
                     bytes: bytes_moved(func, event),
                 };
                 summary.calls.entry(func.name()).or_default().add(&stats);
+                if matches!(func.api(), Api::CudaRuntime | Api::CudaDriver | Api::Nccl) {
+                    summary.gpu.add(func, event, &stats);
+                }
                 let image = summary.meta.image_at(event.pid, event.start).unwrap_or(0);
                 summary
                     .per_image
@@ -99,9 +210,9 @@ impl Summary {
                     file.total_ns += event.dur;
                     *file.by_call.entry(func.name()).or_default() += 1;
                     match func.class() {
-                        mlprof_format::func::Class::Open if !event.is_error() => file.opens += 1,
-                        mlprof_format::func::Class::Read => file.bytes_read += stats.bytes,
-                        mlprof_format::func::Class::Write => file.bytes_written += stats.bytes,
+                        Class::Open if !event.is_error() => file.opens += 1,
+                        Class::Read => file.bytes_read += stats.bytes,
+                        Class::Write => file.bytes_written += stats.bytes,
                         _ => {}
                     }
                 }
@@ -211,6 +322,7 @@ impl Summary {
             "processes": processes,
             "calls": self.calls,
             "files": files,
+            "gpu": if self.gpu.is_empty() { Value::Null } else { self.gpu.to_json(&self.meta) },
         })
     }
 
@@ -260,7 +372,7 @@ impl Summary {
             );
             if let Some(calls) = calls {
                 let mut top_calls: Vec<_> = calls.iter().collect();
-                top_calls.sort_by(|a, b| b.1.total_ns.cmp(&a.1.total_ns));
+                top_calls.sort_by_key(|(_, s)| std::cmp::Reverse(s.total_ns));
                 let line: Vec<String> = top_calls
                     .iter()
                     .take(6)
@@ -270,6 +382,9 @@ impl Summary {
                     println!("      {}", line.join(", "));
                 }
             }
+        }
+        if !self.gpu.is_empty() {
+            self.gpu.print_text(meta, top);
         }
         let files = self.file_list();
         if !files.is_empty() {

@@ -40,6 +40,16 @@ fn iov_bytes(iov: *const iovec, count: c_int) -> usize {
     iov.iter().map(|v| v.iov_len).sum()
 }
 
+pub mod cuda_driver;
+mod cuda_runtime;
+mod entry_points;
+
+pub use entry_points::glibc_dlsym;
+mod itt;
+mod nccl;
+
+pub use itt::itt_task_begin_address;
+
 // ---- read / write family -------------------------------------------------------------------
 
 macro_rules! rw_hook {
@@ -47,7 +57,7 @@ macro_rules! rw_hook {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $sym($($arg: $ty),*) -> ssize_t {
             let real = real!($name, unsafe extern "C" fn($($ty),*) -> ssize_t, -1);
-            let Some(span) = Span::begin() else {
+            let Some(span) = Span::begin($func) else {
                 // Safety: forwarding the caller's arguments unchanged.
                 return unsafe { real($($arg),*) };
             };
@@ -81,7 +91,7 @@ macro_rules! open_hook {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $sym($($arg: $ty),*) -> c_int {
             let real = real!($name, unsafe extern "C" fn($($ty),*) -> c_int, -1);
-            let Some(span) = Span::begin() else {
+            let Some(span) = Span::begin($func) else {
                 // Safety: forwarding the caller's arguments unchanged.
                 return unsafe { real($($arg),*) };
             };
@@ -111,7 +121,7 @@ macro_rules! fd_hook {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $sym(fd: c_int) -> c_int {
             let real = real!($name, unsafe extern "C" fn(c_int) -> c_int, -1);
-            let Some(span) = Span::begin() else {
+            let Some(span) = Span::begin($func) else {
                 // Safety: forwarding the caller's argument unchanged.
                 return unsafe { real(fd) };
             };
@@ -132,7 +142,7 @@ macro_rules! lseek_hook {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $sym(fd: c_int, offset: $off, whence: c_int) -> $off {
             let real = real!($name, unsafe extern "C" fn(c_int, $off, c_int) -> $off, -1);
-            let Some(span) = Span::begin() else {
+            let Some(span) = Span::begin($func) else {
                 // Safety: forwarding the caller's arguments unchanged.
                 return unsafe { real(fd, offset, whence) };
             };
@@ -167,7 +177,7 @@ macro_rules! mmap_hook {
                 unsafe extern "C" fn(*mut c_void, size_t, c_int, c_int, c_int, $off) -> *mut c_void,
                 libc::MAP_FAILED
             );
-            let Some(span) = Span::begin() else {
+            let Some(span) = Span::begin($func) else {
                 // Safety: forwarding the caller's arguments unchanged.
                 return unsafe { real(addr, len, prot, flags, fd, offset) };
             };
@@ -193,7 +203,7 @@ mmap_hook!(mmap64, c"mmap64", Func::Mmap64, off64_t);
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     let real = real!(c"munmap", unsafe extern "C" fn(*mut c_void, size_t) -> c_int, -1);
-    let Some(span) = Span::begin() else {
+    let Some(span) = Span::begin(Func::Munmap) else {
         // Safety: forwarding the caller's arguments unchanged.
         return unsafe { real(addr, len) };
     };
@@ -229,7 +239,7 @@ macro_rules! fopen_hook {
                 unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE,
                 core::ptr::null_mut()
             );
-            let Some(span) = Span::begin() else {
+            let Some(span) = Span::begin($func) else {
                 // Safety: forwarding the caller's arguments unchanged.
                 return unsafe { real(path, mode) };
             };
@@ -255,7 +265,7 @@ macro_rules! stdio_rw_hook {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $sym(buf: $buf, size: size_t, items: size_t, stream: *mut FILE) -> size_t {
             let real = real!($name, unsafe extern "C" fn($buf, size_t, size_t, *mut FILE) -> size_t, 0);
-            let Some(span) = Span::begin() else {
+            let Some(span) = Span::begin($func) else {
                 // Safety: forwarding the caller's arguments unchanged.
                 return unsafe { real(buf, size, items, stream) };
             };
@@ -283,7 +293,7 @@ stdio_rw_hook!(fwrite, c"fwrite", Func::Fwrite, *const c_void);
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
     let real = real!(c"fclose", unsafe extern "C" fn(*mut FILE) -> c_int, libc::EOF);
-    let Some(span) = Span::begin() else {
+    let Some(span) = Span::begin(Func::Fclose) else {
         // Safety: forwarding the caller's argument unchanged.
         return unsafe { real(stream) };
     };
@@ -305,7 +315,7 @@ pub unsafe extern "C" fn clock_gettime(clock: libc::clockid_t, tp: *mut timespec
         // Safety: forwarding the caller's arguments unchanged.
         return aggregated(slot, || unsafe { real(clock, tp) });
     }
-    let Some(span) = Span::begin() else {
+    let Some(span) = Span::begin(Func::ClockGettime) else {
         // Safety: forwarding the caller's arguments unchanged.
         return unsafe { real(clock, tp) };
     };
@@ -323,7 +333,7 @@ pub unsafe extern "C" fn gettimeofday(tv: *mut timeval, tz: *mut c_void) -> c_in
         // Safety: forwarding the caller's arguments unchanged.
         return aggregated(AGG_SLOT_GETTIMEOFDAY, || unsafe { real(tv, tz) });
     }
-    let Some(span) = Span::begin() else {
+    let Some(span) = Span::begin(Func::Gettimeofday) else {
         // Safety: forwarding the caller's arguments unchanged.
         return unsafe { real(tv, tz) };
     };
@@ -349,13 +359,16 @@ fn aggregated(slot: usize, call: impl FnOnce() -> c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     let real = real!(c"ioctl", unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int, -1);
-    let Some(span) = Span::begin() else {
+    let Some(span) = Span::begin(Func::Ioctl) else {
         // Safety: forwarding the caller's arguments unchanged.
         return unsafe { real(fd, request, arg) };
     };
     // Safety: as above.
     let ret = unsafe { real(fd, request, arg) };
-    span.finish(Event { fd, ret: ret as i64, arg: request as u64, ..Event::default() }, Func::Ioctl, ret < 0);
+    // c_ulong is u64 here and u32 on 32-bit targets.
+    #[allow(clippy::useless_conversion)]
+    let request = u64::from(request);
+    span.finish(Event { fd, ret: ret as i64, arg: request, ..Event::default() }, Func::Ioctl, ret < 0);
     ret
 }
 

@@ -1,0 +1,182 @@
+//! The ITT collector entry points (see `crate::itt`). The static part finds them through
+//! `__itt_api_init`, which fills its function table from [`ENTRY_POINTS`].
+
+use core::ffi::{CStr, c_char, c_int, c_void};
+use core::sync::atomic::Ordering;
+
+use mlprof_format::func::Func;
+
+use crate::itt::{self, CHAIN, IttDomain, IttGlobal, IttId, IttStringHandle};
+use crate::real::as_fn;
+
+/// Called by each static part once it loaded us (one per library that embeds ittnotify).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __itt_api_init(global: *mut IttGlobal, init_groups: c_int) {
+    // Safety: the static part passes its own __itt_global; only the API list is written.
+    let Some(global) = (unsafe { global.as_mut() }) else { return };
+    itt::load_chain(global, init_groups);
+    let mut entry = global.api_list_ptr;
+    // Safety: the list ends with a null name; each func_ptr points to the static part's slot.
+    unsafe {
+        while let Some(api) = entry.as_ref()
+            && !api.name.is_null()
+        {
+            let name = CStr::from_ptr(api.name).to_bytes();
+            let ours = ENTRY_POINTS.iter().find(|(n, _)| n.to_bytes() == name).map(|(_, f)| f.0);
+            if !api.func_ptr.is_null() {
+                *api.func_ptr = ours.unwrap_or(api.null_func);
+            }
+            entry = entry.add(1);
+        }
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __itt_api_fini(_global: *mut IttGlobal) {}
+
+/// An entry point's address kept as data in a static table.
+pub struct Entry(*mut c_void);
+
+// Safety: a function's address is immutable, shareable data.
+unsafe impl Sync for Entry {}
+
+macro_rules! entries {
+    ($($name:literal => $f:ident,)*) => {
+        pub static ENTRY_POINTS: &[(&CStr, Entry)] = &[$(($name, Entry($f as *mut c_void)),)*];
+    };
+}
+
+entries! {
+    c"__itt_domain_create" => __itt_domain_create,
+    c"__itt_string_handle_create" => __itt_string_handle_create,
+    c"__itt_task_begin" => __itt_task_begin,
+    c"__itt_task_begin_fn" => __itt_task_begin_fn,
+    c"__itt_task_end" => __itt_task_end,
+    c"__itt_frame_begin_v3" => __itt_frame_begin_v3,
+    c"__itt_frame_end_v3" => __itt_frame_end_v3,
+    c"__itt_marker" => __itt_marker,
+    c"__itt_pause" => __itt_pause,
+    c"__itt_resume" => __itt_resume,
+    c"__itt_thread_set_name" => __itt_thread_set_name,
+}
+
+/// The address the static part binds for `__itt_task_begin` when it bound us.
+pub fn itt_task_begin_address() -> usize {
+    __itt_task_begin as *const () as usize
+}
+
+/// Calls the chained collector's function in `slot`, if one is loaded.
+macro_rules! forward {
+    ($slot:ident, $ty:ty, ($($arg:expr),*)) => {{
+        let f = CHAIN.$slot.load(Ordering::Relaxed);
+        if f != 0 {
+            // Safety: the chained collector's entry point of this prototype.
+            unsafe { as_fn::<$ty>(f)($($arg),*) };
+        }
+    }};
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __itt_domain_create(name: *const c_char) -> *mut IttDomain {
+    itt::domain(name)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __itt_string_handle_create(name: *const c_char) -> *mut IttStringHandle {
+    itt::string_handle(name)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __itt_task_begin(
+    domain: *const IttDomain,
+    id: IttId,
+    parent: IttId,
+    name: *mut IttStringHandle,
+) {
+    if itt::chained() {
+        let (d, h) = (itt::chained_domain(domain), itt::chained_handle(name));
+        forward!(
+            task_begin,
+            unsafe extern "C" fn(*mut c_void, IttId, IttId, *mut c_void),
+            (d, id, parent, h)
+        );
+    }
+    itt::task_begin(domain, id, parent, name);
+}
+
+/// A task named by a function address: named after its symbol when there is one.
+#[unsafe(no_mangle)]
+pub extern "C" fn __itt_task_begin_fn(
+    domain: *const IttDomain,
+    id: IttId,
+    parent: IttId,
+    function: *mut c_void,
+) {
+    let mut name: *const c_char = c"function".as_ptr();
+    // Safety: dladdr only reads the loader's tables.
+    unsafe {
+        let mut info: libc::Dl_info = core::mem::zeroed();
+        if libc::dladdr(function, &mut info) != 0 && !info.dli_sname.is_null() {
+            name = info.dli_sname;
+        }
+    }
+    __itt_task_begin(domain, id, parent, itt::string_handle(name));
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __itt_task_end(domain: *const IttDomain) {
+    if itt::chained() {
+        let d = itt::chained_domain(domain);
+        forward!(task_end, unsafe extern "C" fn(*mut c_void), (d));
+    }
+    itt::task_end();
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __itt_frame_begin_v3(domain: *const IttDomain, id: *mut IttId) {
+    if itt::chained() {
+        let d = itt::chained_domain(domain);
+        forward!(frame_begin_v3, unsafe extern "C" fn(*mut c_void, *mut IttId), (d, id));
+    }
+    itt::frame_begin(domain, id);
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __itt_frame_end_v3(domain: *const IttDomain, id: *mut IttId) {
+    if itt::chained() {
+        let d = itt::chained_domain(domain);
+        forward!(frame_end_v3, unsafe extern "C" fn(*mut c_void, *mut IttId), (d, id));
+    }
+    itt::frame_end();
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __itt_marker(
+    domain: *const IttDomain,
+    id: IttId,
+    name: *mut IttStringHandle,
+    scope: c_int,
+) {
+    if itt::chained() {
+        let (d, h) = (itt::chained_domain(domain), itt::chained_handle(name));
+        forward!(marker, unsafe extern "C" fn(*mut c_void, IttId, *mut c_void, c_int), (d, id, h, scope));
+    }
+    itt::instant(Func::IttMarker, domain, name);
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __itt_pause() {
+    forward!(pause, unsafe extern "C" fn(), ());
+    itt::instant(Func::IttPause, core::ptr::null(), core::ptr::null());
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __itt_resume() {
+    forward!(resume, unsafe extern "C" fn(), ());
+    itt::instant(Func::IttResume, core::ptr::null(), core::ptr::null());
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn __itt_thread_set_name(name: *const c_char) {
+    forward!(thread_set_name, unsafe extern "C" fn(*const c_char), (name));
+}

@@ -1,0 +1,76 @@
+/* TEST DOUBLE of the CUDA driver (libcuda.so.1). There is no GPU driver on the development and
+ * CI machines, so this stands in for the handful of driver entry points needed to prove that
+ * mlprof hands its own wrappers back through cuGetProcAddress and dlsym on a libcuda handle.
+ * It is not a driver: it counts the calls that reach it (double_counts) and returns fixed
+ * results. Built by the tests as libcuda.so.1. */
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+
+static int counts[8];
+enum { LAUNCH, LAUNCH_PTSZ, HTOD, STREAM_SYNC, CTX_SYNC, MEM_ALLOC, FUNC_NAME, LOOKUPS };
+
+CUresult cuInit(unsigned flags) { (void)flags; return 0; }
+
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, void *stream, void **params, void **extra) {
+    (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shared; (void)stream;
+    (void)params; (void)extra;
+    counts[LAUNCH]++;
+    return 0;
+}
+
+CUresult cuLaunchKernel_ptsz(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                             unsigned bz, unsigned shared, void *stream, void **params, void **extra) {
+    (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shared; (void)stream;
+    (void)params; (void)extra;
+    counts[LAUNCH_PTSZ]++;
+    return 0;
+}
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
+    (void)dst; (void)src; (void)bytes;
+    counts[HTOD]++;
+    return 0;
+}
+
+/* Fails like a real driver does for a bad stream, so error recording is exercised. */
+CUresult cuStreamSynchronize(void *stream) {
+    counts[STREAM_SYNC]++;
+    return stream ? 400 /* CUDA_ERROR_INVALID_HANDLE */ : 0;
+}
+
+CUresult cuCtxSynchronize(void) { counts[CTX_SYNC]++; return 0; }
+
+CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t bytes) {
+    (void)bytes;
+    counts[MEM_ALLOC]++;
+    *out = 0xd000;
+    return 0;
+}
+
+CUresult cuFuncGetName(const char **name, void *f) {
+    counts[FUNC_NAME]++;
+    *name = f == (void *)0x1234 ? "_Z10testKernelPfi" : "other_kernel";
+    return 0;
+}
+
+/* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 2 */
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags, int *status) {
+    (void)version;
+    counts[LOOKUPS]++;
+    void *f = 0;
+    int ptds = (flags & 2) != 0;
+    if (!strcmp(symbol, "cuLaunchKernel")) f = ptds ? (void *)cuLaunchKernel_ptsz : (void *)cuLaunchKernel;
+    else if (!strcmp(symbol, "cuMemcpyHtoD")) f = (void *)cuMemcpyHtoD_v2;
+    else if (!strcmp(symbol, "cuStreamSynchronize")) f = (void *)cuStreamSynchronize;
+    else if (!strcmp(symbol, "cuCtxSynchronize")) f = (void *)cuCtxSynchronize;
+    else if (!strcmp(symbol, "cuMemAlloc")) f = (void *)cuMemAlloc_v2;
+    else if (!strcmp(symbol, "cuGetProcAddress")) f = (void *)cuGetProcAddress_v2;
+    if (status) *status = f ? 0 : 1;
+    *pfn = f;
+    return f ? 0 : 500 /* CUDA_ERROR_NOT_FOUND */;
+}
+
+void double_counts(int out[8]) { memcpy(out, counts, sizeof counts); }
