@@ -9,6 +9,9 @@
  *   clock_gettime  clock_gettime(CLOCK_MONOTONIC)
  *   open_close     open("/dev/null", O_RDONLY) + close()
  *   ioctl          ioctl(FIONREAD) on a pipe (created once per thread)
+ *   cuda           cudaStreamQuery(0) of the real CUDA runtime named by $CALLS_CUDART
+ *                  (dlopened RTLD_GLOBAL; the function is looked up with RTLD_DEFAULT, so a
+ *                  preloaded interposer's definition wins, as for a program linked to it)
  *
  * Each thread sets up, warms up (N/10 calls, at most 100000), waits on a
  * barrier so that all threads run their measured loop together, then runs N
@@ -29,6 +32,7 @@
  * program calls the plain symbols read/write/open/close/ioctl/clock_gettime.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -41,7 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum op { OP_READ, OP_WRITE_NULL, OP_CLOCK, OP_OPEN_CLOSE, OP_IOCTL };
+enum op { OP_READ, OP_WRITE_NULL, OP_CLOCK, OP_OPEN_CLOSE, OP_IOCTL, OP_CUDA };
 
 static const struct { const char *name; enum op op; } ops[] = {
     {"read", OP_READ},
@@ -49,7 +53,10 @@ static const struct { const char *name; enum op op; } ops[] = {
     {"clock_gettime", OP_CLOCK},
     {"open_close", OP_OPEN_CLOSE},
     {"ioctl", OP_IOCTL},
+    {"cuda", OP_CUDA},
 };
+
+static int (*g_stream_query)(void *);
 
 static enum op g_op;
 static long g_n;
@@ -114,6 +121,12 @@ static int run_batch(struct worker *w, long n, int fd, int pipe_rd)
             sink += (uint64_t)avail;
         }
         break;
+    case OP_CUDA:
+        /* Without a GPU driver the real runtime fails fast (cudaErrorInsufficientDriver):
+         * what is measured is the cost of the call path and of the hook around it. */
+        for (long i = 0; i < n; i++)
+            sink += (uint64_t)g_stream_query(0);
+        break;
     }
     (void)sink;
     return 0;
@@ -153,7 +166,7 @@ static void *worker_main(void *arg)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: calls OP N THREADS\n  OP: read write_null clock_gettime open_close ioctl\n");
+    fprintf(stderr, "usage: calls OP N THREADS\n  OP: read write_null clock_gettime open_close ioctl cuda\n");
     exit(2);
 }
 
@@ -165,6 +178,16 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], ops[i].name) == 0) break;
     if (i == sizeof ops / sizeof ops[0]) { fprintf(stderr, "calls: unknown OP '%s'\n", argv[1]); usage(); }
     g_op = ops[i].op;
+    if (g_op == OP_CUDA) {
+        const char *lib = getenv("CALLS_CUDART");
+        if (!lib || !dlopen(lib, RTLD_NOW | RTLD_GLOBAL)) {
+            fprintf(stderr, "calls: cannot load the CUDA runtime ($CALLS_CUDART=%s): %s\n",
+                    lib ? lib : "(unset)", dlerror());
+            return 1;
+        }
+        g_stream_query = (int (*)(void *))dlsym(RTLD_DEFAULT, "cudaStreamQuery");
+        if (!g_stream_query) { fprintf(stderr, "calls: no cudaStreamQuery\n"); return 1; }
+    }
     char *end;
     g_n = strtol(argv[2], &end, 10);
     if (*end || g_n < 1) { fprintf(stderr, "calls: bad N '%s'\n", argv[2]); usage(); }

@@ -14,7 +14,7 @@ Throughput mode (--throughput): write_null with --tp-threads threads at
 increasing N under mlprof-collect; reports recorded events/s, dropped
 records, collector CPU time and bytes per event.
 
-    python3 bench/run.py [--rounds 5] [--n 2000000] [--ops read,clock_gettime,open_close,ioctl]
+    python3 bench/run.py [--rounds 5] [--n 2000000] [--ops read,clock_gettime,open_close,ioctl,cuda]
                          [--threads 1,2] [--out FILE.md] [--throughput]
 
 See bench/README.md.
@@ -37,7 +37,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
-ALL_OPS = ["read", "write_null", "clock_gettime", "open_close", "ioctl"]
+ALL_OPS = ["read", "write_null", "clock_gettime", "open_close", "ioctl", "cuda"]
 ALL_VARIANTS = ["bare", "shim", "mlprof", "strace"]
 # libc functions each OP calls in its loop (per iteration), as named in
 # `mlprof summary --json` "calls".
@@ -47,7 +47,10 @@ OP_FUNCS = {
     "clock_gettime": ["clock_gettime"],
     "open_close": ["open", "close"],
     "ioctl": ["ioctl"],
+    "cuda": ["cudaStreamQuery"],
 }
+# Ops the counting shim does not intercept (its row then measures the bare call).
+SHIM_BLIND = {"cuda"}
 
 
 class BenchError(Exception):
@@ -189,7 +192,7 @@ def build(build_dir):
     shim = os.path.join(build_dir, "libshim.so")
     cmds = [
         ["gcc", "-O2", "-Wall", "-U_FORTIFY_SOURCE", "-pthread", "-o", calls,
-         os.path.join(HERE, "calls.c")],
+         os.path.join(HERE, "calls.c"), "-ldl"],
         ["gcc", "-O2", "-Wall", "-shared", "-fPIC", "-pthread", "-o", shim,
          os.path.join(HERE, "shim.c"), "-ldl"],
     ]
@@ -284,6 +287,8 @@ def latency(args, calls, shim, ml, strace_off, report):
         # Sanity: the shim really intercepts (one small run per op, untimed).
         if "shim" in variants:
             for op in ops:
+                if op in SHIM_BLIND:
+                    continue
                 n = 1000
                 r = run_cmd([calls, op, str(n), "1"], {"LD_PRELOAD": shim, "SHIM_REPORT": "1"}, echo=False)
                 got = parse_kv(r["stderr"].replace("shim: ", "")).get("calls")
@@ -507,6 +512,16 @@ def throughput(args, calls, ml, report):
 
 # ---------------------------------------------------------------- main
 
+def find_cudart():
+    """The CUDA runtime from the NVIDIA wheels in the test Python environment, if any."""
+    venv = os.environ.get("MLPROF_VENV", os.path.expanduser("~/.cache/mlprof-venv"))
+    for root, _dirs, files in os.walk(os.path.join(venv, "lib")):
+        for name in ("libcudart.so.13", "libcudart.so.12"):
+            if name in files:
+                return os.path.join(root, name)
+    return None
+
+
 def csv_list(s, cast=str):
     return [cast(x.strip()) for x in s.split(",") if x.strip()]
 
@@ -542,6 +557,13 @@ def main():
     for o in args.ops:
         if o not in ALL_OPS:
             ap.error(f"unknown op {o!r}; choose from {','.join(ALL_OPS)}")
+    if "cuda" in args.ops and not os.environ.get("CALLS_CUDART"):
+        found = find_cudart()
+        if found:
+            os.environ["CALLS_CUDART"] = found
+        else:
+            log("op cuda skipped: no libcudart.so.12/13 found (set CALLS_CUDART)")
+            args.ops.remove("cuda")
     for v in args.variants:
         if v not in ALL_VARIANTS:
             ap.error(f"unknown variant {v!r}; choose from {','.join(ALL_VARIANTS)}")

@@ -19,6 +19,12 @@ for f in ../run.bin ../target/*.bin seeds/*.mlrun; do
     fi
 done
 targets=(runfile ring)
+# Inputs that once crashed or hung a target are replayed first, as part of its corpus.
+for target in "${targets[@]}"; do
+    if [ -d "regressions/$target" ]; then
+        cp regressions/"$target"/* "corpus/$target/" 2>/dev/null || true
+    fi
+done
 cargo fuzz build --release
 for target in "${targets[@]}"; do
     echo "== fuzz target $target: ${seconds} s"

@@ -12,4 +12,8 @@ if ! "$python" -c 'import torch, torchvision, PIL' >/dev/null 2>&1; then
     python3 -m venv "$venv"
     "$python" -m pip install --quiet --disable-pip-version-check torch torchvision pillow numpy >&2
 fi
+# Intel's ittapi package (ITT tasks from Python), added after the environment's first version.
+if ! "$python" -c 'import ittapi' >/dev/null 2>&1; then
+    "$python" -m pip install --quiet --disable-pip-version-check ittapi >&2
+fi
 echo "$python"

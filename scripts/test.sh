@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, the release build, unit tests and the integration
-# tests (real C programs and Python/PyTorch workloads under the real libmlprof.so).
+# The whole test suite: formatting, lints, the release build, unit tests, the integration
+# tests (real C programs, the CUDA runtime and NCCL wheels, Python/PyTorch workloads under the
+# real libmlprof.so) and a bounded fuzzing run of the run-file reader and the ring consumer.
+#   MLPROF_FUZZ_SECONDS  seconds per fuzz target (default 30; fuzz/run.sh 600 for a long run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MLPROF_TEST_PYTHON="${MLPROF_TEST_PYTHON:-$(scripts/python-env.sh)}"
@@ -8,4 +10,12 @@ export MLPROF_TEST_PYTHON
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 cargo build --release
-cargo test --workspace --release
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --release 2>&1 | tee "$log"
+if ! command -v cargo-fuzz >/dev/null 2>&1; then
+    cargo install --quiet --locked cargo-fuzz
+fi
+fuzz/run.sh "${MLPROF_FUZZ_SECONDS:-30}"
+# One line with the totals of every test binary (cargo prints one result line per binary).
+awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

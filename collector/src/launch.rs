@@ -59,7 +59,14 @@ pub fn setid_warning(program: &str) -> Option<String> {
     })
 }
 
-pub fn spawn(command: &[String], preload: &Path, shm_name: &str, session: &str) -> Result<Child, String> {
+/// `extra_env`: more variables for the child (`--torch`'s `PYTHONPATH`).
+pub fn spawn(
+    command: &[String],
+    preload: &Path,
+    shm_name: &str,
+    session: &str,
+    extra_env: &[(&str, std::ffi::OsString)],
+) -> Result<Child, String> {
     if let Some(warning) = setid_warning(&command[0]) {
         eprintln!("{warning}");
     }
@@ -82,6 +89,9 @@ pub fn spawn(command: &[String], preload: &Path, shm_name: &str, session: &str) 
         _ => {}
     }
     cmd.env("INTEL_LIBITTNOTIFY64", preload_os);
+    for (name, value) in extra_env {
+        cmd.env(name, value);
+    }
     // The child should not inherit our ignored SIGINT disposition: restore defaults.
     // Safety: only async-signal-safe calls between fork and exec.
     unsafe {

@@ -6,6 +6,7 @@ mod energy;
 mod launch;
 mod segment;
 mod timebase;
+mod torch_hook;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -70,6 +71,11 @@ struct Args {
     /// Record no energy, power or utilization samples.
     #[arg(long)]
     no_energy: bool,
+    /// PyTorch without code change: Python processes emit PyTorch's per-op ITT ranges,
+    /// training phases (forward, backward, optimizer.step, torch.save/load) and DataLoader and
+    /// transform spans, through a start-up hook put first on PYTHONPATH (see README).
+    #[arg(long)]
+    torch: bool,
     /// Print nothing but errors.
     #[arg(long, short)]
     quiet: bool,
@@ -95,6 +101,11 @@ fn run(args: Args) -> Result<ExitCode, String> {
         return Err("--lanes must be 1..=65536 and --lane-records a power of two in 64..=16777216".into());
     }
     let launching = !args.command.is_empty();
+    if args.torch && !launching {
+        return Err("--torch needs a command to launch (in attach mode, start the Python programs yourself \
+                    with the hook directory of a launcher run on PYTHONPATH, or use the launcher)"
+            .into());
+    }
     let session = args
         .session
         .clone()
@@ -148,7 +159,10 @@ fn run(args: Args) -> Result<ExitCode, String> {
     let started = Instant::now();
 
     let exit_code = if let Some(preload) = preload {
-        let mut child = launch::spawn(&args.command, &preload, &shm_name, &session)?;
+        let torch_hook = if args.torch { Some(torch_hook::TorchHook::create()?) } else { None };
+        let extra_env: Vec<(&str, std::ffi::OsString)> =
+            torch_hook.iter().map(|hook| ("PYTHONPATH", hook.python_path())).collect();
+        let mut child = launch::spawn(&args.command, &preload, &shm_name, &session, &extra_env)?;
         let child_pid = child.id();
         let status = loop {
             let taken = drain(&mut drainer, &mut sampler)?;
@@ -164,6 +178,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
             let taken = drain(&mut drainer, &mut sampler)?;
             pause(taken);
         }
+        drop(torch_hook);
         let (code, signal) = launch::describe(status);
         drainer.record_exit(child_pid, code, signal).map_err(|e| e.to_string())?;
         code.map(|c| c as u8).unwrap_or_else(|| 128u8.wrapping_add(signal.unwrap_or(0) as u8))

@@ -5,6 +5,8 @@
 pub enum ReadBy {
     Preload,
     Collector,
+    /// The Python start-up hook that `mlprof-collect --torch` installs.
+    TorchHook,
 }
 
 pub struct EnvOption {
@@ -15,6 +17,12 @@ pub struct EnvOption {
 }
 
 pub const ENV_OPTIONS: &[EnvOption] = &[
+    EnvOption {
+        name: "MLPROF_TORCH_OPS",
+        read_by: ReadBy::TorchHook,
+        default: "1",
+        meaning: "0: under --torch, keep the phase and DataLoader spans but not PyTorch's per-op ITT ranges",
+    },
     EnvOption {
         name: "MLPROF_SHM",
         read_by: ReadBy::Preload,
@@ -38,6 +46,12 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         read_by: ReadBy::Preload,
         default: "64",
         meaning: "aggregate mode times one clock read in N (rounded to a power of two; 1 = every call); counts are always exact",
+    },
+    EnvOption {
+        name: "MLPROF_ITT_CHAIN",
+        read_by: ReadBy::Preload,
+        default: "(set by the launcher)",
+        meaning: "an ITT collector (VTune's) to forward every ITT call to; the launcher moves a user's INTEL_LIBITTNOTIFY64 here",
     },
     EnvOption {
         name: "MLPROF_QUIET",
@@ -78,6 +92,7 @@ pub fn render() -> String {
         let who = match option.read_by {
             ReadBy::Preload => "libmlprof.so",
             ReadBy::Collector => "mlprof-collect",
+            ReadBy::TorchHook => "--torch hook",
         };
         out.push_str(&format!(
             "  {:<15} [{who}, default {}]\n      {}\n",

@@ -24,7 +24,7 @@ use crate::record::{Event, MAX_STRING_BYTES, RECORD_BYTES, string_payload_slots}
 
 pub const RING_MAGIC: [u8; 8] = *b"MLPRING\0";
 /// Bumped on any change of the layout below; producers refuse a ring of another version.
-pub const RING_ABI_VERSION: u32 = 1;
+pub const RING_ABI_VERSION: u32 = 2;
 
 pub const HEADER_BYTES: usize = 4096;
 
@@ -106,7 +106,9 @@ pub struct Lane {
     pub tid: AtomicU32,
     /// Incremented on every claim, so the consumer tells successive owners apart.
     pub generation: AtomicU32,
-    pub _pad0: [u8; 112],
+    /// The effective uid of the claiming process (checked against /proc while it lives).
+    pub uid: AtomicU32,
+    pub _pad0: [u8; 108],
     // Line 1: producer-owned.
     pub head: AtomicU64,
     /// The producer's last view of `tail` (saves a shared-line read per record).
@@ -286,7 +288,7 @@ impl RingView {
 
     /// Claims a free lane for thread `tid` of process `pid`, starting the search at a hash of the
     /// tid. `None` when every lane is taken (the record is then counted in `no_lane_drops`).
-    pub fn claim(&self, pid: u32, tid: u32) -> Option<u32> {
+    pub fn claim(&self, pid: u32, tid: u32, uid: u32) -> Option<u32> {
         let count = self.geometry.lane_count;
         let start = tid.wrapping_mul(2_654_435_761) % count;
         for step in 0..count {
@@ -300,6 +302,7 @@ impl RingView {
             {
                 lane.pid.store(pid, Ordering::Relaxed);
                 lane.tid.store(tid, Ordering::Relaxed);
+                lane.uid.store(uid, Ordering::Relaxed);
                 lane.generation.fetch_add(1, Ordering::Relaxed);
                 lane.state.store(LANE_ACTIVE, Ordering::Release);
                 return Some(index);
@@ -380,8 +383,13 @@ impl RingView {
 
     /// Counts a record its producer had to give up (e.g. its string did not fit).
     pub fn count_drop(&self, index: u32) {
+        self.count_drops(index, 1);
+    }
+
+    /// Counts `n` records the lane's owner could not write.
+    pub fn count_drops(&self, index: u32, n: u64) {
         if let Some(lane) = self.lane(index) {
-            bump(&lane.dropped);
+            lane.dropped.store(lane.dropped.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
         }
     }
 
@@ -393,6 +401,12 @@ impl RingView {
     }
 
     // ---- consumer side ----------------------------------------------------------------------
+
+    /// The address and length of lane `index`'s slot array (for the collector to pre-fault it).
+    pub fn lane_slots(&self, index: u32) -> Option<(*mut u8, usize)> {
+        (index < self.geometry.lane_count)
+            .then(|| (self.slot(index, 0), self.geometry.lane_slots_bytes() as usize))
+    }
 
     /// Copies the record at `position` of lane `index` (volatile: another process may be
     /// writing the neighbouring slots).
@@ -417,7 +431,7 @@ impl RingView {
         if index >= self.geometry.lane_count || to <= from {
             return;
         }
-        let to = to.min(from + capacity);
+        let to = to.min(from.saturating_add(capacity));
         let mut position = from;
         while position < to {
             let within = position & (capacity - 1);
@@ -452,7 +466,56 @@ impl RingView {
         }
         lane.pid.store(0, Ordering::Relaxed);
         lane.tid.store(0, Ordering::Relaxed);
+        lane.uid.store(0, Ordering::Relaxed);
         lane.state.store(LANE_FREE, Ordering::Release);
+    }
+}
+
+/// One item of a lane's records as the consumer reads them: an event or control record, or a
+/// string definition with its payload (which spans the following slots).
+#[derive(Debug, PartialEq, Eq)]
+pub enum LaneItem<'a> {
+    Record(Event),
+    String { id: u64, bytes: &'a [u8] },
+}
+
+/// Splits records copied out of a lane ([`RingView::copy_out`]) into items. A string whose
+/// payload is not all there (a garbage length) ends the iteration: [`LaneItems::consumed`]
+/// then says how many records to advance the tail by. Never reads outside `records`.
+pub struct LaneItems<'a> {
+    records: &'a [Event],
+    at: usize,
+}
+
+impl<'a> LaneItems<'a> {
+    pub fn new(records: &'a [Event]) -> LaneItems<'a> {
+        LaneItems { records, at: 0 }
+    }
+
+    /// Records consumed so far (all of them once the iteration ended).
+    pub fn consumed(&self) -> usize {
+        self.at
+    }
+}
+
+impl<'a> Iterator for LaneItems<'a> {
+    type Item = LaneItem<'a>;
+
+    fn next(&mut self) -> Option<LaneItem<'a>> {
+        let event = *self.records.get(self.at)?;
+        self.at += 1;
+        if event.kind != crate::record::KIND_STRING_DEF {
+            return Some(LaneItem::Record(event));
+        }
+        let len = (event.arg2 as usize).min(MAX_STRING_BYTES);
+        let slots = string_payload_slots(len);
+        let Some(payload) = self.records.get(self.at..self.at + slots) else {
+            self.at = self.records.len();
+            return None;
+        };
+        self.at += slots;
+        let bytes = zerocopy::IntoBytes::as_bytes(payload);
+        Some(LaneItem::String { id: event.arg, bytes: &bytes[..len] })
     }
 }
 
@@ -556,7 +619,7 @@ mod tests {
         let geometry = RingGeometry { lane_count: 2, lane_capacity: 64 };
         let mapping = Mapping::new(geometry);
         let view = mapping.view(geometry);
-        let lane = view.claim(1, 7).unwrap();
+        let lane = view.claim(1, 7, 0).unwrap();
         let mut next = 0;
         let mut seq = 0;
         // Many laps around a 64-slot lane.
@@ -593,19 +656,19 @@ mod tests {
         let geometry = RingGeometry { lane_count: 3, lane_capacity: 64 };
         let mapping = Mapping::new(geometry);
         let view = mapping.view(geometry);
-        let claimed: Vec<u32> = (0..3).map(|t| view.claim(1, t).unwrap()).collect();
+        let claimed: Vec<u32> = (0..3).map(|t| view.claim(1, t, 0).unwrap()).collect();
         let mut sorted = claimed.clone();
         sorted.sort();
         sorted.dedup();
         assert_eq!(sorted.len(), 3);
-        assert_eq!(view.claim(1, 99), None);
+        assert_eq!(view.claim(1, 99, 0), None);
         assert_eq!(view.header().no_lane_drops.load(Ordering::Relaxed), 1);
         view.retire(claimed[1], 1, 5); // not the owner: no effect
         assert_eq!(view.lane(claimed[1]).unwrap().state.load(Ordering::Relaxed), LANE_ACTIVE);
         view.retire(claimed[1], 1, 1);
         assert_eq!(view.lane(claimed[1]).unwrap().state.load(Ordering::Relaxed), LANE_RETIRED);
         view.free(claimed[1]);
-        assert_eq!(view.claim(2, 42), Some(claimed[1]));
+        assert_eq!(view.claim(2, 42, 0), Some(claimed[1]));
         assert_eq!(view.lane(claimed[1]).unwrap().generation.load(Ordering::Relaxed), 2);
     }
 
@@ -621,7 +684,7 @@ mod tests {
                 let view = mapping.view(geometry);
                 let done = &done;
                 scope.spawn(move || {
-                    let lane = view.claim(1, tid).unwrap();
+                    let lane = view.claim(1, tid, 0).unwrap();
                     let mut seq = 0;
                     for _ in 0..per_producer {
                         // Sequence numbers only advance when accepted, so the consumer can
@@ -659,6 +722,23 @@ mod tests {
             }
         }
         assert_eq!(total_received + total_dropped, producers as u64 * per_producer);
+    }
+
+    #[test]
+    fn lane_items_split_strings_and_stop_at_a_truncated_one() {
+        let mut records = vec![Event { kind: 20, arg: 1, ..Event::default() }];
+        records.push(Event { kind: crate::record::KIND_STRING_DEF, arg: 9, arg2: 70, ..Event::default() });
+        let mut payload = [Event::default(); 2];
+        zerocopy::IntoBytes::as_mut_bytes(&mut payload[..]).fill(b'a');
+        records.extend_from_slice(&payload);
+        records.push(Event { kind: 21, ..Event::default() });
+        records.push(Event { kind: crate::record::KIND_STRING_DEF, arg: 5, arg2: 4000, ..Event::default() });
+        let mut items = LaneItems::new(&records);
+        assert!(matches!(items.next(), Some(LaneItem::Record(e)) if e.arg == 1));
+        assert!(matches!(items.next(), Some(LaneItem::String { id: 9, bytes }) if bytes.len() == 70));
+        assert!(matches!(items.next(), Some(LaneItem::Record(e)) if e.kind == 21));
+        assert_eq!(items.next(), None);
+        assert_eq!(items.consumed(), records.len());
     }
 
     #[test]

@@ -9,19 +9,17 @@
 //!    `count_drop`, `aggregate_slot`) must stay inside the mapping (AddressSanitizer checks).
 //!
 //! The consumer logic is duplicated from the collector because it lives in the collector
-//! binary, not in `mlprof-format`; see RELIABILITY.md for the proposed move.
+//! binary; the parts that touch the shared memory (`copy_out`, `LaneItems`) are shared.
 #![no_main]
 
 use std::sync::atomic::Ordering;
 
 use libfuzzer_sys::fuzz_target;
-use mlprof_format::record::{
-    CONTROL_KIND_BASE, Event, KIND_STRING_DEF, MAX_STRING_BYTES, string_payload_slots,
-};
+use mlprof_format::record::{CONTROL_KIND_BASE, Event, KIND_STRING_DEF};
 use mlprof_format::ring::{
-    CLOCK_MONOTONIC, HEADER_BYTES, LANE_ACTIVE, LANE_RETIRED, RingGeometry, RingView, validate_header,
+    CLOCK_MONOTONIC, HEADER_BYTES, LANE_ACTIVE, LANE_RETIRED, LaneItem, LaneItems, RingGeometry, RingView,
+    validate_header,
 };
-use zerocopy::FromBytes;
 
 const GEOMETRY: RingGeometry = RingGeometry { lane_count: 4, lane_capacity: 64 };
 
@@ -64,8 +62,9 @@ fn scribble(dst: &mut [u8], region: std::ops::Range<usize>, offset: usize, src: 
     }
 }
 
-/// The collector's consumer pass over one lane (drain.rs `drain_lane`), returning the number of
-/// records taken.  Must never panic or read outside the lane, whatever the lane holds.
+/// The collector's consumer pass over one lane (collector/src/drain.rs `drain_lane`, which uses
+/// the same `RingView::copy_out` and `LaneItems`), returning the number of records taken. Must
+/// never panic, hang or read outside the lane, whatever the lane holds.
 fn drain_lane(view: &RingView, index: u32) -> u64 {
     let capacity = view.geometry().lane_capacity as u64;
     let Some(lane) = view.lane(index) else { return 0 };
@@ -78,38 +77,24 @@ fn drain_lane(view: &RingView, index: u32) -> u64 {
         lane.tail.store(head, Ordering::Release);
         return 0;
     }
-    let mut position = tail;
+    let mut records = Vec::new();
+    view.copy_out(index, tail, head, &mut records);
+    assert!(records.len() as u64 <= capacity, "copied more records than a lane holds");
+    let mut items = LaneItems::new(&records);
     let mut strings = 0usize;
-    while position < head {
-        let slot = view.read_slot(index, position);
-        let Ok(event) = Event::read_from_bytes(&slot) else { break };
-        position += 1;
-        match event.kind {
-            KIND_STRING_DEF => {
-                let len = (event.arg2 as usize).min(MAX_STRING_BYTES);
-                let slots = string_payload_slots(len) as u64;
-                if position + slots > head {
-                    position = head;
-                    break;
-                }
-                let mut bytes = Vec::with_capacity(slots as usize * 64);
-                for i in 0..slots {
-                    bytes.extend_from_slice(&view.read_slot(index, position + i));
-                }
-                bytes.truncate(len);
-                strings += bytes.len();
-                position += slots;
-            }
-            kind if kind >= CONTROL_KIND_BASE => {}
-            _ => {
+    for item in items.by_ref() {
+        match item {
+            LaneItem::String { bytes, .. } => strings += bytes.len(),
+            LaneItem::Record(event) => {
+                let _ = event.kind >= CONTROL_KIND_BASE;
                 let _ = event.start.saturating_add(event.dur);
             }
         }
     }
     assert!(strings <= (capacity as usize) * 64, "string bytes beyond the lane");
-    let taken = position - tail;
+    let taken = items.consumed() as u64;
     assert!(taken <= capacity, "took more records than a lane holds");
-    lane.tail.store(position, Ordering::Release);
+    lane.tail.store(tail.wrapping_add(taken), Ordering::Release);
     taken
 }
 
@@ -169,7 +154,7 @@ fuzz_target!(|data: &[u8]| {
 
     // 3. Producer operations on whatever the lanes now hold.
     let tid = u32::from_le_bytes([ctl[0], ctl[1], ctl[2], ctl[3]]);
-    if let Some(index) = view.claim(1, tid) {
+    if let Some(index) = view.claim(1, tid, 0) {
         let event = Event { kind: 20, tid, ..Event::default() };
         for _ in 0..70 {
             view.push(index, &event);

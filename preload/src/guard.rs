@@ -23,6 +23,13 @@ pub struct ThreadState {
     pub device: Cell<i32>,
     /// Depth of recorded CUDA runtime calls in progress (driver calls inside are nested).
     pub gpu_depth: Cell<u32>,
+    /// Set (with `in_hook`) around our own cold paths that may call hooked functions (joining,
+    /// claiming a lane, naming a kernel, ITT stamping): calls made there are ours, not lost.
+    pub internal: Cell<bool>,
+    /// Calls a signal handler made while this thread was writing a record: they cannot be
+    /// recorded (the lane has one writer), so they are counted as dropped. Atomic because the
+    /// handler and the interrupted code share it.
+    pub nested: core::sync::atomic::AtomicU32,
 }
 
 thread_local! {
@@ -36,12 +43,16 @@ thread_local! {
             no_lane_skips: Cell::new(0),
             device: Cell::new(0),
             gpu_depth: Cell::new(0),
+            internal: Cell::new(false),
+            nested: core::sync::atomic::AtomicU32::new(0),
         }
     };
 }
 
-/// Runs `f` with the guard held unless it is held already (then returns `None` and the caller
-/// passes the call through). TLS that is already torn down (thread exit) also passes through.
+/// Runs one of our cold paths (joining, fork and exit bookkeeping) with the guard held and
+/// marked internal, unless the guard is held already (then returns `None`). Calls it makes into
+/// hooked functions (std's `OwnedFd` closes through libc, for one) pass through unrecorded.
+/// TLS that is already torn down (thread exit) also passes through.
 #[inline(always)]
 pub fn with_guard<R>(f: impl FnOnce(&ThreadState) -> R) -> Option<R> {
     THREAD
@@ -49,10 +60,7 @@ pub fn with_guard<R>(f: impl FnOnce(&ThreadState) -> R) -> Option<R> {
             if state.in_hook.get() {
                 return None;
             }
-            state.in_hook.set(true);
-            let result = f(state);
-            state.in_hook.set(false);
-            Some(result)
+            Some(state.internal(|| f(state)))
         })
         .ok()
         .flatten()
@@ -69,4 +77,36 @@ pub fn errno() -> i32 {
 pub fn set_errno(value: i32) {
     // Safety: as in `errno`.
     unsafe { *libc::__errno_location() = value }
+}
+
+impl ThreadState {
+    /// A hooked call found the guard held: ours (pass through silently), or a signal handler's
+    /// that interrupted our bookkeeping (count it, to be added to the lane's drops).
+    #[cold]
+    pub fn reentered(&self) {
+        if !self.internal.get() {
+            self.nested.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Runs one of our own cold paths with the guard held and marked internal.
+    pub fn internal<R>(&self, f: impl FnOnce() -> R) -> R {
+        let (was_in_hook, was_internal) = (self.in_hook.get(), self.internal.get());
+        self.in_hook.set(true);
+        self.internal.set(true);
+        let result = f();
+        self.internal.set(was_internal);
+        self.in_hook.set(was_in_hook);
+        result
+    }
+
+    /// Takes the calls counted by `reentered` (the caller adds them to its lane's drops).
+    #[inline(always)]
+    pub fn take_nested(&self) -> u32 {
+        let n = self.nested.load(core::sync::atomic::Ordering::Relaxed);
+        if n != 0 {
+            self.nested.fetch_sub(n, core::sync::atomic::Ordering::Relaxed);
+        }
+        n
+    }
 }

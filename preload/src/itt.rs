@@ -326,15 +326,15 @@ pub fn frame_end() {
     });
 }
 
-/// A marker, pause or resume: an instant.
-pub fn instant(func: Func, domain: *const IttDomain, name: *const IttStringHandle) {
+/// A marker, pause or resume: an instant (`id`: the marker's `__itt_id.d1`).
+pub fn instant(func: Func, domain: *const IttDomain, name: *const IttStringHandle, id: u64) {
     let (domain_id, domain_name, own) = domain_identity(domain);
     if own {
         return;
     }
     let (name_id, name_bytes) = handle_identity(name);
     let now = crate::clock::now();
-    let task = OpenTask { start: now, name: name_id, domain: domain_id, ..OpenTask::default() };
+    let task = OpenTask { start: now, name: name_id, domain: domain_id, id, ..OpenTask::default() };
     write_span(func, task, now, 0, &[(domain_id, domain_name), (name_id, name_bytes)]);
 }
 

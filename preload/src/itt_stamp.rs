@@ -87,18 +87,20 @@ pub fn init() {
     }
 }
 
-/// Opens the ITT task for a call of `func`; returns whether one was opened.
+/// Whether stamping is on (a collector other than mlprof alone is bound).
 #[inline(always)]
+pub fn enabled() -> bool {
+    TASK_BEGIN.load(Ordering::Relaxed) != 0
+}
+
+/// Opens the ITT task for a call of `func`; returns whether one was opened. Callers check
+/// [`enabled`] first and hold the guard (as internal).
+#[cold]
 pub fn begin(func: Func) -> bool {
     let begin = TASK_BEGIN.load(Ordering::Relaxed);
     if begin == 0 {
         return false;
     }
-    stamp_begin(begin, func)
-}
-
-#[cold]
-fn stamp_begin(begin: usize, func: Func) -> bool {
     let handle = HANDLES.get(func as usize).map_or(core::ptr::null_mut(), |h| h.load(Ordering::Relaxed));
     let null = ittapi_sys::__itt_id { d1: 0, d2: 0, d3: 0 };
     // Safety: `begin` is the bound collector's __itt_task_begin; the domain and handle were
@@ -107,15 +109,9 @@ fn stamp_begin(begin: usize, func: Func) -> bool {
     true
 }
 
-#[inline(always)]
-pub fn end(opened: bool) {
-    if opened {
-        stamp_end();
-    }
-}
-
+/// Closes the task [`begin`] opened.
 #[cold]
-fn stamp_end() {
+pub fn end() {
     let end = TASK_END.load(Ordering::Relaxed);
     if end != 0 {
         // Safety: as in `stamp_begin`.

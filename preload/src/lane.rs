@@ -23,6 +23,10 @@ pub fn lane_of(ring: &RingView, thread: &ThreadState, pid: u32) -> Option<u32> {
 
 #[cold]
 fn claim(ring: &RingView, thread: &ThreadState, pid: u32) -> Option<u32> {
+    thread.internal(|| claim_lane(ring, thread, pid))
+}
+
+fn claim_lane(ring: &RingView, thread: &ThreadState, pid: u32) -> Option<u32> {
     if thread.lane_pid.get() != pid {
         // A new thread, or the first record of a fork child: a new identity.
         thread.lane.set(0);
@@ -34,7 +38,7 @@ fn claim(ring: &RingView, thread: &ThreadState, pid: u32) -> Option<u32> {
         ring.count_no_lane_drop();
         return None;
     }
-    match ring.claim(pid, thread.tid.get()) {
+    match ring.claim(pid, thread.tid.get(), crate::session::uid()) {
         Some(index) => {
             thread.lane.set(index + 1);
             crate::session::remember_lane_for_thread_exit(index);

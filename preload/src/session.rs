@@ -28,6 +28,12 @@ static STATE: AtomicU8 = AtomicU8::new(UNJOINED);
 static RING: OnceLock<RingView> = OnceLock::new();
 /// This process's pid, refreshed in fork children.
 static PID: AtomicU32 = AtomicU32::new(0);
+/// The effective uid the process joined with (written into each lane it claims).
+static UID: AtomicU32 = AtomicU32::new(0);
+
+pub fn uid() -> u32 {
+    UID.load(Ordering::Relaxed)
+}
 static CLOCK_EVENTS: AtomicBool = AtomicBool::new(false);
 /// Clock reads whose count has these bits clear are timed (every 64th by default).
 static TIMING_MASK: AtomicU64 = AtomicU64::new(63);
@@ -35,10 +41,12 @@ static TIMING_MASK: AtomicU64 = AtomicU64::new(63);
 static LANE_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 
 pub fn init_from_constructor() {
-    guard::with_guard(|_| {
-        if join() {
-            crate::itt_stamp::init();
-        }
+    guard::with_guard(|state| {
+        state.internal(|| {
+            if join() {
+                crate::itt_stamp::init();
+            }
+        })
     });
 }
 
@@ -74,6 +82,7 @@ fn join() -> bool {
 
 fn try_join() -> bool {
     let uid = sys::geteuid();
+    UID.store(uid, Ordering::Relaxed);
     let config = Config::from_env(uid);
     if config.disabled {
         return false;
@@ -284,23 +293,17 @@ impl Span {
         // Safety: the thread-local outlives this call on this thread.
         let state = unsafe { &*thread };
         if state.in_hook.get() {
+            state.reentered();
             return None;
         }
-        if STATE.load(Ordering::Acquire) != ACTIVE {
-            state.in_hook.set(true);
-            let active = is_active();
-            state.in_hook.set(false);
-            if !active {
-                return None;
-            }
+        if STATE.load(Ordering::Acquire) != ACTIVE && !state.internal(is_active) {
+            return None;
         }
         if state.vfork_pending.get() && !vfork_parent_resumed(state) {
             return None;
         }
         // Our ITT calls (and whatever a chained collector does in them) are not recorded.
-        state.in_hook.set(true);
-        let stamped = crate::itt_stamp::begin(func);
-        state.in_hook.set(false);
+        let stamped = crate::itt_stamp::enabled() && state.internal(|| crate::itt_stamp::begin(func));
         Some(Span { thread, start: clock::now(), stamped })
     }
 
@@ -313,9 +316,9 @@ impl Span {
         let errno = if failed { guard::errno() } else { 0 };
         // Safety: see `begin`.
         let state = unsafe { &*self.thread };
-        state.in_hook.set(true);
-        crate::itt_stamp::end(self.stamped);
-        state.in_hook.set(false);
+        if self.stamped {
+            state.internal(crate::itt_stamp::end);
+        }
         let Some(ring) = RING.get() else { return };
         let pid = PID.load(Ordering::Relaxed);
         state.in_hook.set(true);
@@ -330,6 +333,10 @@ impl Span {
                 event.flags |= FLAG_ERROR;
             }
             ring.push(lane, &event);
+            let nested = state.take_nested();
+            if nested != 0 {
+                ring.count_drops(lane, nested as u64);
+            }
         }
         state.in_hook.set(false);
         if failed {
@@ -350,9 +357,9 @@ impl Span {
         let end = clock::now();
         // Safety: see `begin`.
         let state = unsafe { &*self.thread };
-        state.in_hook.set(true);
-        crate::itt_stamp::end(self.stamped);
-        state.in_hook.set(false);
+        if self.stamped {
+            state.internal(crate::itt_stamp::end);
+        }
         let Some(ring) = RING.get() else { return };
         let pid = PID.load(Ordering::Relaxed);
         state.in_hook.set(true);
@@ -372,6 +379,10 @@ impl Span {
                 call.flags |= FLAG_NESTED;
             }
             ring.push(lane, &call.into_event());
+            let nested = state.take_nested();
+            if nested != 0 {
+                ring.count_drops(lane, nested as u64);
+            }
         }
         state.in_hook.set(false);
     }
@@ -387,9 +398,9 @@ impl Span {
         let state = unsafe { &*self.thread };
         let Some(ring) = RING.get() else { return };
         let pid = PID.load(Ordering::Relaxed);
-        state.in_hook.set(true);
         let mut name = [0u8; 1024];
-        let len = resolve(&mut name).min(name.len());
+        let len = state.internal(|| resolve(&mut name)).min(name.len());
+        state.in_hook.set(true);
         if len > 0
             && let Some(lane) = lane::lane_of(ring, state, pid)
         {
@@ -457,15 +468,11 @@ impl AggregateCall {
         // Safety: the thread-local outlives this call on this thread.
         let state = unsafe { &*thread };
         if state.in_hook.get() {
+            state.reentered();
             return None;
         }
-        if STATE.load(Ordering::Acquire) != ACTIVE {
-            state.in_hook.set(true);
-            let active = is_active();
-            state.in_hook.set(false);
-            if !active {
-                return None;
-            }
+        if STATE.load(Ordering::Acquire) != ACTIVE && !state.internal(is_active) {
+            return None;
         }
         if state.vfork_pending.get() && !vfork_parent_resumed(state) {
             return None;
@@ -520,6 +527,7 @@ pub fn with_lane(f: impl FnOnce(&RingView, u32, u32, &ThreadState)) -> bool {
     // Safety: the thread-local outlives this call on this thread.
     let state = unsafe { &*thread };
     if state.in_hook.get() {
+        state.reentered();
         return false;
     }
     state.in_hook.set(true);

@@ -272,12 +272,9 @@ fn eintr_reaches_the_program_and_the_record() {
 /// A SIGALRM every 20 us whose handler makes a hooked write() while the main thread writes in a
 /// loop: every write, the program's and the handler's, must be recorded or counted as dropped.
 ///
-/// KNOWN BUG (ignored until fixed in preload/): a handler call that lands while the interrupted
-/// hook holds its reentrancy flag (`in_hook`, set around `lane_of` + `push` in
-/// `Span::finish`) passes through unrecorded *and uncounted*: about 2-3 % of the handler's
-/// writes go missing with `dropped == 0`.  Run with `--ignored` to reproduce.
+/// A handler call that lands while the interrupted hook is writing its record cannot be
+/// recorded (the lane has a single writer); it must be counted in `dropped` instead.
 #[test]
-#[ignore = "known bug: hooked calls from signal handlers during the hook's own bookkeeping are lost uncounted"]
 fn signal_handler_calls_are_recorded_or_counted() {
     const N: u64 = 300_000;
     let dir = TempDir::new("signal-storm");
@@ -306,15 +303,10 @@ fn signal_handler_calls_are_recorded_or_counted() {
 /// collector for the CPU.  Every file must get exactly its 1000 opens, 5000 writes and 1000
 /// closes.
 ///
-/// KNOWN BUG (ignored until fixed): the collector writes each drain pass sorted by time, but a
-/// pass is not a consistent cut across lanes (a collector preempted in the middle of a pass
-/// takes later records of the lanes it reads last), and `mlprof summary`/`convert` rebuild the
-/// fd tables in file order.  Thread B's `open` that reused fd N can then come before thread
-/// A's last writes and `close` of fd N: those writes and the close are charged to B's file,
-/// and B's next writes to no file.  Per-process and per-call totals stay exact; only the
-/// `files` attribution is wrong (typically 1-10 writes per run here).
+/// Thread B's `open` that reuses fd N can reach the file before thread A's last writes and
+/// `close` of fd N (a drain pass is not a consistent cut across lanes); the tools attribute
+/// each call by time, so every write is still charged to the right file.
 #[test]
-#[ignore = "known bug: fd attribution follows file order, which is not causal across lanes"]
 fn fd_reuse_across_threads_is_attributed_exactly() {
     let dir = TempDir::new("fd-churn");
     let prog = compile("fdchurn", &dir);

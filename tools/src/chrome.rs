@@ -12,7 +12,7 @@ use mlprof_format::func::{Api, Class, Func};
 use mlprof_format::record::{Event, FLAG_NESTED, GpuCall, IttSpan, copy_direction_name};
 use mlprof_format::runfile::{AggregateSample, DropSample, Frame};
 
-use crate::run::{self, FdTables, RunMeta, bytes_moved, nccl_datatype_name, nccl_op_name};
+use crate::run::{self, RunMeta, bytes_moved, nccl_datatype_name, nccl_op_name};
 
 pub struct ConvertStats {
     pub events: u64,
@@ -162,14 +162,41 @@ impl<'m, W: Write> TraceWriter<'m, W> {
                 span.dur % 1000,
                 span.id,
                 span.depth
-            )
+            )?;
+            self.batch_flow(&span)
         } else {
             write!(
                 self.out,
-                "{{\"ph\":\"i\",\"s\":\"t\",\"name\":{name},\"cat\":{category},\"pid\":{},\"tid\":{},\"ts\":{us}.{frac:03},\"args\":{{\"domain\":{domain}}}}}",
-                span.pid, span.tid
+                "{{\"ph\":\"i\",\"s\":\"t\",\"name\":{name},\"cat\":{category},\"pid\":{},\"tid\":{},\"ts\":{us}.{frac:03},\"args\":{{\"domain\":{domain},\"id\":{}}}}}",
+                span.pid, span.tid, span.id
             )
         }
+    }
+
+    /// A DataLoader batch's flow arrow: it starts inside the end of the batch's `batch.fetch`
+    /// (in the worker) and ends bound to its `batch.wait` (in the main process); both carry
+    /// the main pid in `parent` and the batch id in `id`.
+    fn batch_flow(&mut self, span: &IttSpan) -> io::Result<()> {
+        use crate::pipeline::{DATA, FETCH, WAIT, flow_id};
+        if span.domain != DATA || (span.name != FETCH && span.name != WAIT) {
+            return Ok(());
+        }
+        let (phase, at, bind) = if span.name == FETCH {
+            ("s", span.start + span.dur.saturating_sub(1), "")
+        } else {
+            ("f", span.start + span.dur.min(1), ",\"bp\":\"e\"")
+        };
+        self.separator()?;
+        let (us, frac) = self.micros(at);
+        write!(
+            self.out,
+            "{{\"ph\":\"{phase}\",\"name\":\"batch\",\"cat\":\"mlprof.data.flow\",\"id\":{},\"pid\":{},\"tid\":{},\"ts\":{us}.{frac:03}{bind},\"args\":{{\"batch_id\":{},\"main_pid\":{}}}}}",
+            flow_id(span.parent, span.id),
+            span.pid,
+            span.tid,
+            span.id,
+            span.parent
+        )
     }
 
     /// Arguments of a CUDA/NCCL call (see `GpuCall` for the field meanings).
@@ -254,7 +281,6 @@ pub fn convert(input: &Path, output: &Path, progress: bool) -> Result<ConvertSta
     write_metadata(&mut trace, &meta).map_err(io_err)?;
     // Escaped paths, computed once per path.
     let mut escaped: HashMap<u64, String> = HashMap::new();
-    let mut fds = FdTables::default();
     let mut reader = run::open(input)?;
     let mut events = 0u64;
     let started = Instant::now();
@@ -267,8 +293,9 @@ pub fn convert(input: &Path, output: &Path, progress: bool) -> Result<ConvertSta
                     let Some(func) = Func::from_id(event.kind) else {
                         continue;
                     };
-                    let path = fds
-                        .observe(&meta, event)
+                    let path = meta
+                        .fds
+                        .path_of(&meta, event)
                         .map(|id| escaped.entry(id).or_insert_with(|| quoted(&meta.path(id))).as_str());
                     trace.call(func, event, path).map_err(io_err)?;
                     events += 1;

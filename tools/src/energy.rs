@@ -20,6 +20,12 @@
 //! proportion to their overlap); pieces with no span are unattributed. Coverage = attributed /
 //! measured. A span's uncertainty is its share of u at its two ends; sums of many spans add
 //! uncertainties in quadrature. Processes share their lifetimes the same way.
+//!
+//! **Layers.** Sharing happens within a layer: the recorded calls (libc, CUDA, NCCL) are one
+//! layer, the ITT spans of each domain another (`itt:PyTorch` ops, `itt:mlprof.phase` phases,
+//! `itt:mlprof.data` DataLoader spans, an application's own domains). A phase thus gets the
+//! whole energy of its interval, not a share diluted by the ops and calls nested in it; the
+//! coverage of each layer is reported (`coverage_by_layer`), and `coverage` is the calls'.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::OpenOptions;
@@ -30,7 +36,8 @@ use mlprof_format::energy::{
     DEVICE_CPU_DRAM, DEVICE_CPU_PACKAGE, DEVICE_GPU, EnergyDevice, EnergyNote, EnergySample,
     SOURCE_NVML_COUNTER,
 };
-use mlprof_format::func::Func;
+use mlprof_format::func::{Class, Func};
+use mlprof_format::record::IttSpan;
 use mlprof_format::runfile::Frame;
 use serde_json::{Value, json};
 
@@ -178,7 +185,14 @@ struct Span {
 struct SpanKey {
     name: String,
     class: String,
+    /// Spans of one layer share the run's energy among themselves: the recorded calls form one
+    /// layer, and each ITT domain (PyTorch ops, mlprof.phase, an application's own) another, so
+    /// a phase is not diluted by the ops and calls nested inside it.
+    layer: String,
 }
+
+/// The layer of the recorded calls (libc, CUDA, NCCL).
+const CALLS_LAYER: &str = "calls";
 
 pub struct EnergyRun {
     meta: RunMeta,
@@ -201,7 +215,7 @@ impl EnergyRun {
         let mut devices: BTreeMap<u32, Device> = BTreeMap::new();
         let mut notes = Vec::new();
         let mut keys = Vec::new();
-        let mut key_of: HashMap<u16, u32> = HashMap::new();
+        let mut key_of: HashMap<(u16, u64, u64), u32> = HashMap::new();
         let mut spans = Vec::new();
         let mut last_ns = meta.info.start_mono_ns;
         while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
@@ -230,8 +244,29 @@ impl EnergyRun {
                         let Some(func) = Func::from_id(event.kind) else {
                             continue;
                         };
-                        let key = *key_of.entry(event.kind).or_insert_with(|| {
-                            keys.push(SpanKey { name: func.name().to_string(), class: class_name(func) });
+                        // ITT spans are named after their task and grouped by domain; ITT
+                        // instants (markers, pause) have no duration to attribute.
+                        let (name_id, domain_id) = match func.class() {
+                            Class::Instant => continue,
+                            Class::Span => {
+                                let span = IttSpan::from_event(event);
+                                (span.name, span.domain)
+                            }
+                            _ => (0, 0),
+                        };
+                        let key = *key_of.entry((event.kind, name_id, domain_id)).or_insert_with(|| {
+                            keys.push(if func.class() == Class::Span {
+                                let domain = format!("itt:{}", meta.path(domain_id));
+                                let name =
+                                    if name_id == 0 { func.name().to_string() } else { meta.path(name_id) };
+                                SpanKey { name, class: domain.clone(), layer: domain }
+                            } else {
+                                SpanKey {
+                                    name: func.name().to_string(),
+                                    class: class_name(func),
+                                    layer: CALLS_LAYER.into(),
+                                }
+                            });
                             (keys.len() - 1) as u32
                         });
                         let end = event.start.saturating_add(event.dur);
@@ -394,6 +429,8 @@ pub struct Report {
     measured_j: f64,
     measured_unc: f64,
     attributed_j: f64,
+    /// Energy attributed per layer (see `SpanKey::layer`).
+    layers: BTreeMap<String, f64>,
     ops: Vec<Op>,
     processes: Vec<Value>,
     classes: BTreeMap<String, Figure>,
@@ -446,22 +483,36 @@ impl Report {
             }
         }
 
-        // Spans by name.
-        let intervals: Vec<(u64, u64)> = run.spans.iter().map(|s| (s.start, s.end)).collect();
-        let sharing = share(&intervals, &curves);
+        // Spans by name, shared within each layer.
         let mut by_key: Vec<Figure> = vec![Figure::default(); run.keys.len()];
         let mut durations: Vec<Vec<u64>> = vec![Vec::new(); run.keys.len()];
         let mut by_pid: HashMap<u32, Figure> = HashMap::new();
-        for (span, figure) in run.spans.iter().zip(&sharing.per_interval) {
-            let k = &mut by_key[span.key as usize];
-            k.energy += figure.energy;
-            k.var += figure.var;
-            k.gpu += figure.gpu;
-            k.cpu += figure.cpu;
-            durations[span.key as usize].push(span.end - span.start);
-            let p = by_pid.entry(span.pid).or_default();
-            p.energy += figure.energy;
-            p.var += figure.var;
+        let mut layers: BTreeMap<String, f64> = BTreeMap::new();
+        let layer_names: std::collections::BTreeSet<&str> =
+            run.keys.iter().map(|k| k.layer.as_str()).collect();
+        let mut attributed_calls = 0.0;
+        for layer in layer_names {
+            let members: Vec<&Span> =
+                run.spans.iter().filter(|s| run.keys[s.key as usize].layer == layer).collect();
+            let intervals: Vec<(u64, u64)> = members.iter().map(|s| (s.start, s.end)).collect();
+            let sharing = share(&intervals, &curves);
+            layers.insert(layer.to_string(), sharing.attributed);
+            if layer == CALLS_LAYER {
+                attributed_calls = sharing.attributed;
+            }
+            for (span, figure) in members.iter().zip(&sharing.per_interval) {
+                let k = &mut by_key[span.key as usize];
+                k.energy += figure.energy;
+                k.var += figure.var;
+                k.gpu += figure.gpu;
+                k.cpu += figure.cpu;
+                durations[span.key as usize].push(span.end - span.start);
+                if layer == CALLS_LAYER {
+                    let p = by_pid.entry(span.pid).or_default();
+                    p.energy += figure.energy;
+                    p.var += figure.var;
+                }
+            }
         }
         let mut classes: BTreeMap<String, Figure> = BTreeMap::new();
         let mut ops = Vec::new();
@@ -521,7 +572,8 @@ impl Report {
             .collect();
 
         Ok(Report {
-            attributed_j: sharing.attributed,
+            attributed_j: attributed_calls,
+            layers,
             device_rows,
             measured_j,
             measured_unc: measured_var.sqrt(),
@@ -594,6 +646,11 @@ impl Report {
                 "measured_j": round(self.measured_j, 6),
                 "fraction": round(self.share_of(self.sharing_attributed()), 6),
             },
+            "coverage_by_layer": self.layers.iter().map(|(layer, attributed)| json!({
+                "layer": layer,
+                "attributed_j": round(*attributed, 6),
+                "fraction": round(self.share_of(*attributed), 6),
+            })).collect::<Vec<Value>>(),
             "notes": self.notes(),
         })
     }

@@ -2,6 +2,7 @@
 
 mod chrome;
 mod energy;
+mod pipeline;
 mod run;
 mod summary;
 

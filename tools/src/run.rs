@@ -33,6 +33,8 @@ pub struct RunMeta {
     pub end: Option<RunEnd>,
     pub warnings: Vec<String>,
     pub truncated: bool,
+    /// Which file each fd named when.
+    pub fds: FdIntervals,
 }
 
 pub fn open(path: &Path) -> Result<RunReader, String> {
@@ -42,7 +44,6 @@ pub fn open(path: &Path) -> Result<RunReader, String> {
 impl RunMeta {
     pub fn load(path: &Path) -> Result<RunMeta, String> {
         let mut reader = open(path)?;
-        reader.skip_events(true);
         let mut meta = RunMeta::default();
         let mut exits = Vec::new();
         loop {
@@ -74,7 +75,11 @@ impl RunMeta {
                     meta.symbols.insert((symbol.pid, symbol.handle), symbol.name);
                 }
                 Frame::End(end) => meta.end = Some(end),
-                Frame::Events(_) => {}
+                Frame::Events(events) => {
+                    for event in events {
+                        meta.fds.observe(event);
+                    }
+                }
                 // Energy frames are read by `mlprof energy` and `convert` in their own pass.
                 Frame::EnergyDevice(_) | Frame::EnergySamples(_) | Frame::EnergyNote(_) => {}
             }
@@ -82,6 +87,7 @@ impl RunMeta {
         for images in meta.images.values_mut() {
             images.sort_by_key(|i| i.info.start_ns);
         }
+        meta.fds.seal();
         // An exit belongs to the last image that started before it; the launcher's own record
         // (with the signal, if any) completes what the exit hook saw.
         for exit in exits {
@@ -142,41 +148,74 @@ impl RunMeta {
     }
 }
 
-/// Per-process fd → path tables, rebuilt from opens and closes as events stream by. A fork
-/// child starts from its parent's table as it stood when the child first shows up.
+/// Which file each (process, fd) named over time, from the opens and closes of the whole run.
+/// Reads and writes are looked up by their start time, not by their place in the file: records
+/// of different threads reach the file in drain order, which is not causal when one thread
+/// closes an fd and another reuses its number. A fork child inherits its parent's fds as they
+/// were when the child started.
 #[derive(Default)]
-pub struct FdTables {
-    tables: HashMap<u32, HashMap<i32, u64>>,
+pub struct FdIntervals {
+    /// (pid, fd) → (time, path id or 0 for closed), sorted by time.
+    changes: HashMap<(u32, i32), Vec<(u64, u64)>>,
 }
 
-impl FdTables {
-    /// Updates the tables with `event` and returns the path id its fd refers to, if known.
-    pub fn observe(&mut self, meta: &RunMeta, event: &Event) -> Option<u64> {
+impl FdIntervals {
+    fn observe(&mut self, event: &Event) {
+        let Some(func) = Func::from_id(event.kind) else { return };
+        if func.api() != Api::Libc || event.is_error() || event.fd < 0 {
+            return;
+        }
+        // An fd exists from the end of its open and is gone from the start of its close: the
+        // kernel finishes a close before another thread's open can reuse the number, so these
+        // two times order them correctly however late either thread read its clock.
+        let end = event.start.saturating_add(event.dur);
+        match func.class() {
+            Class::Open if event.arg2 != 0 => {
+                self.changes.entry((event.pid, event.fd)).or_default().push((end, event.arg2))
+            }
+            Class::Close => self.changes.entry((event.pid, event.fd)).or_default().push((event.start, 0)),
+            _ => {}
+        }
+    }
+
+    fn seal(&mut self) {
+        for changes in self.changes.values_mut() {
+            changes.sort_by_key(|&(time, _)| time);
+        }
+    }
+
+    /// The path id `fd` of `pid` named at `time`.
+    fn lookup(&self, meta: &RunMeta, pid: u32, fd: i32, time: u64) -> Option<u64> {
+        let (mut pid, mut time) = (pid, time);
+        for _ in 0..16 {
+            if let Some(changes) = self.changes.get(&(pid, fd)) {
+                // Changes strictly before the call: a close's own change is at its start.
+                let at = changes.partition_point(|&(t, _)| t < time);
+                if at > 0 {
+                    let path = changes[at - 1].1;
+                    return (path != 0).then_some(path);
+                }
+            }
+            // Nothing in this process before `time`: a fork child's fd comes from its parent.
+            let image = meta.images.get(&pid).and_then(|images| images.first()).filter(|i| i.info.forked)?;
+            (pid, time) = (image.info.ppid, image.info.start_ns);
+        }
+        None
+    }
+
+    /// The path id a call's fd refers to (an open names its own path).
+    pub fn path_of(&self, meta: &RunMeta, event: &Event) -> Option<u64> {
         let func = Func::from_id(event.kind)?;
         if func.api() != Api::Libc {
-            // GPU records keep the device where libc records keep the fd.
+            // GPU and ITT records keep other things where libc records keep the fd.
             return None;
         }
-        if !self.tables.contains_key(&event.pid) {
-            let inherited = meta
-                .images
-                .get(&event.pid)
-                .and_then(|images| images.first())
-                .filter(|image| image.info.forked)
-                .and_then(|image| self.tables.get(&image.info.ppid).cloned())
-                .unwrap_or_default();
-            self.tables.insert(event.pid, inherited);
-        }
-        let table = self.tables.get_mut(&event.pid)?;
         match func.class() {
-            Class::Open => {
-                if !event.is_error() && event.fd >= 0 && event.arg2 != 0 {
-                    table.insert(event.fd, event.arg2);
-                }
-                (event.arg2 != 0).then_some(event.arg2)
-            }
-            Class::Close => table.remove(&event.fd),
-            _ => table.get(&event.fd).copied(),
+            Class::Open => (event.arg2 != 0).then_some(event.arg2),
+            Class::Clock => None,
+            Class::Map if event.fd < 0 => None,
+            _ if event.fd < 0 => None,
+            _ => self.lookup(meta, event.pid, event.fd, event.start),
         }
     }
 }

@@ -10,7 +10,7 @@ use mlprof_format::runfile::Frame;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::run::{self, FdTables, RunMeta, bytes_moved};
+use crate::run::{self, RunMeta, bytes_moved};
 
 #[derive(Default, Clone, Copy, Serialize)]
 pub struct CallStats {
@@ -51,6 +51,7 @@ pub struct Summary {
     first_ns: u64,
     last_ns: u64,
     gpu: GpuStats,
+    pipeline: crate::pipeline::Pipeline,
 }
 
 /// The GPU section: outer calls only (a driver call made inside a runtime call is counted in
@@ -170,9 +171,9 @@ impl Summary {
             first_ns: u64::MAX,
             last_ns: 0,
             gpu: GpuStats::default(),
+            pipeline: Default::default(),
             meta,
         };
-        let mut fds = FdTables::default();
         let mut reader = run::open(path)?;
         while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
             let Frame::Events(events) = frame else {
@@ -195,6 +196,8 @@ impl Summary {
                 summary.calls.entry(func.name()).or_default().add(&stats);
                 if matches!(func.api(), Api::CudaRuntime | Api::CudaDriver | Api::Nccl) {
                     summary.gpu.add(func, event, &stats);
+                } else if func.api() == Api::Itt {
+                    summary.pipeline.add(func, event);
                 }
                 let image = summary.meta.image_at(event.pid, event.start).unwrap_or(0);
                 summary
@@ -204,7 +207,7 @@ impl Summary {
                     .entry(func.name())
                     .or_default()
                     .add(&stats);
-                if let Some(path_id) = fds.observe(&summary.meta, event) {
+                if let Some(path_id) = summary.meta.fds.path_of(&summary.meta, event) {
                     let file = summary.files.entry(path_id).or_default();
                     file.calls += 1;
                     file.total_ns += event.dur;
@@ -323,6 +326,8 @@ impl Summary {
             "calls": self.calls,
             "files": files,
             "gpu": if self.gpu.is_empty() { Value::Null } else { self.gpu.to_json(&self.meta) },
+            "spans": self.pipeline.spans_json(&self.meta),
+            "data_pipeline": self.pipeline.data_json(&self.meta),
         })
     }
 
@@ -386,6 +391,7 @@ impl Summary {
         if !self.gpu.is_empty() {
             self.gpu.print_text(meta, top);
         }
+        self.pipeline.print_text(meta, top);
         let files = self.file_list();
         if !files.is_empty() {
             println!();

@@ -161,19 +161,19 @@ pub extern "C" fn __itt_marker(
         let (d, h) = (itt::chained_domain(domain), itt::chained_handle(name));
         forward!(marker, unsafe extern "C" fn(*mut c_void, IttId, *mut c_void, c_int), (d, id, h, scope));
     }
-    itt::instant(Func::IttMarker, domain, name);
+    itt::instant(Func::IttMarker, domain, name, id.d1);
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn __itt_pause() {
     forward!(pause, unsafe extern "C" fn(), ());
-    itt::instant(Func::IttPause, core::ptr::null(), core::ptr::null());
+    itt::instant(Func::IttPause, core::ptr::null(), core::ptr::null(), 0);
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn __itt_resume() {
     forward!(resume, unsafe extern "C" fn(), ());
-    itt::instant(Func::IttResume, core::ptr::null(), core::ptr::null());
+    itt::instant(Func::IttResume, core::ptr::null(), core::ptr::null(), 0);
 }
 
 #[unsafe(no_mangle)]

@@ -1,7 +1,10 @@
-//! Every symbol libmlprof.so exports: the hooks. Each hook resolves the real function lazily,
-//! passes straight through when it must not record (see `Span::begin`), and otherwise times the
-//! real call and writes one record. Variadic C functions (`open`, `openat`, `ioctl`) are declared
-//! with their optional argument as a fixed one, which the x86_64 and aarch64 SysV ABIs allow.
+//! Every symbol libmlprof.so exports: the hooks. This file holds the libc hooks; the
+//! submodules hold the CUDA runtime (`cuda_runtime`), CUDA driver (`cuda_driver`) and NCCL
+//! (`nccl`) hooks, the driver entry-point lookups and `dlsym` (`entry_points`), and the ITT
+//! collector entry points (`itt`). Each hook resolves the real function lazily, passes straight
+//! through when it must not record (see `Span::begin`), and otherwise times the real call and
+//! writes one record. Variadic C functions (`open`, `openat`, `ioctl`) are declared with their
+//! optional argument as a fixed one, which the x86_64 and aarch64 SysV ABIs allow.
 
 use core::ffi::{c_char, c_int, c_ulong, c_void};
 
@@ -28,7 +31,7 @@ macro_rules! real {
 }
 
 fn io_event(fd: c_int, asked: usize, done: isize) -> Event {
-    Event { fd, arg: asked as u64, arg2: done.max(0) as u64, ..Event::default() }
+    Event { fd, ret: done as i64, arg: asked as u64, arg2: done.max(0) as u64, ..Event::default() }
 }
 
 fn iov_bytes(iov: *const iovec, count: c_int) -> usize {

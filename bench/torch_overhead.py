@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""mlprof's cost on PyTorch annotations.
+
+1. Per ITT range: torch.profiler.itt.range_push/range_pop pairs in a loop, bare (ITT's static
+   part with no collector: a null call) vs under `mlprof-collect` (each pair becomes a span
+   record). The difference per pair is mlprof's cost per range received.
+2. Per op span: a small CPU training step (3-layer MLP, batch 8, SGD) timed bare, under
+   `mlprof-collect --torch` (emit_itt op ranges + phase spans for the whole run), with emit_itt
+   but no collector (PyTorch's own share), and bare with torch.profiler recording CPU ops. The extra time per iteration divided by the ops per
+   iteration (counted by torch.profiler) is the cost per op span.
+
+    bench/torch_overhead.py [--bin-dir target/release] [--python PY] [--pairs N] [--iters N] [--repeat N]
+
+Each configuration runs --repeat times in a fresh process; the median is reported.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def inner_ranges(pairs):
+    import torch
+
+    itt = torch.profiler.itt
+    push, pop = itt.range_push, itt.range_pop
+    for _ in range(1000):
+        push("bench.range")
+        pop()
+    start = time.perf_counter_ns()
+    for _ in range(pairs):
+        push("bench.range")
+        pop()
+    elapsed = time.perf_counter_ns() - start
+    return {"ns_per_pair": elapsed / pairs}
+
+
+def inner_ops(iters, mode):
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = nn.CrossEntropyLoss()
+    x, y = torch.randn(8, 64), torch.randint(0, 10, (8,))
+
+    def step():
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+
+    for _ in range(50):
+        step()
+    ops = None
+    if mode == "profiler":
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            start = time.perf_counter_ns()
+            for _ in range(iters):
+                step()
+            elapsed = time.perf_counter_ns() - start
+        ops = len(prof.events()) / iters
+    elif mode == "emit_itt":
+        with torch.autograd.profiler.emit_itt():
+            start = time.perf_counter_ns()
+            for _ in range(iters):
+                step()
+            elapsed = time.perf_counter_ns() - start
+    else:
+        start = time.perf_counter_ns()
+        for _ in range(iters):
+            step()
+        elapsed = time.perf_counter_ns() - start
+    return {"ns_per_iter": elapsed / iters, "ops_per_iter": ops}
+
+
+def run(cmd, env=None):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin-dir", default=os.path.join(os.path.dirname(__file__), "..", "target", "release"))
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--pairs", type=int, default=100000)
+    ap.add_argument("--iters", type=int, default=2000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--inner", nargs="+", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.inner:
+        kind = args.inner[0]
+        result = inner_ranges(int(args.inner[1])) if kind == "ranges" else inner_ops(int(args.inner[1]), args.inner[2])
+        print(json.dumps(result))
+        return 0
+
+    collect = os.path.abspath(os.path.join(args.bin_dir, "mlprof-collect"))
+    me = os.path.abspath(__file__)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLPROF_") and k != "LD_PRELOAD"}
+    tmp = tempfile.mkdtemp(prefix="mlprof-torch-bench-")
+
+    def under(extra, inner):
+        return [collect, "-q", "--no-energy", "--out", os.path.join(tmp, "run.bin")] + extra + ["--", args.python, me, "--inner"] + inner
+
+    def median(cmd, key):
+        values = [run(cmd, env)[key] for _ in range(args.repeat)]
+        return statistics.median(values)
+
+    ranges = ["ranges", str(args.pairs)]
+    bare_pair = median([args.python, me, "--inner"] + ranges, "ns_per_pair")
+    mlprof_pair = median(under([], ranges), "ns_per_pair")
+    ops = ["ops", str(args.iters)]
+    bare_iter = median([args.python, me, "--inner"] + ops + ["bare"], "ns_per_iter")
+    torch_iter = median(under(["--torch"], ops + ["bare"]), "ns_per_iter")
+    itt_iter = median([args.python, me, "--inner"] + ops + ["emit_itt"], "ns_per_iter")
+    prof = [run([args.python, me, "--inner"] + ops + ["profiler"], env) for _ in range(args.repeat)]
+    prof_iter = statistics.median(p["ns_per_iter"] for p in prof)
+    ops_per_iter = prof[0]["ops_per_iter"]
+
+    print("ITT ranges (torch.profiler.itt.range_push/pop, %d pairs):" % args.pairs)
+    print("  bare                 %8.0f ns/pair" % bare_pair)
+    print("  under mlprof         %8.0f ns/pair  (+%.0f ns per range)" % (mlprof_pair, mlprof_pair - bare_pair))
+    print("Op spans (MLP training step, %d iterations, %.0f ops/iteration per torch.profiler):" % (args.iters, ops_per_iter))
+    print("  bare                 %8.1f us/iter" % (bare_iter / 1e3))
+    print("  mlprof --torch       %8.1f us/iter  (+%.0f ns per op)" % (torch_iter / 1e3, (torch_iter - bare_iter) / ops_per_iter))
+    print("  emit_itt, no collector %6.1f us/iter  (+%.0f ns per op: PyTorch's own ITT path)" % (itt_iter / 1e3, (itt_iter - bare_iter) / ops_per_iter))
+    print("  torch.profiler (CPU) %8.1f us/iter  (+%.0f ns per op)" % (prof_iter / 1e3, (prof_iter - bare_iter) / ops_per_iter))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,493 @@
+"""What `--torch` instruments once torch / torchvision is imported (see the package doc)."""
+
+import functools
+import os
+import threading
+import weakref
+
+from . import warn
+from .itt import load
+
+PHASE = "mlprof.phase"
+DATA = "mlprof.data"
+# Set by the main process around DataLoader.__iter__ (workers start there; fork and spawn
+# children both inherit it): "main pid:loader serial:epoch".
+LOADER_ENV = "MLPROF_TORCH_LOADER"
+
+_itt = load()
+_tracker = None
+if _itt is not None:
+    from .itt import Tracker
+
+    _tracker = Tracker(_itt)
+
+_local = threading.local()
+_state = {"steps": 0, "loaders": 0, "ops": None, "worker": None}
+_loader_info = weakref.WeakKeyDictionary()  # DataLoader -> [serial, epochs begun]
+_iter_info = weakref.WeakKeyDictionary()  # iterator -> (main pid, serial, epoch)
+
+
+def batch_id(serial, epoch, index):
+    """The id of a batch's spans: loader serial << 48 | epoch << 32 | batch index."""
+    return ((serial & 0xFFFF) << 48) | ((epoch & 0xFFFF) << 32) | (index & 0xFFFFFFFF)
+
+
+def _begin(domain, name, ident=0, parent=0):
+    try:
+        return _tracker.begin(domain, name, ident, parent)
+    except Exception as error:
+        warn("recording a span failed", error)
+        return None
+
+
+def _end(token):
+    if token is None:
+        return
+    try:
+        _tracker.end(token)
+    except Exception as error:
+        warn("recording a span failed", error)
+
+
+def _mark(domain, name, ident):
+    try:
+        _tracker.mark(domain, name, ident)
+    except Exception as error:
+        warn("recording a marker failed", error)
+
+
+def _patch(owner, attr, make):
+    """Replaces owner.attr with make(original); skips quietly when it is missing."""
+    original = getattr(owner, attr, None)
+    if original is None or getattr(original, "_mlprof_wrapped", False):
+        return None
+    wrapper = make(original)
+    try:
+        functools.update_wrapper(wrapper, original)
+    except Exception:
+        pass
+    wrapper._mlprof_wrapped = True
+    setattr(owner, attr, wrapper)
+    return wrapper
+
+
+def _depth(name):
+    return getattr(_local, name, 0)
+
+
+# ---- phases -------------------------------------------------------------------------------
+
+
+def _phase_wrapper(name, guard=None):
+    """A wrapper that records the outermost call on a thread as phase task `name`."""
+
+    def make(original):
+        def wrapper(*args, **kwargs):
+            token = None
+            try:
+                if _depth(name) == 0 and (guard is None or guard(args)):
+                    token = _begin(PHASE, name, _state["steps"])
+                setattr(_local, name, _depth(name) + 1)
+            except Exception:
+                pass
+            try:
+                return original(*args, **kwargs)
+            finally:
+                try:
+                    setattr(_local, name, _depth(name) - 1)
+                except Exception:
+                    pass
+                _end(token)
+
+        return wrapper
+
+    return make
+
+
+def _is_model_call(args):
+    """Module calls that are training forwards: not data transforms, not inside a fetch."""
+    if getattr(_local, "fetching", False) or not args:
+        return False
+    module = type(args[0]).__module__ or ""
+    return not module.startswith("torchvision.transforms")
+
+
+def _step_pre(optimizer, args, kwargs):
+    try:
+        stack = getattr(_local, "steps", None)
+        if stack is None:
+            stack = _local.steps = []
+        stack.append(_begin(PHASE, "optimizer.step", _state["steps"]) if not stack else None)
+    except Exception:
+        pass
+
+
+def _step_post(optimizer, args, kwargs):
+    try:
+        stack = getattr(_local, "steps", None)
+        if stack:
+            token = stack.pop()
+            if token is not None:
+                _state["steps"] += 1
+            _end(token)
+    except Exception:
+        pass
+
+
+def _install_phases(torch):
+    _patch(torch.nn.Module, "__call__", _phase_wrapper("forward", _is_model_call))
+    _patch(torch.autograd, "backward", _phase_wrapper("backward"))
+    save = _patch(torch, "save", _phase_wrapper("torch.save"))
+    load = _patch(torch, "load", _phase_wrapper("torch.load"))
+    serialization = getattr(torch, "serialization", None)
+    if serialization is not None:
+        if save is not None:
+            serialization.save = save
+        if load is not None:
+            serialization.load = load
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    register_optimizer_step_pre_hook(_step_pre)
+    register_optimizer_step_post_hook(_step_post)
+
+
+# ---- op ranges ----------------------------------------------------------------------------
+
+
+def _enable_ops(torch):
+    """emit_itt for the whole run (the importing thread and the threads that inherit its
+    profiler state, such as autograd's). A profiler the program starts itself takes over
+    while it runs."""
+    if os.environ.get("MLPROF_TORCH_OPS", "1") == "0":
+        return
+    itt = getattr(getattr(torch, "profiler", None), "itt", None)
+    if itt is None or not itt.is_available():
+        return
+    ops = torch.autograd.profiler.emit_itt()
+    ops.__enter__()
+    _state["ops"] = ops
+    pid = os.getpid()
+
+    def stop():
+        # At exit, in the process (and on the thread) that enabled it.
+        if os.getpid() == pid and getattr(_local, "ops_owner", True):
+            try:
+                ops.__exit__(None, None, None)
+            except Exception:
+                pass
+
+    import atexit
+
+    atexit.register(stop)
+
+    def pause(original):
+        def wrapper(self, *args, **kwargs):
+            ours = _state["ops"]
+            if ours is not None and getattr(_local, "ops_owner", True):
+                try:
+                    ours.__exit__(None, None, None)
+                    ours.entered = False
+                    _local.ops_owner = False
+                    _local.ops_paused = getattr(_local, "ops_paused", 0) + 1
+                except Exception:
+                    pass
+            return original(self, *args, **kwargs)
+
+        return wrapper
+
+    def resume(original):
+        def wrapper(self, *args, **kwargs):
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                if getattr(_local, "ops_paused", 0) > 0:
+                    _local.ops_paused -= 1
+                    try:
+                        _state["ops"].__enter__()
+                        _local.ops_owner = True
+                    except Exception:
+                        pass
+
+        return wrapper
+
+    kineto = getattr(getattr(torch.profiler, "profiler", None), "_KinetoProfile", None)
+    if kineto is not None:
+        _patch(kineto, "start", pause)
+        _patch(kineto, "stop", resume)
+    legacy = torch.autograd.profiler.profile
+    _patch(legacy, "__enter__", pause)
+    _patch(legacy, "__exit__", resume)
+
+
+# ---- DataLoader ---------------------------------------------------------------------------
+
+
+def _close_consume():
+    token = getattr(_local, "consume", None)
+    if token is not None:
+        _local.consume = None
+        _end(token)
+
+
+def _iter_wrapper(original):
+    def __iter__(self):
+        previous = os.environ.get(LOADER_ENV)
+        tagged = False
+        try:
+            _close_consume()
+            info = _loader_info.get(self)
+            if info is None:
+                info = _loader_info[self] = [_state["loaders"], 0]
+                _state["loaders"] += 1
+            serial, epoch = info[0], info[1]
+            info[1] += 1
+            os.environ[LOADER_ENV] = "%d:%d:%d" % (os.getpid(), serial, epoch)
+            tagged = True
+        except Exception:
+            pass
+        try:
+            iterator = original(self)
+        finally:
+            if tagged:
+                try:
+                    if previous is None:
+                        os.environ.pop(LOADER_ENV, None)
+                    else:
+                        os.environ[LOADER_ENV] = previous
+                except Exception:
+                    pass
+        try:
+            if tagged:
+                _iter_info[iterator] = (os.getpid(), serial, epoch)
+        except Exception:
+            pass
+        return iterator
+
+    return __iter__
+
+
+def _next_wrapper(original):
+    def __next__(self):
+        token = None
+        ident = None
+        parent = 0
+        try:
+            _close_consume()
+            pid, serial, epoch = _iter_info.get(self) or (os.getpid(), 0, 0)
+            parent = pid
+            index = getattr(self, "_rcvd_idx", None)
+            if index is None:
+                index = getattr(self, "_num_yielded", 0)
+            ident = batch_id(serial, epoch, index)
+            exhausted = False
+            try:
+                exhausted = self._num_yielded >= len(self)
+            except Exception:
+                pass
+            if not exhausted:
+                token = _begin(DATA, "batch.wait", ident, parent)
+            if not hasattr(self, "_rcvd_idx"):
+                # Single-process loading: the batch is fetched right here.
+                _local.batch = (ident, parent)
+        except Exception:
+            pass
+        try:
+            batch = original(self)
+        except BaseException:
+            _local.batch = None
+            _end(token)
+            raise
+        _local.batch = None
+        _end(token)
+        if ident is not None and token is not None:
+            _local.consume = _begin(DATA, "batch.consume", ident, parent)
+        return batch
+
+    return __next__
+
+
+def _get_data_wrapper(original):
+    def _get_data(self):
+        result = original(self)
+        try:
+            index = result[0]
+            if isinstance(index, int) and index > self._rcvd_idx and getattr(self, "_in_order", True):
+                pid, serial, epoch = _iter_info.get(self) or (os.getpid(), 0, 0)
+                _mark(DATA, "batch.out_of_order", batch_id(serial, epoch, index))
+        except Exception:
+            pass
+        return result
+
+    return _get_data
+
+
+class _IndexQueue:
+    """A worker's index queue: notes the batch index of each request it hands out."""
+
+    def __init__(self, inner, resume_type):
+        self._inner = inner
+        self._resume_type = resume_type
+
+    def get(self, *args, **kwargs):
+        request = self._inner.get(*args, **kwargs)
+        try:
+            worker = _state["worker"]
+            if resume_type_matches(request, self._resume_type):
+                worker[2] += 1
+            elif isinstance(request, tuple) and len(request) == 2 and isinstance(request[0], int):
+                _local.batch = (batch_id(worker[1], worker[2], request[0]), worker[0])
+        except Exception:
+            pass
+        return request
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def resume_type_matches(request, resume_type):
+    return resume_type is not None and isinstance(request, resume_type)
+
+
+def _worker_loop_wrapper(original, resume_type):
+    def _worker_loop(*args, **kwargs):
+        try:
+            main, serial, epoch = (int(x) for x in os.environ.get(LOADER_ENV, "").split(":"))
+        except Exception:
+            main, serial, epoch = os.getppid(), 0, 0
+        try:
+            _state["worker"] = [main, serial, epoch]
+            if len(args) > 2:
+                args = args[:2] + (_IndexQueue(args[2], resume_type),) + args[3:]
+            elif "index_queue" in kwargs:
+                kwargs["index_queue"] = _IndexQueue(kwargs["index_queue"], resume_type)
+        except Exception:
+            pass
+        return original(*args, **kwargs)
+
+    return _worker_loop
+
+
+def _collate_wrapper(collate):
+    def collate_fn(*args, **kwargs):
+        batch = getattr(_local, "batch", None)
+        token = _begin(DATA, "collate", batch[0], batch[1]) if batch else None
+        try:
+            return collate(*args, **kwargs)
+        finally:
+            _end(token)
+
+    collate_fn._mlprof_wrapped = True
+    return collate_fn
+
+
+def _fetch_wrapper(original):
+    def fetch(self, possibly_batched_index):
+        batch = getattr(_local, "batch", None)
+        if not batch:
+            return original(self, possibly_batched_index)
+        token = None
+        try:
+            collate = getattr(self, "collate_fn", None)
+            if collate is not None and not getattr(collate, "_mlprof_wrapped", False):
+                self.collate_fn = _collate_wrapper(collate)
+            token = _begin(DATA, "batch.fetch", batch[0], batch[1])
+            _local.fetching = True
+        except Exception:
+            pass
+        try:
+            return original(self, possibly_batched_index)
+        finally:
+            _local.fetching = False
+            _local.batch = None
+            _end(token)
+
+    return fetch
+
+
+def _install_dataloader(torch):
+    from torch.utils.data import dataloader
+    from torch.utils.data._utils import fetch, worker
+
+    _patch(dataloader.DataLoader, "__iter__", _iter_wrapper)
+    _patch(dataloader._BaseDataLoaderIter, "__next__", _next_wrapper)
+    _patch(dataloader._MultiProcessingDataLoaderIter, "_get_data", _get_data_wrapper)
+    for fetcher in ("_MapDatasetFetcher", "_IterableDatasetFetcher"):
+        _patch(getattr(fetch, fetcher), "fetch", _fetch_wrapper)
+    resume_type = getattr(worker, "_ResumeIteration", None)
+    loop = _patch(worker, "_worker_loop", lambda original: _worker_loop_wrapper(original, resume_type))
+    if loop is not None:
+        # Spawned workers get the target by reference: it must resolve to this same object.
+        loop.__module__ = worker.__name__
+        loop.__qualname__ = "_worker_loop"
+
+
+# ---- torchvision transforms ---------------------------------------------------------------
+
+
+def _transform_span(t):
+    batch = getattr(_local, "batch", None) or (0, 0)
+    return _begin(DATA, "transform:" + type(t).__name__, batch[0], batch[1])
+
+
+def _compose_call(original):
+    def __call__(self, img):
+        for t in self.transforms:
+            token = _transform_span(t)
+            try:
+                img = t(img)
+            finally:
+                _end(token)
+        return img
+
+    return __call__
+
+
+def _compose_v2_forward(original):
+    def forward(self, *inputs):
+        needs_unpacking = len(inputs) > 1
+        outputs = inputs if needs_unpacking else inputs[0]
+        for t in self.transforms:
+            token = _transform_span(t)
+            try:
+                outputs = t(*inputs)
+            finally:
+                _end(token)
+            inputs = outputs if needs_unpacking else (outputs,)
+        return outputs
+
+    return forward
+
+
+def _on_torch(torch):
+    if _tracker is None:
+        warn("libmlprof.so's ITT entry points are not loaded")
+        return
+    for step in (_enable_ops, _install_phases, _install_dataloader):
+        try:
+            step(torch)
+        except Exception as error:
+            warn("%s failed" % step.__name__.strip("_"), error)
+
+
+def _on_transforms(module):
+    if _tracker is None:
+        return
+    compose = getattr(module, "Compose", None)
+    if compose is not None and callable(getattr(compose, "__call__", None)) and "__call__" in vars(compose):
+        _patch(compose, "__call__", _compose_call)
+
+
+def _on_transforms_v2(module):
+    if _tracker is None:
+        return
+    compose = getattr(module, "Compose", None)
+    if compose is not None and "forward" in vars(compose):
+        _patch(compose, "forward", _compose_v2_forward)
+
+
+IMPORT_HOOKS = {
+    "torch": _on_torch,
+    "torchvision.transforms": _on_transforms,
+    "torchvision.transforms.v2": _on_transforms_v2,
+}
+

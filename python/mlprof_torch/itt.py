@@ -1,0 +1,108 @@
+"""Calls libmlprof.so's ITT collector entry points (it is LD_PRELOADed, so the process's global
+symbol scope has them). Tasks nest per thread; `Tracker` keeps Python's own begins and ends
+balanced even when a span is ended out of order."""
+
+import ctypes
+import os
+import threading
+
+
+class IttId(ctypes.Structure):
+    _fields_ = [("d1", ctypes.c_uint64), ("d2", ctypes.c_uint64), ("d3", ctypes.c_uint64)]
+
+
+NULL_ID = IttId(0, 0, 0)
+
+
+class Itt:
+    """The entry points; `None` from `load()` when libmlprof.so is not loaded."""
+
+    def __init__(self, lib):
+        get = lambda name: getattr(lib, name)  # noqa: E731 (names with leading underscores)
+        self._domain_create = get("__itt_domain_create")
+        self._domain_create.restype = ctypes.c_void_p
+        self._domain_create.argtypes = [ctypes.c_char_p]
+        self._handle_create = get("__itt_string_handle_create")
+        self._handle_create.restype = ctypes.c_void_p
+        self._handle_create.argtypes = [ctypes.c_char_p]
+        self.task_begin = get("__itt_task_begin")
+        self.task_begin.restype = None
+        self.task_begin.argtypes = [ctypes.c_void_p, IttId, IttId, ctypes.c_void_p]
+        self.task_end = get("__itt_task_end")
+        self.task_end.restype = None
+        self.task_end.argtypes = [ctypes.c_void_p]
+        self.marker = get("__itt_marker")
+        self.marker.restype = None
+        self.marker.argtypes = [ctypes.c_void_p, IttId, ctypes.c_void_p, ctypes.c_int]
+        self._domains = {}
+        self._handles = {}
+
+    def domain(self, name):
+        d = self._domains.get(name)
+        if d is None:
+            d = self._domains[name] = self._domain_create(name.encode())
+        return d
+
+    def handle(self, name):
+        h = self._handles.get(name)
+        if h is None:
+            h = self._handles[name] = self._handle_create(name.encode("utf-8", "replace"))
+        return h
+
+
+def load():
+    try:
+        lib = ctypes.CDLL(None)
+        if not hasattr(lib, "__itt_task_begin") or not hasattr(lib, "__itt_api_init"):
+            return None
+        return Itt(lib)
+    except Exception:
+        return None
+
+
+class Tracker:
+    """Per-thread stack of the tasks this module began, mirrored in libmlprof's task stack."""
+
+    def __init__(self, itt):
+        self.itt = itt
+        self._local = threading.local()
+        try:
+            os.register_at_fork(after_in_child=self._forget)
+        except Exception:
+            pass
+
+    def _forget(self):
+        # A fork child does not end the tasks its parent's thread had open.
+        self._local = threading.local()
+
+    def _stack(self):
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def begin(self, domain, name, ident=0, parent=0):
+        """Begins a task; returns its token (or None)."""
+        itt = self.itt
+        d = itt.domain(domain)
+        itt.task_begin(d, IttId(ident & 0xFFFFFFFFFFFFFFFF, 0, 0), IttId(parent, 0, 0), itt.handle(name))
+        token = [d]
+        self._stack().append(token)
+        return token
+
+    def end(self, token):
+        """Ends `token` (and, first, any task begun after it that is still open)."""
+        if token is None:
+            return
+        stack = self._stack()
+        if not any(t is token for t in stack):
+            return
+        while stack:
+            top = stack.pop()
+            self.itt.task_end(top[0])
+            if top is token:
+                return
+
+    def mark(self, domain, name, ident=0):
+        itt = self.itt
+        itt.marker(itt.domain(domain), IttId(ident & 0xFFFFFFFFFFFFFFFF, 0, 0), itt.handle(name), 3)  # __itt_marker_scope_thread
