@@ -17,7 +17,7 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use zerocopy::{FromBytes, IntoBytes};
+use zerocopy::IntoBytes;
 
 use crate::energy::{EnergyDevice, EnergyNote, EnergySample};
 use crate::record::{Event, RECORD_BYTES};
@@ -486,6 +486,9 @@ impl<R: Read> RunReader<R> {
                 self.offset += 8 + skipped;
                 continue;
             }
+            if kind == FRAME_EVENTS {
+                return self.read_events(frame_offset, len);
+            }
             // Grow with the data actually read, not with the length the header claims: a
             // corrupt 20-byte file must not cost a 64 MiB allocation (found by fuzz/ runfile).
             self.buf.clear();
@@ -511,22 +514,6 @@ impl<R: Read> RunReader<R> {
                 }
                 FRAME_PROCESS => Frame::Process(decode(payload).map_err(corrupt)?),
                 FRAME_PROCESS_EXIT => Frame::ProcessExit(decode(payload).map_err(corrupt)?),
-                FRAME_EVENTS => {
-                    if !payload.len().is_multiple_of(RECORD_BYTES) {
-                        return Err(corrupt(format!("events frame of {} bytes", payload.len())));
-                    }
-                    // Copy into an aligned buffer: the byte buffer has no alignment guarantee.
-                    let n = payload.len() / RECORD_BYTES;
-                    self.events.clear();
-                    self.events.reserve(n);
-                    for chunk in payload.chunks_exact(RECORD_BYTES) {
-                        match Event::read_from_bytes(chunk) {
-                            Ok(event) => self.events.push(event),
-                            Err(_) => return Err(corrupt("unreadable event".into())),
-                        }
-                    }
-                    Frame::Events(&self.events)
-                }
                 FRAME_AGGREGATES => Frame::Aggregates(decode(payload).map_err(corrupt)?),
                 FRAME_DROPS => Frame::Drops(decode(payload).map_err(corrupt)?),
                 FRAME_THREAD => Frame::Thread(decode(payload).map_err(corrupt)?),
@@ -545,6 +532,36 @@ impl<R: Read> RunReader<R> {
             };
             return Ok(Some(frame));
         }
+    }
+}
+
+impl<R: Read> RunReader<R> {
+    /// An events frame, read straight into the aligned event buffer (one copy), growing with
+    /// the data actually read so a corrupt length cannot cost a large allocation.
+    fn read_events(&mut self, frame_offset: u64, len: u32) -> Result<Option<Frame<'_>>, Error> {
+        let len = len as usize;
+        if !len.is_multiple_of(RECORD_BYTES) {
+            return Err(Error::Corrupt {
+                offset: frame_offset,
+                what: format!("events frame of {len} bytes"),
+            });
+        }
+        self.events.clear();
+        let mut remaining = len;
+        while remaining > 0 {
+            let take = remaining.min(1 << 20);
+            let old = self.events.len();
+            self.events.resize(old + take / RECORD_BYTES, Event::default());
+            let got = read_fully(&mut self.input, self.events[old..].as_mut_bytes())?;
+            if got < take {
+                self.offset += 8 + (len - remaining + got) as u64;
+                return self.truncate("inside a frame");
+            }
+            remaining -= take;
+        }
+        // A multiple of 64 bytes needs no padding.
+        self.offset += 8 + len as u64;
+        Ok(Some(Frame::Events(&self.events)))
     }
 }
 

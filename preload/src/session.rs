@@ -276,6 +276,27 @@ fn is_active_quick() -> bool {
     STATE.load(Ordering::Acquire) == ACTIVE
 }
 
+/// The calling thread's state when its call is to be recorded; `None` when it must pass
+/// through: our own calls (reentrancy; a signal handler's is counted), no session, or a vfork
+/// child running on its parent's memory.
+#[inline(always)]
+fn recording_thread() -> Option<*const ThreadState> {
+    let thread = THREAD.try_with(|t| t as *const ThreadState).ok()?;
+    // Safety: the thread-local outlives this call on this thread.
+    let state = unsafe { &*thread };
+    if state.in_hook.get() {
+        state.reentered();
+        return None;
+    }
+    if STATE.load(Ordering::Acquire) != ACTIVE && !state.internal(is_active) {
+        return None;
+    }
+    if state.vfork_pending.get() && !vfork_parent_resumed(state) {
+        return None;
+    }
+    Some(thread)
+}
+
 /// An intercepted call in progress.
 pub struct Span {
     thread: *const ThreadState,
@@ -289,19 +310,9 @@ impl Span {
     /// (reentrancy), no session, or a vfork child running on its parent's memory.
     #[inline(always)]
     pub fn begin(func: Func) -> Option<Span> {
-        let thread = THREAD.try_with(|t| t as *const ThreadState).ok()?;
+        let thread = recording_thread()?;
         // Safety: the thread-local outlives this call on this thread.
         let state = unsafe { &*thread };
-        if state.in_hook.get() {
-            state.reentered();
-            return None;
-        }
-        if STATE.load(Ordering::Acquire) != ACTIVE && !state.internal(is_active) {
-            return None;
-        }
-        if state.vfork_pending.get() && !vfork_parent_resumed(state) {
-            return None;
-        }
         // Our ITT calls (and whatever a chained collector does in them) are not recorded.
         let stamped = crate::itt_stamp::enabled() && state.internal(|| crate::itt_stamp::begin(func));
         Some(Span { thread, start: clock::now(), stamped })
@@ -464,19 +475,9 @@ pub struct AggregateCall {
 impl AggregateCall {
     #[inline(always)]
     pub fn begin(slot: usize) -> Option<AggregateCall> {
-        let thread = THREAD.try_with(|t| t as *const ThreadState).ok()?;
+        let thread = recording_thread()?;
         // Safety: the thread-local outlives this call on this thread.
         let state = unsafe { &*thread };
-        if state.in_hook.get() {
-            state.reentered();
-            return None;
-        }
-        if STATE.load(Ordering::Acquire) != ACTIVE && !state.internal(is_active) {
-            return None;
-        }
-        if state.vfork_pending.get() && !vfork_parent_resumed(state) {
-            return None;
-        }
         let ring = RING.get()?;
         state.in_hook.set(true);
         let lane = lane::lane_of(ring, state, PID.load(Ordering::Relaxed));

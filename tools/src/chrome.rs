@@ -29,6 +29,8 @@ struct TraceWriter<'m, W: Write> {
     first: bool,
     origin_ns: u64,
     kernel_names: KernelNames<'m>,
+    /// Bytes of the record being written.
+    scratch: Vec<u8>,
 }
 
 /// Demangled kernel names, computed once per (process, function).
@@ -53,6 +55,7 @@ impl<'m, W: Write> TraceWriter<'m, W> {
             first: true,
             origin_ns,
             kernel_names: KernelNames { meta, cache: HashMap::new() },
+            scratch: Vec::with_capacity(256),
         })
     }
 
@@ -107,36 +110,92 @@ impl<'m, W: Write> TraceWriter<'m, W> {
             Api::Nccl => "nccl",
             Api::Itt => return self.itt_event(func, event, us, frac),
         };
-        write!(
-            self.out,
-            "{{\"ph\":\"X\",\"name\":\"{}\",\"cat\":\"{category}\",\"pid\":{},\"tid\":{},\"ts\":{us}.{frac:03},\"dur\":{}.{:03},\"args\":{{",
-            func.name(),
-            event.pid,
-            event.tid,
-            event.dur / 1000,
-            event.dur % 1000,
-        )?;
+        // The common record, written without the formatting machinery (most of a conversion's
+        // time otherwise): integers through itoa, fixed parts as bytes.
+        self.raw(b"{\"ph\":\"X\",\"name\":\"");
+        self.raw(func.name().as_bytes());
+        self.raw(b"\",\"cat\":\"");
+        self.raw(category.as_bytes());
+        self.raw(b"\",\"pid\":");
+        self.int(event.pid);
+        self.raw(b",\"tid\":");
+        self.int(event.tid);
+        self.raw(b",\"ts\":");
+        self.micros_value(us, frac);
+        self.raw(b",\"dur\":");
+        self.micros_value((event.dur / 1000) as i64, event.dur % 1000);
+        self.raw(b",\"args\":{");
+        self.flush_scratch()?;
         if func.api() != Api::Libc {
             return self.gpu_args(func, event);
         }
-        write!(self.out, "\"fd\":{},\"ret\":{}", event.fd, event.ret)?;
+        self.raw(b"\"fd\":");
+        self.int(event.fd);
+        self.raw(b",\"ret\":");
+        self.int(event.ret);
         if func.moves_bytes() {
-            write!(self.out, ",\"bytes\":{},\"asked\":{}", bytes_moved(func, event), event.arg)?;
+            self.raw(b",\"bytes\":");
+            self.int(bytes_moved(func, event));
+            self.raw(b",\"asked\":");
+            self.int(event.arg);
         }
         if event.is_error() {
-            write!(self.out, ",\"errno\":{}", event.errno)?;
+            self.raw(b",\"errno\":");
+            self.int(event.errno);
         }
         match func.class() {
-            Class::Ioctl => write!(self.out, ",\"request\":\"{:#x}\"", event.arg)?,
-            Class::Map => write!(self.out, ",\"length\":{}", event.arg)?,
-            Class::Seek => write!(self.out, ",\"offset\":{},\"whence\":{}", event.arg as i64, event.extra)?,
-            Class::Clock => write!(self.out, ",\"clock_id\":{}", event.extra)?,
+            Class::Map => {
+                self.raw(b",\"length\":");
+                self.int(event.arg);
+            }
+            Class::Seek => {
+                self.raw(b",\"offset\":");
+                self.int(event.arg as i64);
+                self.raw(b",\"whence\":");
+                self.int(event.extra);
+            }
+            Class::Clock => {
+                self.raw(b",\"clock_id\":");
+                self.int(event.extra);
+            }
             _ => {}
         }
+        self.flush_scratch()?;
+        if func.class() == Class::Ioctl {
+            write!(self.out, ",\"request\":\"{:#x}\"", event.arg)?;
+        }
         if let Some(path) = path {
-            write!(self.out, ",\"path\":{path}")?;
+            self.out.write_all(b",\"path\":")?;
+            self.out.write_all(path.as_bytes())?;
         }
         self.out.write_all(b"}}")
+    }
+
+    fn raw(&mut self, bytes: &[u8]) {
+        self.scratch.extend_from_slice(bytes);
+    }
+
+    fn int<I: itoa::Integer>(&mut self, value: I) {
+        let mut buffer = itoa::Buffer::new();
+        self.scratch.extend_from_slice(buffer.format(value).as_bytes());
+    }
+
+    /// `whole.fraction` µs with three decimals (ns precision).
+    fn micros_value(&mut self, whole: i64, fraction: u64) {
+        self.int(whole);
+        self.scratch.push(b'.');
+        let digits = [
+            b'0' + (fraction / 100 % 10) as u8,
+            b'0' + (fraction / 10 % 10) as u8,
+            b'0' + (fraction % 10) as u8,
+        ];
+        self.scratch.extend_from_slice(&digits);
+    }
+
+    fn flush_scratch(&mut self) -> io::Result<()> {
+        self.out.write_all(&self.scratch)?;
+        self.scratch.clear();
+        Ok(())
     }
 
     /// An ITT annotation: a span named after the task or frame, or an instant.

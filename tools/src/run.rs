@@ -155,8 +155,9 @@ impl RunMeta {
 /// were when the child started.
 #[derive(Default)]
 pub struct FdIntervals {
-    /// (pid, fd) → (time, path id or 0 for closed), sorted by time.
-    changes: HashMap<(u32, i32), Vec<(u64, u64)>>,
+    /// (pid, fd) → (time, path id or 0 for closed), sorted by time. A fast non-cryptographic
+    /// hash: this map is looked up once per call in every report.
+    changes: rustc_hash::FxHashMap<(u32, i32), Vec<(u64, u64)>>,
 }
 
 impl FdIntervals {

@@ -174,6 +174,9 @@ impl Summary {
             pipeline: Default::default(),
             meta,
         };
+        // Per (pid, image, function) while streaming, folded into the tables at the end: one
+        // fast hash lookup per event instead of two ordered-map walks by name.
+        let mut by_image_and_func: rustc_hash::FxHashMap<(u32, usize, u16), CallStats> = Default::default();
         let mut reader = run::open(path)?;
         while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
             let Frame::Events(events) = frame else {
@@ -193,20 +196,13 @@ impl Summary {
                     total_ns: event.dur,
                     bytes: bytes_moved(func, event),
                 };
-                summary.calls.entry(func.name()).or_default().add(&stats);
                 if matches!(func.api(), Api::CudaRuntime | Api::CudaDriver | Api::Nccl) {
                     summary.gpu.add(func, event, &stats);
                 } else if func.api() == Api::Itt {
                     summary.pipeline.add(func, event);
                 }
                 let image = summary.meta.image_at(event.pid, event.start).unwrap_or(0);
-                summary
-                    .per_image
-                    .entry((event.pid, image))
-                    .or_default()
-                    .entry(func.name())
-                    .or_default()
-                    .add(&stats);
+                by_image_and_func.entry((event.pid, image, event.kind)).or_default().add(&stats);
                 if let Some(path_id) = summary.meta.fds.path_of(&summary.meta, event) {
                     let file = summary.files.entry(path_id).or_default();
                     file.calls += 1;
@@ -220,6 +216,11 @@ impl Summary {
                     }
                 }
             }
+        }
+        for ((pid, image, kind), stats) in by_image_and_func {
+            let Some(func) = Func::from_id(kind) else { continue };
+            summary.calls.entry(func.name()).or_default().add(&stats);
+            summary.per_image.entry((pid, image)).or_default().entry(func.name()).or_default().add(&stats);
         }
         summary.add_aggregates();
         Ok(summary)
