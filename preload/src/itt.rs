@@ -381,44 +381,66 @@ static CHAIN_LOADED: AtomicBool = AtomicBool::new(false);
 
 /// Whether a chained collector is active.
 pub fn chained() -> bool {
-    CHAIN.task_begin.load(Ordering::Relaxed) != 0
+    CHAIN.task_begin.load(Ordering::Relaxed) != 0 && !CHAIN_STOPPED.load(Ordering::Relaxed)
+}
+
+/// Set when the process starts exiting: a chained collector tears itself down in its own
+/// atexit handler (Intel's reference collector closes its log and frees its objects there), so
+/// nothing may be forwarded to it, nor stamped, from then on.
+static CHAIN_STOPPED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn stop_chain() {
+    CHAIN_STOPPED.store(true, Ordering::Release);
+    crate::itt_stamp::stop();
+}
+
+/// Runs `f` (a call into the chained collector) with this thread's guard held as internal.
+pub fn as_internal<R>(f: impl FnOnce() -> R) -> R {
+    let mut f = Some(f);
+    let mut result = None;
+    let _ = crate::guard::THREAD
+        .try_with(|state| result = Some(state.internal(|| (f.take().unwrap_or_else(|| unreachable!()))())));
+    match (result, f) {
+        (Some(result), _) => result,
+        (None, Some(f)) => f(),
+        (None, None) => unreachable!(),
+    }
 }
 
 /// The chained collector's domain for `domain` (created on first use).
 pub fn chained_domain(domain: *const IttDomain) -> *mut c_void {
     // Safety: as in `domain_identity`.
-    let Some(d) = (unsafe { domain.as_ref() }) else { return core::ptr::null_mut() };
-    let known = d.extra2.load(Ordering::Acquire);
-    if !known.is_null() {
-        return known;
+    match unsafe { domain.as_ref() } {
+        Some(d) => chained_object(&d.extra2, d.name_a, &CHAIN.domain_create),
+        None => core::ptr::null_mut(),
     }
-    let create = CHAIN.domain_create.load(Ordering::Relaxed);
-    if create == 0 {
-        return core::ptr::null_mut();
-    }
-    // Safety: the chained collector's __itt_domain_create(const char*).
-    let theirs =
-        unsafe { crate::real::as_fn::<unsafe extern "C" fn(*const c_char) -> *mut c_void>(create)(d.name_a) };
-    d.extra2.store(theirs, Ordering::Release);
-    theirs
 }
 
-/// The chained collector's string handle for `handle`.
+/// The chained collector's string handle for `handle` (created on first use).
 pub fn chained_handle(handle: *const IttStringHandle) -> *mut c_void {
     // Safety: as in `domain_identity`.
-    let Some(h) = (unsafe { handle.as_ref() }) else { return core::ptr::null_mut() };
-    let known = h.extra2.load(Ordering::Acquire);
+    match unsafe { handle.as_ref() } {
+        Some(h) => chained_object(&h.extra2, h.str_a, &CHAIN.string_handle_create),
+        None => core::ptr::null_mut(),
+    }
+}
+
+/// The chained collector's object for one of ours, kept in our object's `extra2`: made once by
+/// the chained collector's `create(name)` (`__itt_domain_create` or
+/// `__itt_string_handle_create`, same prototype).
+fn chained_object(slot: &AtomicPtr<c_void>, name: *const c_char, create: &AtomicUsize) -> *mut c_void {
+    let known = slot.load(Ordering::Acquire);
     if !known.is_null() {
         return known;
     }
-    let create = CHAIN.string_handle_create.load(Ordering::Relaxed);
+    let create = create.load(Ordering::Relaxed);
     if create == 0 {
         return core::ptr::null_mut();
     }
-    // Safety: the chained collector's __itt_string_handle_create(const char*).
+    // Safety: the chained collector's create function, `(const char*) -> object*`.
     let theirs =
-        unsafe { crate::real::as_fn::<unsafe extern "C" fn(*const c_char) -> *mut c_void>(create)(h.str_a) };
-    h.extra2.store(theirs, Ordering::Release);
+        unsafe { crate::real::as_fn::<unsafe extern "C" fn(*const c_char) -> *mut c_void>(create)(name) };
+    slot.store(theirs, Ordering::Release);
     theirs
 }
 
@@ -524,4 +546,7 @@ pub fn load_chain(template: *const IttGlobal, groups: c_int) {
     unsafe {
         crate::real::as_fn::<unsafe extern "C" fn(*mut IttGlobal, c_int)>(init as usize)(shadow, groups)
     };
+    // Registered after the chained collector's own atexit handlers, so it runs before them.
+    // Safety: registering a plain extern "C" function.
+    unsafe { libc::atexit(stop_chain) };
 }

@@ -87,6 +87,12 @@ pub fn init() {
     }
 }
 
+/// Switches stamping off for good (the process is exiting and the collector behind it may be
+/// gone).
+pub fn stop() {
+    TASK_BEGIN.store(0, Ordering::Release);
+}
+
 /// Whether stamping is on (a collector other than mlprof alone is bound).
 #[inline(always)]
 pub fn enabled() -> bool {

@@ -66,12 +66,15 @@ pub fn itt_task_begin_address() -> usize {
 }
 
 /// Calls the chained collector's function in `slot`, if one is loaded.
+/// Calls the chained collector's function in `slot`, if one is loaded and not stopped. The
+/// collector's own libc calls (its log file, say) are ours: they pass through unrecorded and
+/// unstamped (stamping them would call back into it in the middle of its own call).
 macro_rules! forward {
     ($slot:ident, $ty:ty, ($($arg:expr),*)) => {{
         let f = CHAIN.$slot.load(Ordering::Relaxed);
-        if f != 0 {
+        if f != 0 && itt::chained() {
             // Safety: the chained collector's entry point of this prototype.
-            unsafe { as_fn::<$ty>(f)($($arg),*) };
+            itt::as_internal(|| unsafe { as_fn::<$ty>(f)($($arg),*) });
         }
     }};
 }
