@@ -9,29 +9,7 @@
 use mlprof_tests::*;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
 use std::time::Duration;
-
-/// True when torch is importable; otherwise fails (or skips with MLPROF_SKIP_TORCH=1).
-fn torch_available() -> bool {
-    let py = python();
-    let mut c = Command::new(&py);
-    clean_env(&mut c).args(["-c", "import torch, torchvision"]);
-    let o = output_with_timeout(c, default_timeout());
-    if o.status.success() {
-        return true;
-    }
-    let why = format!(
-        "{} cannot import torch/torchvision (set MLPROF_TEST_PYTHON to a Python that has them):\n{}",
-        py.display(),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    if std::env::var("MLPROF_SKIP_TORCH").as_deref() == Ok("1") {
-        eprintln!("skipping the PyTorch test (MLPROF_SKIP_TORCH=1): {why}");
-        return false;
-    }
-    panic!("{why}\n(set MLPROF_SKIP_TORCH=1 to skip this test)");
-}
 
 fn limit() -> Duration {
     default_timeout().max(Duration::from_secs(300))
