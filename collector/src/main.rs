@@ -116,6 +116,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
     }
     // Safety: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
+    segment::sweep_stale_launcher_segments(uid);
     let shm_name = if launching {
         format!("/mlprof-{uid}-run-{}-{:x}", std::process::id(), timebase::realtime_ns() & 0xffff_ffff)
     } else {

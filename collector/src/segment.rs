@@ -103,6 +103,34 @@ impl Drop for Segment {
     }
 }
 
+/// Removes the launcher segments (`/mlprof-UID-run-PID-…`) that collectors of this user left
+/// behind when they were killed (SIGKILL gives no chance to unlink): their pages would stay in
+/// memory until reboot. A segment whose collector pid is alive is left alone. Returns how many
+/// were removed.
+pub fn sweep_stale_launcher_segments(uid: u32) -> usize {
+    let prefix = format!("mlprof-{uid}-run-");
+    let Ok(entries) = std::fs::read_dir("/dev/shm") else { return 0 };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(&prefix) else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else { continue };
+        // Safety: signal 0 only checks that the process exists.
+        let alive = pid > 0 && unsafe { libc::kill(pid, 0) } == 0;
+        let ours = entry.metadata().map(|m| std::os::unix::fs::MetadataExt::uid(&m) == uid).unwrap_or(false);
+        if !alive
+            && ours
+            && let Ok(c_name) = CString::new(format!("/{name}"))
+        {
+            // Safety: unlinking a segment name of ours.
+            if unsafe { libc::shm_unlink(c_name.as_ptr()) } == 0 {
+                removed += 1;
+            }
+        }
+    }
+    removed
+}
+
 /// Whether an existing segment `name` is served by a live collector; removes it if stale.
 pub fn check_existing(name: &str) -> io::Result<Option<u32>> {
     let c_name = CString::new(name).map_err(|_| io::Error::other("segment name contains NUL"))?;

@@ -232,6 +232,7 @@ fn launcher_sigkilled_command_finishes() {
     c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
     let started = Instant::now();
     let mut collector = c.spawn().expect("start mlprof-collect");
+    let collector_pid = collector.id();
     let guard = Guard::new(collector.id(), Duration::from_secs(60));
     let mut stdout = BufReader::new(collector.stdout.take().unwrap());
     let mut line = String::new();
@@ -253,4 +254,14 @@ fn launcher_sigkilled_command_finishes() {
     if std::fs::metadata(&out).map(|m| m.len() > 0).unwrap_or(false) {
         assert!(Summary::load(&out).truncated(), "a SIGKILLed collector's file must say truncated");
     }
+    // The killed collector could not unlink its segment; the next launcher removes it (its pages
+    // would otherwise stay in memory until reboot).
+    run_collect_ok(&dir.join("next.bin"), &["true"]);
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let stale = format!("mlprof-{uid}-run-{collector_pid}-");
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    assert!(!left.iter().any(|n| n.starts_with(&stale)), "stale segment {stale}* left in /dev/shm: {left:?}");
 }
