@@ -325,31 +325,8 @@ impl Span {
     pub fn finish(self, mut event: Event, func: Func, failed: bool) {
         let end = clock::now();
         let errno = if failed { guard::errno() } else { 0 };
-        // Safety: see `begin`.
-        let state = unsafe { &*self.thread };
-        if self.stamped {
-            state.internal(crate::itt_stamp::end);
-        }
-        let Some(ring) = RING.get() else { return };
-        let pid = PID.load(Ordering::Relaxed);
-        state.in_hook.set(true);
-        if let Some(lane) = lane::lane_of(ring, state, pid) {
-            event.kind = func as u16;
-            event.pid = pid;
-            event.tid = state.tid.get();
-            event.start = self.start;
-            event.dur = end.wrapping_sub(self.start);
-            event.errno = errno;
-            if failed {
-                event.flags |= FLAG_ERROR;
-            }
-            ring.push(lane, &event);
-            let nested = state.take_nested();
-            if nested != 0 {
-                ring.count_drops(lane, nested as u64);
-            }
-        }
-        state.in_hook.set(false);
+        event.errno = errno;
+        self.write(end, event, func, failed);
         if failed {
             guard::set_errno(errno);
         }
@@ -366,6 +343,21 @@ impl Span {
     #[inline(always)]
     pub fn finish_gpu(self, mut call: GpuCall, func: Func, failed: bool) {
         let end = clock::now();
+        let state = self.thread();
+        if call.device == 0 {
+            call.device = state.device.get();
+        }
+        if state.gpu_depth.get() > 0 {
+            call.flags |= FLAG_NESTED;
+        }
+        self.write(end, call.into_event(), func, failed);
+    }
+
+    /// What every finish shares: closes the ITT stamp, fills in identity, times and the error
+    /// flag, pushes the record, and adds the calls a signal handler made meanwhile to the lane's
+    /// drops (see `ThreadState::reentered`).
+    #[inline(always)]
+    fn write(self, end: u64, mut event: Event, func: Func, failed: bool) {
         // Safety: see `begin`.
         let state = unsafe { &*self.thread };
         if self.stamped {
@@ -375,21 +367,15 @@ impl Span {
         let pid = PID.load(Ordering::Relaxed);
         state.in_hook.set(true);
         if let Some(lane) = lane::lane_of(ring, state, pid) {
-            call.kind = func as u16;
-            call.pid = pid;
-            call.tid = state.tid.get();
-            call.start = self.start;
-            call.dur = end.wrapping_sub(self.start);
-            if call.device == 0 {
-                call.device = state.device.get();
-            }
+            event.kind = func as u16;
+            event.pid = pid;
+            event.tid = state.tid.get();
+            event.start = self.start;
+            event.dur = end.wrapping_sub(self.start);
             if failed {
-                call.flags |= FLAG_ERROR;
+                event.flags |= FLAG_ERROR;
             }
-            if state.gpu_depth.get() > 0 {
-                call.flags |= FLAG_NESTED;
-            }
-            ring.push(lane, &call.into_event());
+            ring.push(lane, &event);
             let nested = state.take_nested();
             if nested != 0 {
                 ring.count_drops(lane, nested as u64);
