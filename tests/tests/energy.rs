@@ -40,17 +40,10 @@ fn energy_between(g: u32, origin_ns: u64, a_ns: u64, b_ns: u64) -> f64 {
 }
 
 fn nvml_double(dir: &TempDir) -> String {
-    let out = dir.join("libnvml_double.so");
-    let src = tests_dir().join("nvml_double").join("nvml_double.c");
-    let o = Command::new("gcc")
-        .args(["-shared", "-fPIC", "-O1", "-Wall", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .arg("-lm")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run gcc: {e}"));
-    assert!(o.status.success(), "gcc failed for {}:\n{}", src.display(), String::from_utf8_lossy(&o.stderr));
-    out.display().to_string()
+    let out = dir.join("libnvml_double.so").display().to_string();
+    let src = tests_dir().join("nvml_double").join("nvml_double.c").display().to_string();
+    gcc(&["-shared", "-fPIC", "-O1", "-Wall", "-o", &out, &src, "-lm"]);
+    out
 }
 
 /// A run under the collector with the double; returns (output, run.bin, curve origin).

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use mlprof_tests::*;
 use serde_json::Value;
@@ -54,11 +53,6 @@ fn find_file(dir: &Path, prefixes: &[&str], depth: usize) -> Option<PathBuf> {
         }
     }
     None
-}
-
-fn gcc(args: &[&str]) {
-    let out = Command::new("gcc").args(args).stdin(Stdio::null()).output().expect("run gcc");
-    assert!(out.status.success(), "gcc {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
 }
 
 fn program(name: &str) -> String {

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use mlprof_tests::*;
 use serde_json::Value;
@@ -29,11 +28,6 @@ fn ittnotify_sources() -> PathBuf {
     }
     found.sort();
     found.pop().unwrap_or_else(|| panic!("no ittapi-sys sources under {} (cargo fetch)", registry.display()))
-}
-
-fn gcc(args: &[&str]) {
-    let out = Command::new("gcc").args(args).stdin(Stdio::null()).output().expect("run gcc");
-    assert!(out.status.success(), "gcc {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// Builds tests/programs/itt_tasks.c with the ittnotify static part.

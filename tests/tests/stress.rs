@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// `mtwriter DIR THREADS WRITES 8 MODE` under the launcher with `args`; asserts exit `code`.
@@ -162,14 +162,9 @@ fn more_threads_than_lanes_counts_no_lane_drops_exactly() {
 }
 
 fn compile_plugin(dir: &TempDir) {
-    let o = Command::new("gcc")
-        .args(["-O1", "-shared", "-fPIC", "-Wall", "-o"])
-        .arg(dir.join("libplug.so"))
-        .arg(tests_dir().join("programs/plug.c"))
-        .stdin(Stdio::null())
-        .output()
-        .expect("run gcc");
-    assert!(o.status.success(), "gcc plug.c\n{}", describe(&o));
+    let out = dir.join("libplug.so").display().to_string();
+    let src = tests_dir().join("programs/plug.c").display().to_string();
+    gcc(&["-O1", "-shared", "-fPIC", "-Wall", "-o", &out, &src]);
 }
 
 /// Read events of the trace: the errno of each.  (Their `ret` is not checked: read/write
