@@ -271,16 +271,7 @@ def main():
     if notes:
         report.append("\n".join(f"- {n}" for n in notes) + "\n")
     report.append(f"loadavg at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
-    if errors:
-        report.append("## Errors\n")
-        report.append("\n".join(f"- {e}".replace("\n", "\n  ") for e in errors) + "\n")
-    text = "\n".join(report)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-        log(f"report written to {args.out}")
-    return 1 if errors else 0
+    return common.finish_report(report, errors, args.out)
 
 
 if __name__ == "__main__":

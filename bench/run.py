@@ -522,6 +522,21 @@ def find_cudart():
     return None
 
 
+def finish_report(report, errors, out):
+    """Appends the errors, prints the Markdown report, writes it to `out` if given; returns the
+    exit status (1 when anything failed). Shared by the harnesses in bench/."""
+    if errors:
+        report.append("## Errors\n")
+        report.append("\n".join(f"- {e}".replace("\n", "\n  ") for e in errors) + "\n")
+    text = "\n".join(report)
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text)
+        log(f"report written to {out}")
+    return 1 if errors else 0
+
+
 def csv_list(s, cast=str):
     return [cast(x.strip()) for x in s.split(",") if x.strip()]
 
@@ -634,16 +649,7 @@ def main():
              f"other work may have competed with the benchmark: rerun on a quiet machine.\n")
         report.append(w)
         log(w.strip())
-    if errors:
-        report.append("## Errors\n")
-        report.append("\n".join(f"- {e}".replace("\n", "\n  ") for e in errors) + "\n")
-    text = "\n".join(report)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-        log(f"report written to {args.out}")
-    return 1 if errors else 0
+    return finish_report(report, errors, args.out)
 
 
 if __name__ == "__main__":

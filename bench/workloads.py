@@ -374,19 +374,10 @@ def main():
         report.append(f"**Warning: the machine was busy** (other work used a median "
                       f"{statistics.median(bg_all):.2f} of {ncpu} cores during the runs): differences of a "
                       f"few percent are within the noise; rerun on a quiet machine.\n")
-    if errors:
-        report.append("## Errors\n")
-        report.append("\n".join(f"- {e}".replace("\n", "\n  ") for e in errors) + "\n")
     if args.raw:
         with open(args.raw, "w") as f:
             json.dump([{"workload": w, "variant": v, "runs": xs} for (w, v), xs in results.items()], f, indent=1)
-    text = "\n".join(report)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-        log(f"report written to {args.out}")
-    return 1 if errors else 0
+    return common.finish_report(report, errors, args.out)
 
 
 if __name__ == "__main__":
