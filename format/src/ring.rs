@@ -211,6 +211,7 @@ pub struct RingView {
 // Safety: the pointers refer to a shared mapping that outlives the view (the creator of the view
 // guarantees it); shared fields are atomics and slots follow the single-writer protocol above.
 unsafe impl Send for RingView {}
+// Safety: as for Send.
 unsafe impl Sync for RingView {}
 
 impl RingView {
@@ -222,6 +223,7 @@ impl RingView {
             header: base as *const RingHeader,
             // Safety: offsets come from the geometry, within the mapping.
             lanes: unsafe { base.add(geometry.lanes_offset() as usize) } as *const Lane,
+            // Safety: as above.
             slots: unsafe { base.add(geometry.slots_offset() as usize) },
             geometry,
         }

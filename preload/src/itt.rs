@@ -532,6 +532,7 @@ pub fn load_chain(template: *const IttGlobal, groups: c_int) {
     // Safety: `template` is the __itt_global the static part handed us; only its identifying
     // head (magic, version) is read. An all-zero pthread mutex is a valid unlocked mutex.
     let mut shadow: IttGlobal = unsafe { core::mem::zeroed() };
+    // Safety: see above; a null template is handled by `as_ref`.
     if let Some(template) = unsafe { template.as_ref() } {
         shadow.magic = template.magic;
         shadow.version_major = template.version_major;

@@ -426,7 +426,7 @@ fn write_drops<W: Write>(trace: &mut TraceWriter<'_, W>, samples: &[DropSample])
 /// Energy, power, utilization, clock, memory and temperature tracks: one pseudo-process per
 /// device (`crate::energy::TRACK_PID_BASE` + device id), on the events' time axis.
 fn write_energy<W: Write>(
-    trace: &mut TraceWriter<W>,
+    trace: &mut TraceWriter<'_, W>,
     items: Vec<crate::energy::TraceItem>,
 ) -> io::Result<()> {
     for item in items {
