@@ -1,121 +1,8 @@
-//! What the GPU hooks share: recording a call as a [`GpuCall`], marking driver calls made from
-//! inside runtime calls as nested, and naming kernels once per function.
+//! The macros that define GPU hooks (each one an exported `extern "C"` function plus its
+//! real-function slot), over the core's GPU recording (`mlprof_preload_core::gpu`), which is
+//! re-exported here so the hook files name one module.
 
-use core::ffi::{c_char, c_int, c_void};
-
-use mlprof_format::func::Func;
-use mlprof_format::record::GpuCall;
-
-use crate::real::{CUDA_DRIVER, CUDA_RUNTIME, Real, as_fn};
-use crate::session::Span;
-
-/// Status returned when the real function cannot be found (cudaErrorInitializationError,
-/// CUDA_ERROR_NOT_INITIALIZED, ncclInternalError all happen to be 3).
-pub const NOT_FOUND_STATUS: c_int = 3;
-
-/// Records an outer API call (CUDA runtime, NCCL): driver calls made inside it are nested.
-#[inline(always)]
-pub fn outer_call(func: Func, call: impl FnOnce() -> c_int, fields: impl FnOnce(c_int) -> GpuCall) -> c_int {
-    let Some(span) = Span::begin(func) else { return call() };
-    let thread = span.thread();
-    thread.gpu_depth.set(thread.gpu_depth.get() + 1);
-    let status = call();
-    let thread = span.thread();
-    thread.gpu_depth.set(thread.gpu_depth.get().saturating_sub(1));
-    span.finish_gpu(GpuCall { status, ..fields(status) }, func, status != 0);
-    status
-}
-
-/// Records a CUDA driver call.
-#[inline(always)]
-pub fn driver_call(func: Func, call: impl FnOnce() -> c_int, fields: impl FnOnce(c_int) -> GpuCall) -> c_int {
-    let Some(span) = Span::begin(func) else { return call() };
-    let status = call();
-    span.finish_gpu(GpuCall { status, ..fields(status) }, func, status != 0);
-    status
-}
-
-/// Records a launch of kernel `handle`, naming the kernel the first time this process
-/// launches it.
-#[inline(always)]
-pub fn launch_call(
-    func: Func,
-    handle: u64,
-    name: fn(u64, &mut [u8]) -> usize,
-    call: impl FnOnce() -> c_int,
-    fields: impl FnOnce(c_int) -> GpuCall,
-) -> c_int {
-    let Some(span) = Span::begin(func) else { return call() };
-    let runtime = func.api() == mlprof_format::func::Api::CudaRuntime;
-    let thread = span.thread();
-    if runtime {
-        thread.gpu_depth.set(thread.gpu_depth.get() + 1);
-    }
-    let status = call();
-    let thread = span.thread();
-    if runtime {
-        thread.gpu_depth.set(thread.gpu_depth.get().saturating_sub(1));
-    }
-    span.define_symbol(handle, |buf| name(handle, buf));
-    span.finish_gpu(GpuCall { status, ..fields(status) }, func, status != 0);
-    status
-}
-
-fn copy_c_string(text: *const c_char, buf: &mut [u8]) -> usize {
-    if text.is_null() {
-        return 0;
-    }
-    // Safety: CUDA and dladdr return NUL-terminated names that live as long as the module.
-    let bytes = unsafe { core::ffi::CStr::from_ptr(text) }.to_bytes();
-    let len = bytes.len().min(buf.len());
-    buf[..len].copy_from_slice(&bytes[..len]);
-    len
-}
-
-/// The name of a runtime kernel (its host stub address): `cudaFuncGetName` (CUDA 12.3+), else
-/// the stub's symbol through `dladdr`. The name stays mangled; the tools demangle.
-pub fn runtime_kernel_name(handle: u64, buf: &mut [u8]) -> usize {
-    static GET_NAME: Real = Real::in_libraries(c"cudaFuncGetName", CUDA_RUNTIME);
-    if let Some(addr) = GET_NAME.get() {
-        // Safety: cudaFuncGetName(const char** name, const void* func) -> cudaError_t.
-        let get: unsafe extern "C" fn(*mut *const c_char, *const c_void) -> c_int = unsafe { as_fn(addr) };
-        let mut name: *const c_char = core::ptr::null();
-        // Safety: valid out pointer; the handle is what the application launched.
-        if unsafe { get(&mut name, handle as *const c_void) } == 0 {
-            let len = copy_c_string(name, buf);
-            if len > 0 {
-                return len;
-            }
-        }
-    }
-    symbol_name(handle, buf)
-}
-
-/// The name of a driver kernel (a CUfunction) through `cuFuncGetName` (CUDA 12.3+).
-pub fn driver_kernel_name(handle: u64, buf: &mut [u8]) -> usize {
-    static GET_NAME: Real = Real::in_libraries(c"cuFuncGetName", CUDA_DRIVER);
-    if let Some(addr) = GET_NAME.get() {
-        // Safety: cuFuncGetName(const char** name, CUfunction hfunc) -> CUresult.
-        let get: unsafe extern "C" fn(*mut *const c_char, *mut c_void) -> c_int = unsafe { as_fn(addr) };
-        let mut name: *const c_char = core::ptr::null();
-        // Safety: valid out pointer; the handle is what the application launched.
-        if unsafe { get(&mut name, handle as *mut c_void) } == 0 {
-            return copy_c_string(name, buf);
-        }
-    }
-    0
-}
-
-fn symbol_name(address: u64, buf: &mut [u8]) -> usize {
-    // Safety: dladdr only reads the loader's tables; `info` is a valid out pointer.
-    unsafe {
-        let mut info: libc::Dl_info = core::mem::zeroed();
-        if libc::dladdr(address as *const c_void, &mut info) != 0 && info.dli_saddr as u64 == address {
-            return copy_c_string(info.dli_sname, buf);
-        }
-    }
-    0
-}
+pub use mlprof_preload_core::gpu::*;
 
 /// Declares the real-function slot `$sym::REAL` of a GPU hook, searched in `$libs` when
 /// `RTLD_NEXT` does not reach the library.
@@ -123,8 +10,8 @@ macro_rules! real_slot {
     ($sym:ident, $libs:expr) => {
         #[allow(non_snake_case)]
         pub mod $sym {
-            pub static REAL: crate::real::Real = crate::real::Real::in_libraries(
-                crate::real::cstr(concat!(stringify!($sym), "\0").as_bytes()),
+            pub static REAL: mlprof_preload_core::real::Real = mlprof_preload_core::real::Real::in_libraries(
+                mlprof_preload_core::real::cstr(concat!(stringify!($sym), "\0").as_bytes()),
                 $libs,
             );
         }
@@ -141,7 +28,7 @@ macro_rules! gpu_hook {
         pub unsafe extern "C" fn $sym($($arg: $ty),*) -> core::ffi::c_int {
             let Some(addr) = $sym::REAL.get() else { return crate::gpu::NOT_FOUND_STATUS };
             // Safety: the slot was resolved for this very symbol, whose C prototype this is.
-            let real: unsafe extern "C" fn($($ty),*) -> core::ffi::c_int = unsafe { crate::real::as_fn(addr) };
+            let real: unsafe extern "C" fn($($ty),*) -> core::ffi::c_int = unsafe { mlprof_preload_core::real::as_fn(addr) };
             crate::gpu::$recorder(
                 mlprof_format::func::Func::$func,
                 // Safety: forwarding the caller's arguments unchanged.

@@ -5,14 +5,13 @@
 //! inside a hook). Without a collector the cost per hook is one load and a branch.
 //!
 //! When the collector the static part bound is mlprof itself and nothing is chained behind it,
-//! stamping is switched off: mlprof already recorded the call.
+//! stamping is switched off: mlprof already recorded the call. Otherwise [`begin`] and [`end`]
+//! are installed into the recorder (`recorder::stamp`), which calls them around each call.
 
-use core::ffi::CStr;
 use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use mlprof_format::func::Func;
-
-pub const DOMAIN: &CStr = c"mlprof";
+use mlprof_preload_core::recorder::stamp::{self, DOMAIN};
 
 static DOMAIN_PTR: AtomicPtr<ittapi_sys::__itt_domain> = AtomicPtr::new(core::ptr::null_mut());
 /// `__itt_task_begin` / `__itt_task_end` of the bound collector; 0 = stamping off.
@@ -65,10 +64,12 @@ pub fn init() {
             return;
         };
         for &func in Func::ALL {
+            // A NUL-terminated copy of the name, cut at 63 bytes.
             let mut name = [0u8; 64];
-            let text = func.name().as_bytes();
-            let len = text.len().min(63);
-            name[..len].copy_from_slice(&text[..len]);
+            mlprof_preload_core::sys::copy_prefix(
+                name.get_mut(..63).unwrap_or_default(),
+                func.name().as_bytes(),
+            );
             let handle = handle_create(name.as_ptr() as *const core::ffi::c_char);
             if let Some(slot) = HANDLES.get(func as usize) {
                 slot.store(handle, Ordering::Relaxed);
@@ -85,24 +86,12 @@ pub fn init() {
         TASK_END.store(end as usize, Ordering::Relaxed);
         TASK_BEGIN.store(begin as usize, Ordering::Release);
     }
+    stamp::install(self::begin, self::end);
 }
 
-/// Switches stamping off for good (the process is exiting and the collector behind it may be
-/// gone).
-pub fn stop() {
-    TASK_BEGIN.store(0, Ordering::Release);
-}
-
-/// Whether stamping is on (a collector other than mlprof alone is bound).
-#[inline(always)]
-pub fn enabled() -> bool {
-    TASK_BEGIN.load(Ordering::Relaxed) != 0
-}
-
-/// Opens the ITT task for a call of `func`; returns whether one was opened. Callers check
-/// [`enabled`] first and hold the guard (as internal).
-#[cold]
-pub fn begin(func: Func) -> bool {
+/// Opens the ITT task for a call of `func`; returns whether one was opened. The recorder calls
+/// it with the guard held (as internal).
+fn begin(func: Func) -> bool {
     let begin = TASK_BEGIN.load(Ordering::Relaxed);
     if begin == 0 {
         return false;
@@ -116,8 +105,7 @@ pub fn begin(func: Func) -> bool {
 }
 
 /// Closes the task [`begin`] opened.
-#[cold]
-pub fn end() {
+fn end() {
     let end = TASK_END.load(Ordering::Relaxed);
     if end != 0 {
         // Safety: as in `stamp_begin`.

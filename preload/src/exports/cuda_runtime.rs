@@ -269,7 +269,7 @@ pub unsafe extern "C" fn cudaSetDevice(device: c_int) -> c_int {
         |_| GpuCall { device, arg: device as u64, ..GpuCall::default() },
     );
     if status == 0 {
-        crate::session::set_thread_device(device);
+        crate::recorder::set_thread_device(device);
     }
     status
 }

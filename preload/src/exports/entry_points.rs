@@ -7,8 +7,8 @@
 
 use core::ffi::{CStr, c_char, c_int, c_ulonglong, c_void};
 
-use crate::exports::cuda_driver::WRAPPERS;
-use crate::real::{CUDA_DRIVER, CUDA_RUNTIME, Real, as_fn};
+use super::cuda_driver::WRAPPERS;
+use crate::real::{CUDA_DRIVER, CUDA_RUNTIME, Real, as_fn, real_dlsym};
 
 /// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`.
 const PER_THREAD_DEFAULT_STREAM: c_ulonglong = 1 << 1;
@@ -167,39 +167,6 @@ pub unsafe extern "C" fn cudaGetDriverEntryPointByVersion(
 }
 
 // ---- dlsym ---------------------------------------------------------------------------------
-
-/// glibc's own dlsym (found with dlvsym, which we do not hook).
-extern "C" fn real_dlsym() -> usize {
-    static REAL: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
-    let known = REAL.load(core::sync::atomic::Ordering::Relaxed);
-    if known != 0 {
-        return known;
-    }
-    let mut addr = 0;
-    for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
-        // Safety: dlvsym with RTLD_NEXT and NUL-terminated strings.
-        addr = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) } as usize;
-        if addr != 0 {
-            break;
-        }
-    }
-    if addr == 0 {
-        return dlsym_unavailable as *const () as usize;
-    }
-    REAL.store(addr, core::sync::atomic::Ordering::Relaxed);
-    addr
-}
-
-extern "C" fn dlsym_unavailable(_handle: *mut c_void, _name: *const c_char) -> *mut c_void {
-    core::ptr::null_mut()
-}
-
-/// glibc's dlsym, bypassing our hook (for our own lookups by handle).
-pub fn glibc_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
-    type Dlsym = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
-    // Safety: real_dlsym returns glibc's dlsym (or a stand-in with the same prototype).
-    unsafe { as_fn::<Dlsym>(real_dlsym())(handle, name) }
-}
 
 /// Lookups of `cu*` names on an explicit handle: the real lookup, then our wrapper instead.
 extern "C" fn dlsym_driver_symbol(handle: *mut c_void, name: *const c_char) -> *mut c_void {

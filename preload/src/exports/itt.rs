@@ -1,4 +1,4 @@
-//! The ITT collector entry points (see `crate::itt`). The static part finds them through
+//! The ITT collector entry points (see `mlprof_preload_core::itt`). The static part finds them through
 //! `__itt_api_init`, which fills its function table from [`ENTRY_POINTS`].
 
 use core::ffi::{CStr, c_char, c_int, c_void};
@@ -14,7 +14,8 @@ use crate::real::as_fn;
 pub unsafe extern "C" fn __itt_api_init(global: *mut IttGlobal, init_groups: c_int) {
     // Safety: the static part passes its own __itt_global; only the API list is written.
     let Some(global) = (unsafe { global.as_mut() }) else { return };
-    itt::load_chain(global, init_groups);
+    // Safety: `global` is the static part's own, valid for the call.
+    unsafe { itt::load_chain(global, init_groups) };
     let mut entry = global.api_list_ptr;
     // Safety: the list ends with a null name; each func_ptr points to the static part's slot.
     unsafe {
@@ -32,7 +33,7 @@ pub unsafe extern "C" fn __itt_api_init(global: *mut IttGlobal, init_groups: c_i
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn __itt_api_fini(_global: *mut IttGlobal) {}
+pub unsafe extern "C" fn __itt_api_fini(_global: *mut IttGlobal) {}
 
 /// An entry point's address kept as data in a static table.
 pub struct Entry(*mut c_void);
@@ -80,36 +81,40 @@ macro_rules! forward {
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn __itt_domain_create(name: *const c_char) -> *mut IttDomain {
-    itt::domain(name)
+pub unsafe extern "C" fn __itt_domain_create(name: *const c_char) -> *mut IttDomain {
+    // Safety: the static part passes a NUL-terminated name (or null).
+    unsafe { itt::domain(name) }
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn __itt_string_handle_create(name: *const c_char) -> *mut IttStringHandle {
-    itt::string_handle(name)
+pub unsafe extern "C" fn __itt_string_handle_create(name: *const c_char) -> *mut IttStringHandle {
+    // Safety: the static part passes a NUL-terminated name (or null).
+    unsafe { itt::string_handle(name) }
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn __itt_task_begin(
+pub unsafe extern "C" fn __itt_task_begin(
     domain: *const IttDomain,
     id: IttId,
     parent: IttId,
     name: *mut IttStringHandle,
 ) {
     if itt::chained() {
-        let (d, h) = (itt::chained_domain(domain), itt::chained_handle(name));
+        // Safety: the static part passes objects from a `__itt_*_create` (or null).
+        let (d, h) = unsafe { (itt::chained_domain(domain), itt::chained_handle(name)) };
         forward!(
             task_begin,
             unsafe extern "C" fn(*mut c_void, IttId, IttId, *mut c_void),
             (d, id, parent, h)
         );
     }
-    itt::task_begin(domain, id, parent, name);
+    // Safety: as above.
+    unsafe { itt::task_begin(domain, id, parent, name) };
 }
 
 /// A task named by a function address: named after its symbol when there is one.
 #[unsafe(no_mangle)]
-pub extern "C" fn __itt_task_begin_fn(
+pub unsafe extern "C" fn __itt_task_begin_fn(
     domain: *const IttDomain,
     id: IttId,
     parent: IttId,
@@ -123,63 +128,72 @@ pub extern "C" fn __itt_task_begin_fn(
             name = info.dli_sname;
         }
     }
-    __itt_task_begin(domain, id, parent, itt::string_handle(name));
+    // Safety: `name` is a symbol name from dladdr or a literal; the domain is the caller's.
+    unsafe { __itt_task_begin(domain, id, parent, itt::string_handle(name)) };
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn __itt_task_end(domain: *const IttDomain) {
+pub unsafe extern "C" fn __itt_task_end(domain: *const IttDomain) {
     if itt::chained() {
-        let d = itt::chained_domain(domain);
+        // Safety: the static part passes a domain from `__itt_domain_create` (or null).
+        let d = unsafe { itt::chained_domain(domain) };
         forward!(task_end, unsafe extern "C" fn(*mut c_void), (d));
     }
     itt::task_end();
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn __itt_frame_begin_v3(domain: *const IttDomain, id: *mut IttId) {
+pub unsafe extern "C" fn __itt_frame_begin_v3(domain: *const IttDomain, id: *mut IttId) {
     if itt::chained() {
-        let d = itt::chained_domain(domain);
+        // Safety: the static part passes a domain from `__itt_domain_create` (or null).
+        let d = unsafe { itt::chained_domain(domain) };
         forward!(frame_begin_v3, unsafe extern "C" fn(*mut c_void, *mut IttId), (d, id));
     }
-    itt::frame_begin(domain, id);
+    // Safety: as above; `id` is null or the caller's id.
+    unsafe { itt::frame_begin(domain, id) };
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn __itt_frame_end_v3(domain: *const IttDomain, id: *mut IttId) {
+pub unsafe extern "C" fn __itt_frame_end_v3(domain: *const IttDomain, id: *mut IttId) {
     if itt::chained() {
-        let d = itt::chained_domain(domain);
+        // Safety: the static part passes a domain from `__itt_domain_create` (or null).
+        let d = unsafe { itt::chained_domain(domain) };
         forward!(frame_end_v3, unsafe extern "C" fn(*mut c_void, *mut IttId), (d, id));
     }
     itt::frame_end();
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn __itt_marker(
+pub unsafe extern "C" fn __itt_marker(
     domain: *const IttDomain,
     id: IttId,
     name: *mut IttStringHandle,
     scope: c_int,
 ) {
     if itt::chained() {
-        let (d, h) = (itt::chained_domain(domain), itt::chained_handle(name));
+        // Safety: the static part passes objects from a `__itt_*_create` (or null).
+        let (d, h) = unsafe { (itt::chained_domain(domain), itt::chained_handle(name)) };
         forward!(marker, unsafe extern "C" fn(*mut c_void, IttId, *mut c_void, c_int), (d, id, h, scope));
     }
-    itt::instant(Func::IttMarker, domain, name, id.d1);
+    // Safety: as above.
+    unsafe { itt::instant(Func::IttMarker, domain, name, id.d1) };
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn __itt_pause() {
+pub unsafe extern "C" fn __itt_pause() {
     forward!(pause, unsafe extern "C" fn(), ());
-    itt::instant(Func::IttPause, core::ptr::null(), core::ptr::null(), 0);
+    // Safety: null objects are allowed.
+    unsafe { itt::instant(Func::IttPause, core::ptr::null(), core::ptr::null(), 0) };
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn __itt_resume() {
+pub unsafe extern "C" fn __itt_resume() {
     forward!(resume, unsafe extern "C" fn(), ());
-    itt::instant(Func::IttResume, core::ptr::null(), core::ptr::null(), 0);
+    // Safety: null objects are allowed.
+    unsafe { itt::instant(Func::IttResume, core::ptr::null(), core::ptr::null(), 0) };
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn __itt_thread_set_name(name: *const c_char) {
+pub unsafe extern "C" fn __itt_thread_set_name(name: *const c_char) {
     forward!(thread_set_name, unsafe extern "C" fn(*const c_char), (name));
 }

@@ -13,7 +13,7 @@ use mlprof_format::func::{AGG_SLOT_GETTIMEOFDAY, AGG_SLOT_OTHER_CLOCK, Func};
 use mlprof_format::record::Event;
 
 use crate::real::{Real, as_fn};
-use crate::session::{self, AggregateCall, Span};
+use crate::recorder::{self, AggregateCall, Span};
 
 /// Resolves the real function `$name` with C type `$ty`, or fails the call with ENOSYS.
 macro_rules! real {
@@ -46,8 +46,6 @@ fn iov_bytes(iov: *const iovec, count: c_int) -> usize {
 pub mod cuda_driver;
 mod cuda_runtime;
 mod entry_points;
-
-pub use entry_points::glibc_dlsym;
 mod itt;
 mod nccl;
 
@@ -101,7 +99,8 @@ macro_rules! open_hook {
             // Safety: as above.
             let fd = unsafe { real($($arg),*) };
             let event = Event { fd, ret: fd as i64, arg: $mode as u64, extra: $flags as u32, ..Event::default() };
-            span.finish_with_path(event, $func, fd < 0, $path);
+            // Safety: the path the application passed to the real call.
+            unsafe { span.finish_with_path(event, $func, fd < 0, $path) };
             fd
         }
     };
@@ -249,12 +248,15 @@ macro_rules! fopen_hook {
             // Safety: as above.
             let stream = unsafe { real(path, mode) };
             let fd = stream_fd(stream);
-            span.finish_with_path(
-                Event { fd, ret: fd as i64, ..Event::default() },
-                $func,
-                stream.is_null(),
-                path,
-            );
+            // Safety: the path the application passed to the real call.
+            unsafe {
+                span.finish_with_path(
+                    Event { fd, ret: fd as i64, ..Event::default() },
+                    $func,
+                    stream.is_null(),
+                    path,
+                )
+            };
             stream
         }
     };
@@ -313,7 +315,7 @@ pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
 pub unsafe extern "C" fn clock_gettime(clock: libc::clockid_t, tp: *mut timespec) -> c_int {
     type ClockGettime = unsafe extern "C" fn(libc::clockid_t, *mut timespec) -> c_int;
     let real = real!(c"clock_gettime", ClockGettime, -1);
-    if !session::clock_events() {
+    if !recorder::clock_events() {
         let slot = if (0..=11).contains(&clock) { clock as usize } else { AGG_SLOT_OTHER_CLOCK };
         // Safety: forwarding the caller's arguments unchanged.
         return aggregated(slot, || unsafe { real(clock, tp) });
@@ -332,7 +334,7 @@ pub unsafe extern "C" fn clock_gettime(clock: libc::clockid_t, tp: *mut timespec
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gettimeofday(tv: *mut timeval, tz: *mut c_void) -> c_int {
     let real = real!(c"gettimeofday", unsafe extern "C" fn(*mut timeval, *mut c_void) -> c_int, -1);
-    if !session::clock_events() {
+    if !recorder::clock_events() {
         // Safety: forwarding the caller's arguments unchanged.
         return aggregated(AGG_SLOT_GETTIMEOFDAY, || unsafe { real(tv, tz) });
     }
@@ -381,7 +383,7 @@ macro_rules! exit_hook {
     ($sym:ident, $name:literal) => {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $sym(status: c_int) -> ! {
-            session::record_process_exit(status);
+            recorder::record_process_exit(status);
             static REAL: Real = Real::new($name);
             match REAL.get() {
                 // Safety: the real exit function has this prototype and does not return.
@@ -407,7 +409,7 @@ pub unsafe extern "C" fn _Fork() -> libc::pid_t {
     // Safety: no arguments.
     let pid = unsafe { real() };
     if pid == 0 {
-        session::after_raw_fork_in_child();
+        recorder::after_raw_fork_in_child();
     }
     pid
 }
@@ -433,7 +435,7 @@ pub unsafe extern "C" fn vfork() -> libc::pid_t {
 
 #[cfg(target_arch = "x86_64")]
 extern "C" fn prepare_vfork() -> usize {
-    session::note_vfork();
+    recorder::note_vfork();
     static REAL: Real = Real::new(c"vfork");
     static FORK: Real = Real::new(c"fork");
     // Without a real vfork (never seen), fork has the same contract for a child that execs.

@@ -2,8 +2,11 @@
 //!
 //! One const-initialized thread-local without `Drop`: it needs no lazy initialization and
 //! registers no destructor, so touching it never allocates (which could recurse into hooks).
+//! [`current`] is the one way to reach it; the [`ThreadRef`] it returns can be kept across the
+//! real call of a hook without a second thread-local lookup.
 
 use core::cell::Cell;
+use core::marker::PhantomData;
 
 pub struct ThreadState {
     /// Inside one of our hooks (or our own bookkeeping): calls pass straight through.
@@ -33,20 +36,37 @@ pub struct ThreadState {
 }
 
 thread_local! {
-    pub static THREAD: ThreadState = const {
-        ThreadState {
-            in_hook: Cell::new(false),
-            lane: Cell::new(0),
-            lane_pid: Cell::new(0),
-            tid: Cell::new(0),
-            vfork_pending: Cell::new(false),
-            no_lane_skips: Cell::new(0),
-            device: Cell::new(0),
-            gpu_depth: Cell::new(0),
-            internal: Cell::new(false),
-            nested: core::sync::atomic::AtomicU32::new(0),
-        }
-    };
+    static THREAD: ThreadState = const { ThreadState::new() };
+}
+
+/// The calling thread's [`ThreadState`], held for the duration of a hook.
+///
+/// It cannot leave the thread: it is neither `Send` nor `Sync`, so it can only live in this
+/// thread's stack frames or thread-locals, and those end with the thread, while the state it
+/// points to lives in the thread's TLS block until the thread is gone (it has no destructor,
+/// so it is never torn down earlier, even while pthread key destructors run at thread exit).
+#[derive(Clone, Copy)]
+pub struct ThreadRef {
+    state: &'static ThreadState,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl core::ops::Deref for ThreadRef {
+    type Target = ThreadState;
+
+    #[inline(always)]
+    fn deref(&self) -> &ThreadState {
+        self.state
+    }
+}
+
+/// This thread's state; `None` only where the thread-local cannot be reached at all.
+#[inline(always)]
+pub fn current() -> Option<ThreadRef> {
+    let state = THREAD.try_with(|state| state as *const ThreadState).ok()?;
+    // Safety: see `ThreadRef`: the state outlives every place a ThreadRef can be kept, because
+    // a ThreadRef never leaves this thread and the state has no destructor.
+    Some(ThreadRef { state: unsafe { &*state }, _not_send: PhantomData })
 }
 
 /// Runs one of our cold paths (joining, fork and exit bookkeeping) with the guard held and
@@ -54,16 +74,12 @@ thread_local! {
 /// hooked functions (std's `OwnedFd` closes through libc, for one) pass through unrecorded.
 /// TLS that is already torn down (thread exit) also passes through.
 #[inline(always)]
-pub fn with_guard<R>(f: impl FnOnce(&ThreadState) -> R) -> Option<R> {
-    THREAD
-        .try_with(|state| {
-            if state.in_hook.get() {
-                return None;
-            }
-            Some(state.internal(|| f(state)))
-        })
-        .ok()
-        .flatten()
+pub fn with_guard<R>(f: impl FnOnce(ThreadRef) -> R) -> Option<R> {
+    let state = current()?;
+    if state.in_hook.get() {
+        return None;
+    }
+    Some(state.internal(|| f(state)))
 }
 
 /// The calling thread's errno.
@@ -79,7 +95,29 @@ pub fn set_errno(value: i32) {
     unsafe { *libc::__errno_location() = value }
 }
 
+impl Default for ThreadState {
+    fn default() -> ThreadState {
+        ThreadState::new()
+    }
+}
+
 impl ThreadState {
+    /// A thread that has recorded nothing yet.
+    pub const fn new() -> ThreadState {
+        ThreadState {
+            in_hook: Cell::new(false),
+            lane: Cell::new(0),
+            lane_pid: Cell::new(0),
+            tid: Cell::new(0),
+            vfork_pending: Cell::new(false),
+            no_lane_skips: Cell::new(0),
+            device: Cell::new(0),
+            gpu_depth: Cell::new(0),
+            internal: Cell::new(false),
+            nested: core::sync::atomic::AtomicU32::new(0),
+        }
+    }
+
     /// A hooked call found the guard held: ours (pass through silently), or a signal handler's
     /// that interrupted our bookkeeping (count it, to be added to the lane's drops).
     #[cold]
@@ -90,6 +128,7 @@ impl ThreadState {
     }
 
     /// Runs one of our own cold paths with the guard held and marked internal.
+    #[inline]
     pub fn internal<R>(&self, f: impl FnOnce() -> R) -> R {
         let (was_in_hook, was_internal) = (self.in_hook.get(), self.internal.get());
         self.in_hook.set(true);
@@ -108,5 +147,38 @@ impl ThreadState {
             self.nested.fetch_sub(n, core::sync::atomic::Ordering::Relaxed);
         }
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_guard_is_not_reentrant_and_restores_itself() {
+        let outer = with_guard(|state| {
+            assert!(state.in_hook.get() && state.internal.get());
+            with_guard(|_| ()).is_none()
+        });
+        assert_eq!(outer, Some(true), "a nested with_guard finds the guard held");
+        let state = current().unwrap();
+        assert!(!state.in_hook.get() && !state.internal.get());
+    }
+
+    #[test]
+    fn only_calls_from_outside_our_bookkeeping_count_as_reentered() {
+        let state = current().unwrap();
+        state.internal(|| state.reentered());
+        assert_eq!(state.take_nested(), 0);
+        state.reentered();
+        state.reentered();
+        assert_eq!(state.take_nested(), 2);
+        assert_eq!(state.take_nested(), 0);
+    }
+
+    #[test]
+    fn errno_round_trips() {
+        set_errno(libc::EAGAIN);
+        assert_eq!(errno(), libc::EAGAIN);
     }
 }

@@ -1,5 +1,7 @@
 //! The next definition of each hooked symbol ("the real function"), resolved on first use: hooks
-//! can run before our constructor, so nothing here may depend on it.
+//! can run before our constructor, so nothing here may depend on it. Also glibc's own `dlsym`,
+//! which our lookups by handle use: through the library's `dlsym` hook, a lookup of a wrapped
+//! driver symbol would hand back our wrapper as its own "real" function.
 
 use core::ffi::{CStr, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -52,8 +54,7 @@ impl Real {
         // Safety: dlsym with RTLD_NEXT and a NUL-terminated name has no other preconditions. A
         // benign race: two threads may both resolve and store the same address.
         let mut addr = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) } as usize;
-        // Lookups by handle go to glibc's dlsym directly: through our own dlsym hook, a lookup
-        // of a wrapped driver symbol would hand back our wrapper as its own "real" function.
+        // Lookups by handle go to glibc's dlsym directly (see the module comment).
         for library in self.libraries {
             if addr != 0 {
                 break;
@@ -63,7 +64,7 @@ impl Real {
             unsafe {
                 let handle = libc::dlopen(library.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY);
                 if !handle.is_null() {
-                    addr = crate::exports::glibc_dlsym(handle, self.name.as_ptr()) as usize;
+                    addr = glibc_dlsym(handle, self.name.as_ptr()) as usize;
                     libc::dlclose(handle);
                 }
             }
@@ -87,7 +88,48 @@ pub unsafe fn as_fn<F: Copy>(addr: usize) -> F {
     unsafe { core::mem::transmute_copy::<usize, F>(&addr) }
 }
 
+/// glibc's own `dlsym` (found with `dlvsym`, which the library does not hook); a stand-in that
+/// finds nothing when no version of it is found. `extern "C"` because the `dlsym` trampoline
+/// calls it by symbol.
+pub extern "C" fn real_dlsym() -> usize {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    let known = REAL.load(Ordering::Relaxed);
+    if known != 0 {
+        return known;
+    }
+    let mut addr = 0;
+    for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
+        // Safety: dlvsym with RTLD_NEXT and NUL-terminated strings.
+        addr = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) } as usize;
+        if addr != 0 {
+            break;
+        }
+    }
+    if addr == 0 {
+        return dlsym_unavailable as *const () as usize;
+    }
+    REAL.store(addr, Ordering::Relaxed);
+    addr
+}
+
+extern "C" fn dlsym_unavailable(_handle: *mut c_void, _name: *const core::ffi::c_char) -> *mut c_void {
+    core::ptr::null_mut()
+}
+
+/// glibc's `dlsym`, bypassing the library's hook (for our own lookups by handle).
+///
+/// # Safety
+/// As for `dlsym`: `handle` is a live handle from `dlopen` (or a pseudo-handle) and `name` a
+/// NUL-terminated string.
+pub unsafe fn glibc_dlsym(handle: *mut c_void, name: *const core::ffi::c_char) -> *mut c_void {
+    type Dlsym = unsafe extern "C" fn(*mut c_void, *const core::ffi::c_char) -> *mut c_void;
+    // Safety: real_dlsym returns glibc's dlsym (or a stand-in with the same prototype).
+    unsafe { as_fn::<Dlsym>(real_dlsym())(handle, name) }
+}
+
 /// A `&'static CStr` from a NUL-terminated literal, checked at compile time.
+// Evaluated in the initializers of statics only, so a bad name fails the build, never a process.
+#[allow(clippy::panic)]
 pub const fn cstr(bytes: &'static [u8]) -> &'static CStr {
     match CStr::from_bytes_with_nul(bytes) {
         Ok(name) => name,

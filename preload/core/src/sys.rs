@@ -3,21 +3,30 @@
 
 use rustix::fd::{AsFd, OwnedFd};
 
-/// Writes a diagnostic line to stderr without stdio, allocation or our hooks.
+/// Copies as much of `src` as fits at the start of `dst`; returns how much that was.
+pub fn copy_prefix(dst: &mut [u8], src: &[u8]) -> usize {
+    let len = dst.len().min(src.len());
+    if let (Some(to), Some(from)) = (dst.get_mut(..len), src.get(..len)) {
+        to.copy_from_slice(from);
+    }
+    len
+}
+
+/// Writes a diagnostic line to stderr without stdio, allocation or our hooks (at most 511
+/// bytes of text; the rest is cut).
 pub fn log_line(parts: &[&[u8]]) {
     let stderr = rustix::stdio::stderr();
-    let mut line = [0u8; 512];
+    const LINE: usize = 512;
+    let mut line = [0u8; LINE];
     let mut len = 0;
     for part in parts {
-        let take = part.len().min(line.len() - 1 - len);
-        line[len..len + take].copy_from_slice(&part[..take]);
-        len += take;
+        let room = line.get_mut(len..LINE - 1).unwrap_or_default();
+        len += copy_prefix(room, part);
     }
-    line[len] = b'\n';
-    len += 1;
+    len += copy_prefix(line.get_mut(len..).unwrap_or_default(), b"\n");
     let mut written = 0;
-    while written < len {
-        match rustix::io::write(stderr, &line[written..len]) {
+    while let Some(rest) = line.get(written..len).filter(|rest| !rest.is_empty()) {
+        match rustix::io::write(stderr, rest) {
             Ok(0) => break,
             Ok(n) => written += n,
             Err(rustix::io::Errno::INTR) => {}
@@ -64,8 +73,8 @@ pub fn read_small_file(path: &str, buf: &mut [u8]) -> usize {
 
 fn read_to_fill(fd: &OwnedFd, buf: &mut [u8]) -> usize {
     let mut len = 0;
-    while len < buf.len() {
-        match rustix::io::read(fd.as_fd(), &mut buf[len..]) {
+    while let Some(rest) = buf.get_mut(len..).filter(|rest| !rest.is_empty()) {
+        match rustix::io::read(fd.as_fd(), rest) {
             Ok(0) => break,
             Ok(n) => len += n,
             Err(rustix::io::Errno::INTR) => {}

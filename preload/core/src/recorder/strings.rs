@@ -23,9 +23,9 @@ impl SeenSet {
     fn contains(&self, key: u64) -> bool {
         let start = key as usize % TABLE_SLOTS;
         for probe in 0..MAX_PROBES {
-            match self.slots[(start + probe) % TABLE_SLOTS].load(Ordering::Acquire) {
-                0 => return false,
-                found if found == key => return true,
+            match self.slots.get((start + probe) % TABLE_SLOTS).map(|slot| slot.load(Ordering::Acquire)) {
+                None | Some(0) => return false,
+                Some(found) if found == key => return true,
                 _ => {}
             }
         }
@@ -35,7 +35,7 @@ impl SeenSet {
     fn insert(&self, key: u64) {
         let start = key as usize % TABLE_SLOTS;
         for probe in 0..MAX_PROBES {
-            let slot = &self.slots[(start + probe) % TABLE_SLOTS];
+            let Some(slot) = self.slots.get((start + probe) % TABLE_SLOTS) else { return };
             match slot.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return,
                 Err(existing) if existing == key => return,
@@ -66,4 +66,28 @@ pub fn symbol_was_defined(handle: u64) -> bool {
 
 pub fn mark_symbol_defined(handle: u64) {
     DEFINED_SYMBOLS.insert(handle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_found_after_insertion_and_not_before() {
+        let set = SeenSet::new();
+        assert!(!set.contains(42));
+        set.insert(42);
+        set.insert(42);
+        assert!(set.contains(42));
+        // Keys that share a start slot probe onwards.
+        let crowd: Vec<u64> = (1..=MAX_PROBES as u64).map(|k| k * TABLE_SLOTS as u64 + 7).collect();
+        for &key in &crowd {
+            set.insert(key);
+        }
+        assert!(crowd.iter().all(|&key| set.contains(key)));
+        // One more in that neighbourhood does not fit: it is reported unseen (sent again).
+        let extra = (MAX_PROBES as u64 + 1) * TABLE_SLOTS as u64 + 7;
+        set.insert(extra);
+        assert!(!set.contains(extra));
+    }
 }

@@ -1,0 +1,153 @@
+//! Process and thread identity over their lives: the process announces itself when it joins
+//! (and again in every fork child), records the exit status it passes to `exit`, retires a
+//! thread's lane when the thread exits, and passes through in a vfork child, which runs on its
+//! parent's memory.
+
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use mlprof_format::record::{Event, KIND_PROCESS_EXIT, KIND_PROCESS_START, PROC_FORKED};
+
+use super::{lane, session};
+use crate::clock;
+use crate::guard::{self, ThreadState};
+use crate::sys;
+
+/// pthread key whose destructor retires the thread's lane; u32::MAX = none.
+static LANE_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
+
+/// Right after the process joined: registers the fork and thread-exit handlers and announces
+/// the process image.
+pub(super) fn process_joined() {
+    register_process_hooks();
+    send_process_start(0, false);
+}
+
+fn register_process_hooks() {
+    let mut key: libc::pthread_key_t = 0;
+    // Safety: plain libc calls with valid arguments; done once per process image (atfork
+    // handlers and keys are inherited by fork children).
+    unsafe {
+        if libc::pthread_key_create(&mut key, Some(retire_lane_at_thread_exit)) == 0 {
+            LANE_KEY.store(key, Ordering::Relaxed);
+        }
+        libc::pthread_atfork(None, None, Some(after_fork_in_child));
+    }
+}
+
+/// Registers the pthread-key destructor that retires a lane when its thread exits.
+pub(super) fn remember_lane_for_thread_exit(index: u32) {
+    let key = LANE_KEY.load(Ordering::Relaxed);
+    if key != u32::MAX {
+        // Safety: the key was created by `register_process_hooks`; the value is an integer.
+        unsafe { libc::pthread_setspecific(key, (index as usize + 1) as *const c_void) };
+    }
+}
+
+extern "C" fn retire_lane_at_thread_exit(value: *mut c_void) {
+    let Some(ring) = session::ring() else { return };
+    let Some(thread) = guard::current() else { return };
+    let index = (value as usize).wrapping_sub(1) as u32;
+    ring.retire(index, session::pid(), thread.tid.get());
+    if thread.lane.get() == index + 1 {
+        thread.lane.set(0);
+        thread.lane_pid.set(0);
+    }
+}
+
+extern "C" fn after_fork_in_child() {
+    if !session::is_active_quick() {
+        return;
+    }
+    let parent = session::replace_pid(sys::getpid());
+    guard::with_guard(|_| send_process_start(parent, true));
+}
+
+/// Announces a child made by `_Fork`, which runs no atfork handlers.
+pub fn after_raw_fork_in_child() {
+    after_fork_in_child();
+}
+
+/// Announces this process image (command line, parent) to the collector.
+fn send_process_start(parent: u32, forked: bool) {
+    let Some(ring) = session::ring() else { return };
+    let Some(thread) = guard::current() else { return };
+    let pid = session::pid();
+    let ppid = if forked { parent } else { sys::getppid() };
+    let Some(lane) = lane::lane_of(ring, &thread, pid) else {
+        return;
+    };
+    let mut cmdline = [0u8; mlprof_format::record::MAX_STRING_BYTES];
+    let len = sys::read_small_file("/proc/self/cmdline", &mut cmdline);
+    let cmdline = cmdline.get(..len).unwrap_or_default();
+    let id = mlprof_format::string_id(cmdline);
+    if !lane::send_string(ring, lane, pid, thread.tid.get(), id, cmdline) {
+        return;
+    }
+    ring.push(
+        lane,
+        &Event {
+            kind: KIND_PROCESS_START,
+            pid,
+            tid: thread.tid.get(),
+            start: clock::now(),
+            arg: ppid as u64,
+            arg2: id,
+            extra: if forked { PROC_FORKED } else { 0 },
+            ..Event::default()
+        },
+    );
+}
+
+/// Records the exit status a process passes to exit/_exit.
+pub fn record_process_exit(status: i32) {
+    if !session::is_active_quick() {
+        return;
+    }
+    let Some(ring) = session::ring() else { return };
+    let pid = session::pid();
+    let _ = guard::with_guard(|thread| {
+        if thread.vfork_pending.get() && sys::getpid() != pid {
+            return;
+        }
+        if let Some(lane) = lane::lane_of(ring, &thread, pid) {
+            ring.push(
+                lane,
+                &Event {
+                    kind: KIND_PROCESS_EXIT,
+                    pid,
+                    tid: thread.tid.get(),
+                    start: clock::now(),
+                    ret: status as i64,
+                    ..Event::default()
+                },
+            );
+        }
+    });
+}
+
+/// After this thread called vfork: in the child (another pid, same memory) pass through; back in
+/// the parent, clear the mark. Costs one getpid, only after a vfork.
+#[cold]
+pub(super) fn vfork_parent_resumed(state: &ThreadState) -> bool {
+    if sys::getpid() == session::pid() {
+        state.vfork_pending.set(false);
+        true
+    } else {
+        false
+    }
+}
+
+/// Marks the calling thread as having called vfork (see the `vfork` trampoline).
+pub fn note_vfork() {
+    if let Some(state) = guard::current() {
+        state.vfork_pending.set(true);
+    }
+}
+
+/// Remembers the CUDA device this thread selected (recorded on its later GPU calls).
+pub fn set_thread_device(device: i32) {
+    if let Some(state) = guard::current() {
+        state.device.set(device);
+    }
+}

@@ -1,0 +1,272 @@
+//! The recorder: what a hook calls to record one intercepted call into this thread's lane of
+//! the collector's ring.
+//!
+//! * [`session`]: joining the ring (once per process, lazily);
+//! * [`lifecycle`]: fork, exit, vfork and thread exit;
+//! * [`lane`]: this thread's lane (claimed on first use) and strings sent once per process;
+//! * [`strings`]: the per-process sets of strings and symbols already sent;
+//! * [`stamp`]: where ITT stamping is plugged in.
+//!
+//! A hook does `Span::begin(func)` (or `None`: pass straight through), calls the real function,
+//! and finishes the span with the record's fields.
+
+pub mod lane;
+pub mod lifecycle;
+pub mod session;
+pub mod stamp;
+pub mod strings;
+
+#[cfg(test)]
+mod tests;
+
+use core::ffi::CStr;
+
+use mlprof_format::func::Func;
+use mlprof_format::record::{Event, FLAG_ERROR, FLAG_NESTED, GpuCall};
+use mlprof_format::ring::{AggSlot, RingView};
+
+use crate::clock;
+use crate::guard::{self, ThreadRef, ThreadState};
+
+pub use lifecycle::{after_raw_fork_in_child, note_vfork, record_process_exit, set_thread_device};
+pub use session::clock_events;
+
+/// Joins early from the library's constructor (hooks also join lazily, since other libraries'
+/// constructors can call them first); returns whether the process records.
+pub fn init_from_constructor() -> bool {
+    guard::with_guard(|_| session::join()).unwrap_or(false)
+}
+
+/// The calling thread when its call is to be recorded; `None` when it must pass through: our
+/// own calls (reentrancy; a signal handler's is counted), no session, or a vfork child running
+/// on its parent's memory.
+#[inline(always)]
+fn recording_thread() -> Option<ThreadRef> {
+    let state = guard::current()?;
+    if state.in_hook.get() {
+        state.reentered();
+        return None;
+    }
+    if !session::is_active_quick() && !state.internal(session::is_active) {
+        return None;
+    }
+    if state.vfork_pending.get() && !lifecycle::vfork_parent_resumed(&state) {
+        return None;
+    }
+    Some(state)
+}
+
+/// An intercepted call in progress.
+pub struct Span {
+    thread: ThreadRef,
+    start: u64,
+    /// An ITT task was opened for this call (see [`stamp`]).
+    stamped: bool,
+}
+
+impl Span {
+    /// Starts timing a call, or `None` when it must pass through unrecorded: our own calls
+    /// (reentrancy), no session, or a vfork child running on its parent's memory.
+    #[inline(always)]
+    pub fn begin(func: Func) -> Option<Span> {
+        let thread = recording_thread()?;
+        // Our ITT calls (and whatever a chained collector does in them) are not recorded.
+        let stamped = stamp::enabled() && thread.internal(|| stamp::begin(func));
+        Some(Span { thread, start: clock::now(), stamped })
+    }
+
+    /// Ends the call and writes its record. `event` carries the function's own fields; pid, tid,
+    /// times, errno and flags are filled in here. Must run right after the real call so errno is
+    /// still the call's.
+    #[inline(always)]
+    pub fn finish(self, mut event: Event, func: Func, failed: bool) {
+        let end = clock::now();
+        let errno = if failed { guard::errno() } else { 0 };
+        event.errno = errno;
+        self.write(end, event, func, failed);
+        if failed {
+            guard::set_errno(errno);
+        }
+    }
+
+    /// The calling thread's state.
+    pub fn thread(&self) -> &ThreadState {
+        &self.thread
+    }
+
+    /// Ends a GPU API call (CUDA runtime/driver, NCCL) and writes its record; errno is not
+    /// touched (these APIs report through their return value).
+    #[inline(always)]
+    pub fn finish_gpu(self, mut call: GpuCall, func: Func, failed: bool) {
+        let end = clock::now();
+        if call.device == 0 {
+            call.device = self.thread.device.get();
+        }
+        if self.thread.gpu_depth.get() > 0 {
+            call.flags |= FLAG_NESTED;
+        }
+        self.write(end, call.into_event(), func, failed);
+    }
+
+    /// What every finish shares: closes the ITT stamp, fills in identity, times and the error
+    /// flag, pushes the record, and adds the calls a signal handler made meanwhile to the lane's
+    /// drops (see `ThreadState::reentered`).
+    #[inline(always)]
+    fn write(self, end: u64, mut event: Event, func: Func, failed: bool) {
+        let state = self.thread;
+        if self.stamped {
+            state.internal(stamp::end);
+        }
+        let Some(ring) = session::ring() else { return };
+        let pid = session::pid();
+        state.in_hook.set(true);
+        if let Some(lane) = lane::lane_of(ring, &state, pid) {
+            event.kind = func as u16;
+            event.pid = pid;
+            event.tid = state.tid.get();
+            event.start = self.start;
+            event.dur = end.wrapping_sub(self.start);
+            if failed {
+                event.flags |= FLAG_ERROR;
+            }
+            ring.push(lane, &event);
+            let nested = state.take_nested();
+            if nested != 0 {
+                ring.count_drops(lane, nested as u64);
+            }
+        }
+        state.in_hook.set(false);
+    }
+
+    /// Names GPU function `handle` for the collector, once per handle per process: `resolve`
+    /// writes the name into the buffer and returns its length (0 = unknown). Runs with the
+    /// guard held, so CUDA calls made by `resolve` are not recorded.
+    pub fn define_symbol(&self, handle: u64, resolve: impl FnOnce(&mut [u8]) -> usize) {
+        if handle == 0 || strings::symbol_was_defined(handle) {
+            return;
+        }
+        let state = self.thread;
+        let Some(ring) = session::ring() else { return };
+        let pid = session::pid();
+        let mut name = [0u8; 1024];
+        let len = state.internal(|| resolve(&mut name)).min(name.len());
+        let name = name.get(..len).unwrap_or_default();
+        state.in_hook.set(true);
+        if !name.is_empty()
+            && let Some(lane) = lane::lane_of(ring, &state, pid)
+        {
+            let id = mlprof_format::string_id(name);
+            if lane::send_string(ring, lane, pid, state.tid.get(), id, name) {
+                let definition = Event {
+                    kind: mlprof_format::record::KIND_SYMBOL_DEF,
+                    pid,
+                    tid: state.tid.get(),
+                    arg: handle,
+                    arg2: id,
+                    ..Event::default()
+                };
+                if ring.push(lane, &definition) {
+                    strings::mark_symbol_defined(handle);
+                }
+            }
+        }
+        state.in_hook.set(false);
+    }
+
+    /// Like `finish`, for calls that name a path: the path is sent once, then referenced by id.
+    ///
+    /// # Safety
+    /// `path` is null or the NUL-terminated path the application passed to the real call.
+    pub unsafe fn finish_with_path(
+        self,
+        mut event: Event,
+        func: Func,
+        failed: bool,
+        path: *const libc::c_char,
+    ) {
+        if !path.is_null() {
+            let errno = guard::errno();
+            // Safety: the application passed a NUL-terminated path to a libc function that reads
+            // it the same way.
+            let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
+            let kept = bytes.get(..mlprof_format::record::MAX_STRING_BYTES).unwrap_or(bytes);
+            let id = mlprof_format::string_id(kept);
+            let state = self.thread;
+            let pid = session::pid();
+            if let Some(ring) = session::ring() {
+                state.in_hook.set(true);
+                let sent = lane::lane_of(ring, &state, pid)
+                    .map(|lane| (lane, lane::send_string(ring, lane, pid, state.tid.get(), id, bytes)));
+                state.in_hook.set(false);
+                if let Some((lane, false)) = sent {
+                    ring.count_drop(lane);
+                    guard::set_errno(errno);
+                    return;
+                }
+            }
+            event.arg2 = id;
+            guard::set_errno(errno);
+        }
+        self.finish(event, func, failed);
+    }
+}
+
+/// An aggregated call (a clock read) in progress. The call is counted exactly; its duration is
+/// measured on one call in `MLPROF_CLOCK_TIMING` (64 by default), because two timestamps cost
+/// more than the ~20 ns vDSO call they would measure. Reports scale the measured time to the
+/// exact count and say how many calls were timed.
+pub struct AggregateCall {
+    counters: &'static AggSlot,
+    start: u64,
+}
+
+impl AggregateCall {
+    /// Counts a call in this thread's aggregate `slot`; `None` when it passes through.
+    #[inline(always)]
+    pub fn begin(slot: usize) -> Option<AggregateCall> {
+        let state = recording_thread()?;
+        let ring = session::ring()?;
+        state.in_hook.set(true);
+        let lane = lane::lane_of(ring, &state, session::pid());
+        state.in_hook.set(false);
+        let counters = ring.aggregate_slot(lane?, slot)?;
+        let count = counters.count_call();
+        let start = if count & session::timing_mask() == 0 { clock::now() } else { 0 };
+        Some(AggregateCall { counters, start })
+    }
+
+    /// Adds the call's duration when it was one of the timed ones.
+    #[inline(always)]
+    pub fn finish(self) {
+        if self.start != 0 {
+            self.counters.add_timing(clock::now().wrapping_sub(self.start));
+        }
+    }
+}
+
+/// Runs `f` with this thread's lane, outside the hot path (ITT annotations, which carry their
+/// own timing): `f` gets the ring, the lane, the pid and the thread state, with the guard held.
+/// Returns false when nothing can be recorded (no session, our own call, a vfork child).
+pub fn with_lane(f: impl FnOnce(&RingView, u32, u32, &ThreadState)) -> bool {
+    let Some(state) = guard::current() else { return false };
+    if state.in_hook.get() {
+        state.reentered();
+        return false;
+    }
+    state.in_hook.set(true);
+    let recorded = (|| {
+        if !session::is_active() {
+            return false;
+        }
+        if state.vfork_pending.get() && !lifecycle::vfork_parent_resumed(&state) {
+            return false;
+        }
+        let Some(ring) = session::ring() else { return false };
+        let pid = session::pid();
+        let Some(lane) = lane::lane_of(ring, &state, pid) else { return false };
+        f(ring, lane, pid, &state);
+        true
+    })();
+    state.in_hook.set(false);
+    recorded
+}

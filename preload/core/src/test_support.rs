@@ -1,0 +1,65 @@
+//! Unit-test support: rings in ordinary memory, standing in for the collector's segment, and a
+//! consumer that reads back what this thread recorded.
+
+use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
+
+use mlprof_format::record::Event;
+use mlprof_format::ring::{CLOCK_MONOTONIC, LaneItem, LaneItems, RingGeometry, RingView};
+
+/// A zeroed, initialized ring in leaked heap memory (it must outlive every view of it).
+pub fn heap_ring(geometry: RingGeometry) -> RingView {
+    let layout = std::alloc::Layout::from_size_align(geometry.total_bytes() as usize, 4096).unwrap();
+    // Safety: non-zero size; the memory is leaked, so it outlives every view.
+    let base = unsafe { std::alloc::alloc_zeroed(layout) };
+    assert!(!base.is_null());
+    // Safety: zeroed, aligned, sized for the geometry, not yet shared.
+    unsafe {
+        RingView::initialize(base, geometry, CLOCK_MONOTONIC, crate::sys::geteuid(), std::process::id())
+    };
+    // Safety: as above.
+    unsafe { RingView::new(base, geometry) }
+}
+
+/// The ring this test process has joined as if a collector served it (one per test binary:
+/// the recorder joins once per process). Lanes are plentiful because every test runs on a
+/// thread of its own that keeps its lane.
+pub fn joined_ring() -> &'static RingView {
+    static JOINED: OnceLock<()> = OnceLock::new();
+    JOINED.get_or_init(|| {
+        crate::recorder::session::join_for_test(heap_ring(RingGeometry {
+            lane_count: 256,
+            lane_capacity: 1024,
+        }))
+    });
+    crate::recorder::session::ring().expect("joined")
+}
+
+/// What this thread's lane holds that was not read yet: records and string definitions.
+pub fn take_this_threads_items() -> (Vec<Event>, Vec<(u64, Vec<u8>)>) {
+    let ring = joined_ring();
+    let state = crate::guard::current().unwrap();
+    let Some(index) = state.lane.get().checked_sub(1) else { return (Vec::new(), Vec::new()) };
+    let lane = ring.lane(index).unwrap();
+    let head = lane.head.load(Ordering::Acquire);
+    let tail = lane.tail.load(Ordering::Relaxed);
+    let mut copied = Vec::new();
+    ring.copy_out(index, tail, head, &mut copied);
+    let (mut records, mut strings) = (Vec::new(), Vec::new());
+    let mut items = LaneItems::new(&copied);
+    for item in items.by_ref() {
+        match item {
+            LaneItem::Record(event) => records.push(event),
+            LaneItem::String { id, bytes } => strings.push((id, bytes.to_vec())),
+        }
+    }
+    lane.tail.store(tail + items.consumed() as u64, Ordering::Release);
+    (records, strings)
+}
+
+/// This thread's lane's drop counter.
+pub fn this_threads_drops() -> u64 {
+    let state = crate::guard::current().unwrap();
+    let index = state.lane.get().checked_sub(1).expect("a lane");
+    joined_ring().lane(index).unwrap().dropped.load(Ordering::Relaxed)
+}
