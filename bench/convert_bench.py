@@ -60,8 +60,7 @@ def gnu_time():
     if not os.path.exists(t):
         return None
     try:
-        p = subprocess.run([t, "-v", "true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           timeout=10)
+        p = subprocess.run([t, "-v", "true"], capture_output=True, text=True, timeout=10)
         return t if "Maximum resident set size" in p.stderr else None
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -81,9 +80,9 @@ def measured(cmd, timeout, time_bin, verbose):
         full = [sys.executable, "-c", RSS_HELPER] + cmd
     t0 = time.monotonic()
     try:
-        p = subprocess.run(full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+        p = subprocess.run(full, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise BenchError(f"timed out after {timeout}s: {line}")
+        raise BenchError(f"timed out after {timeout}s: {line}") from None
     wall = time.monotonic() - t0
     out, err = p.stdout, p.stderr
     if time_bin:
@@ -121,16 +120,22 @@ def fits(n, free, with_json):
 
 
 def main():
-    ap = argparse.ArgumentParser(description="mlprof convert/summary speed and memory on long runs "
-                                             "(see bench/README.md)")
+    ap = argparse.ArgumentParser(
+        description="mlprof convert/summary speed and memory on long runs (see bench/README.md)"
+    )
     ap.add_argument("--n", default="1000000,10000000", help="comma list of run lengths in events")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs of each tool per N (interleaved)")
     ap.add_argument("--threads", type=int, default=4, help="synth_run threads per process")
     ap.add_argument("--procs", type=int, default=3, help="synth_run processes (1 trainer + workers)")
     ap.add_argument("--tmp-dir", default=tempfile.gettempdir(), help="where the runs and traces go")
-    ap.add_argument("--json-to-null", action="store_true",
-                    help="convert to /dev/null (no trace size; saves disk and write time)")
-    ap.add_argument("--bin-dir", default=os.environ.get("MLPROF_BIN_DIR", os.path.join(REPO, "target", "release")))
+    ap.add_argument(
+        "--json-to-null",
+        action="store_true",
+        help="convert to /dev/null (no trace size; saves disk and write time)",
+    )
+    ap.add_argument(
+        "--bin-dir", default=os.environ.get("MLPROF_BIN_DIR", os.path.join(REPO, "target", "release"))
+    )
     ap.add_argument("--synth", help="synth_run binary (default: build the example with cargo)")
     ap.add_argument("--timeout", type=int, default=1800)
     ap.add_argument("--out", help="also write the Markdown report to this file")
@@ -143,10 +148,20 @@ def main():
     report = ["# mlprof convert / summary on long runs", ""]
     info = common.machine_info()
     time_bin = gnu_time()
-    info.append(("peak memory from", f"{time_bin} -v (Maximum resident set size)" if time_bin
-                 else "getrusage(RUSAGE_CHILDREN).ru_maxrss of a helper process"))
-    report.append(md_table(["machine", ""], [[k, v] for k, v in info] +
-                           [["command", common.cmdline([sys.executable] + sys.argv)]]))
+    info.append(
+        (
+            "peak memory from",
+            f"{time_bin} -v (Maximum resident set size)"
+            if time_bin
+            else "getrusage(RUSAGE_CHILDREN).ru_maxrss of a helper process",
+        )
+    )
+    report.append(
+        md_table(
+            ["machine", ""],
+            [[k, v] for k, v in info] + [["command", common.cmdline([sys.executable] + sys.argv)]],
+        )
+    )
     report.append("")
     for k, v in info:
         log(f"{k}: {v}")
@@ -174,8 +189,10 @@ def main():
             while m > 1000 and not fits(m, free, not args.json_to_null):
                 m //= 2
             if m != n:
-                notes.append(f"N={n:,} does not fit the free space of {args.tmp_dir} ({free / 1e9:.1f} GB "
-                             f"free): ran N={m:,} instead.")
+                notes.append(
+                    f"N={n:,} does not fit the free space of {args.tmp_dir} ({free / 1e9:.1f} GB "
+                    f"free): ran N={m:,} instead."
+                )
                 log(f"NOTE: {notes[-1]}")
             plan.append(m)
         for n in plan:
@@ -187,9 +204,18 @@ def main():
             kv = dict(f.split("=", 1) for f in out.split() if "=" in f)
             size = os.path.getsize(run)
             clock = int(kv.get("clock_calls", 0))
-            gen_rows.append([f"{n:,}", f"{size / 1e6:,.1f}", f"{size / n:.1f}", f"{clock:,}",
-                             f"{wall:.2f}", f"{n / wall / 1e6:.2f}", f"{rss / 2**20:.1f}"])
-            for rnd in range(args.repeat):
+            gen_rows.append(
+                [
+                    f"{n:,}",
+                    f"{size / 1e6:,.1f}",
+                    f"{size / n:.1f}",
+                    f"{clock:,}",
+                    f"{wall:.2f}",
+                    f"{n / wall / 1e6:.2f}",
+                    f"{rss / 2**20:.1f}",
+                ]
+            )
+            for _rnd in range(args.repeat):
                 for tool in ("convert", "summary"):
                     if tool == "convert":
                         cmd = [cli, "convert", run, "-o", trace]
@@ -212,13 +238,17 @@ def main():
                             j = json.loads(out)
                             s["events"] = int(j.get("events", 0))
                             if s["events"] != n + clock:
-                                errors.append(f"N={n:,} summary: events={s['events']:,}, expected "
-                                              f"{n + clock:,} (N + aggregated clock reads)")
+                                errors.append(
+                                    f"N={n:,} summary: events={s['events']:,}, expected "
+                                    f"{n + clock:,} (N + aggregated clock reads)"
+                                )
                         except ValueError as e:
                             errors.append(f"N={n:,} summary printed invalid JSON: {e}")
                     results.setdefault((n, tool), []).append(s)
-                    log(f"   N={n:,} {tool:8s} {wall:7.2f} s  cpu {cpu:6.2f} s  "
-                        f"peak RSS {rss / 2**20:7.1f} MiB  {n / wall / 1e6:.2f} M events/s")
+                    log(
+                        f"   N={n:,} {tool:8s} {wall:7.2f} s  cpu {cpu:6.2f} s  "
+                        f"peak RSS {rss / 2**20:7.1f} MiB  {n / wall / 1e6:.2f} M events/s"
+                    )
             os.unlink(run)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -235,27 +265,68 @@ def main():
             rss = statistics.median(s["rss"] for s in xs)
             rss_by[(tool, n)] = rss
             ob = [s["out_bytes"] for s in xs if s["out_bytes"] is not None]
-            rows.append([tool, f"{n:,}", str(len(xs)), f"{wall:.2f}",
-                         f"{min(s['wall'] for s in xs):.2f} – {max(s['wall'] for s in xs):.2f}",
-                         f"{statistics.median(s['cpu'] for s in xs):.2f}",
-                         f"{n / wall / 1e6:.2f}", f"{rss / 2**20:.1f}",
-                         f"{statistics.median(ob) / 1e6:,.0f} ({statistics.median(ob) / n:.0f} B/event)" if ob else "–"])
+            rows.append(
+                [
+                    tool,
+                    f"{n:,}",
+                    str(len(xs)),
+                    f"{wall:.2f}",
+                    f"{min(s['wall'] for s in xs):.2f} – {max(s['wall'] for s in xs):.2f}",
+                    f"{statistics.median(s['cpu'] for s in xs):.2f}",
+                    f"{n / wall / 1e6:.2f}",
+                    f"{rss / 2**20:.1f}",
+                    f"{statistics.median(ob) / 1e6:,.0f} ({statistics.median(ob) / n:.0f} B/event)"
+                    if ob
+                    else "–",
+                ]
+            )
     report.append("## Synthetic runs\n")
-    report.append(f"`synth_run OUT N --threads {args.threads} --procs {args.procs}`: a trainer and "
-                  f"{args.procs - 1} forked workers, {args.threads} threads each; dataset reads "
-                  "(open64, ioctl, lseek64, 1-6 reads, close on 20k paths cycled), checkpoint writes "
-                  "(open64, 64 KiB writes, fsync, close), stdio log lines, mmap/munmap, aggregated "
-                  "clock_gettime (≈2 per event).\n")
-    report.append(md_table(["N events", "run.bin MB", "bytes/event", "aggregated clock reads", "generate s",
-                            "generate M ev/s", "generator peak RSS MiB"], gen_rows, ["--:"] * 7))
+    report.append(
+        f"`synth_run OUT N --threads {args.threads} --procs {args.procs}`: a trainer and "
+        f"{args.procs - 1} forked workers, {args.threads} threads each; dataset reads "
+        "(open64, ioctl, lseek64, 1-6 reads, close on 20k paths cycled), checkpoint writes "
+        "(open64, 64 KiB writes, fsync, close), stdio log lines, mmap/munmap, aggregated "
+        "clock_gettime (≈2 per event).\n"
+    )
+    report.append(
+        md_table(
+            [
+                "N events",
+                "run.bin MB",
+                "bytes/event",
+                "aggregated clock reads",
+                "generate s",
+                "generate M ev/s",
+                "generator peak RSS MiB",
+            ],
+            gen_rows,
+            ["--:"] * 7,
+        )
+    )
     report.append("")
     report.append("## convert and summary\n")
-    report.append(f"Median of {args.repeat} run(s) per tool and N, interleaved (warm page cache: the run was "
-                  "just written). events/s = N recorded events / wall (`summary` `events` also counts the "
-                  "aggregated clock reads, checked = N + clock reads). Peak RSS of the mlprof process.\n")
-    report.append(md_table(["tool", "N events", "runs", "wall s", "min – max", "CPU s", "M events/s",
-                            "peak RSS MiB", "trace JSON MB"], rows,
-                           ["---", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:"]))
+    report.append(
+        f"Median of {args.repeat} run(s) per tool and N, interleaved (warm page cache: the run was "
+        "just written). events/s = N recorded events / wall (`summary` `events` also counts the "
+        "aggregated clock reads, checked = N + clock reads). Peak RSS of the mlprof process.\n"
+    )
+    report.append(
+        md_table(
+            [
+                "tool",
+                "N events",
+                "runs",
+                "wall s",
+                "min – max",
+                "CPU s",
+                "M events/s",
+                "peak RSS MiB",
+                "trace JSON MB",
+            ],
+            rows,
+            ["---", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:"],
+        )
+    )
     report.append("")
     if len(plan) >= 2:
         lo, hi = min(plan), max(plan)
@@ -263,8 +334,10 @@ def main():
         for tool in ("convert", "summary"):
             a, b = rss_by.get((tool, lo)), rss_by.get((tool, hi))
             if a and b:
-                growth.append(f"`{tool}`: {a / 2**20:.1f} → {b / 2**20:.1f} MiB for {hi / lo:.0f}× the events "
-                              f"(×{b / a:.2f}; +{(b - a) / (hi - lo):.1f} B per extra event)")
+                growth.append(
+                    f"`{tool}`: {a / 2**20:.1f} → {b / 2**20:.1f} MiB for {hi / lo:.0f}× the events "
+                    f"(×{b / a:.2f}; +{(b - a) / (hi - lo):.1f} B per extra event)"
+                )
         if growth:
             report.append("Memory vs run length: " + "; ".join(growth) + ".\n")
     report.append("Targets (issue 6): conversion ≥ 5 M events/s; memory not growing with run length.\n")

@@ -101,12 +101,11 @@ def run_cmd(cmd, env_extra=None, timeout=900, echo=True, need_ns=True):
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     try:
-        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, timeout=timeout)
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise BenchError(f"timed out after {timeout}s: {line}")
+        raise BenchError(f"timed out after {timeout}s: {line}") from None
     except OSError as e:
-        raise BenchError(f"cannot run {line}: {e}")
+        raise BenchError(f"cannot run {line}: {e}") from e
     wall = time.monotonic() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     tree_cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
@@ -116,11 +115,18 @@ def run_cmd(cmd, env_extra=None, timeout=900, echo=True, need_ns=True):
     kv = parse_kv(p.stdout)
     if need_ns and "ns_per_call" not in kv:
         raise BenchError(f"no ns_per_call= in output of: {line}\nstdout: {p.stdout[-500:]!r}")
-    return {"kv": kv, "stdout": p.stdout, "stderr": p.stderr, "wall_s": wall,
-            "tree_cpu_s": tree_cpu, "cmd": line}
+    return {
+        "kv": kv,
+        "stdout": p.stdout,
+        "stderr": p.stderr,
+        "wall_s": wall,
+        "tree_cpu_s": tree_cpu,
+        "cmd": line,
+    }
 
 
 # ---------------------------------------------------------------- machine info
+
 
 def read_first(path, key):
     try:
@@ -174,11 +180,21 @@ def open_or(path):
 
 def git_rev():
     try:
-        p = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, text=True, timeout=10)
+        p = subprocess.run(
+            ["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            timeout=10,
+        )
         rev = p.stdout.strip() or "no commit"
-        d = subprocess.run(["git", "-C", REPO, "status", "--porcelain"], stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, text=True, timeout=10)
+        d = subprocess.run(
+            ["git", "-C", REPO, "status", "--porcelain"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            timeout=10,
+        )
         return rev + (" (dirty tree)" if d.stdout.strip() else "")
     except (OSError, subprocess.TimeoutExpired):
         return "?"
@@ -186,15 +202,35 @@ def git_rev():
 
 # ---------------------------------------------------------------- build / locate
 
+
 def build(build_dir):
     os.makedirs(build_dir, exist_ok=True)
     calls = os.path.join(build_dir, "calls")
     shim = os.path.join(build_dir, "libshim.so")
     cmds = [
-        ["gcc", "-O2", "-Wall", "-U_FORTIFY_SOURCE", "-pthread", "-o", calls,
-         os.path.join(HERE, "calls.c"), "-ldl"],
-        ["gcc", "-O2", "-Wall", "-shared", "-fPIC", "-pthread", "-o", shim,
-         os.path.join(HERE, "shim.c"), "-ldl"],
+        [
+            "gcc",
+            "-O2",
+            "-Wall",
+            "-U_FORTIFY_SOURCE",
+            "-pthread",
+            "-o",
+            calls,
+            os.path.join(HERE, "calls.c"),
+            "-ldl",
+        ],
+        [
+            "gcc",
+            "-O2",
+            "-Wall",
+            "-shared",
+            "-fPIC",
+            "-pthread",
+            "-o",
+            shim,
+            os.path.join(HERE, "shim.c"),
+            "-ldl",
+        ],
     ]
     for c in cmds:
         log(f"  $ {cmdline(c)}")
@@ -228,7 +264,7 @@ def mlprof_summary(ml, binfile):
     if not ml["cli"]:
         return None, "no mlprof CLI binary"
     cmd = [ml["cli"], "summary", "--json", binfile]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         return None, f"`{cmdline(cmd)}` exit {p.returncode}: {p.stderr.strip()[-300:]}"
     try:
@@ -238,6 +274,7 @@ def mlprof_summary(ml, binfile):
 
 
 # ---------------------------------------------------------------- formatting
+
 
 def fmt_ns(x):
     if x is None:
@@ -264,6 +301,7 @@ def md_table(header, rows, align=None):
 
 # ---------------------------------------------------------------- latency mode
 
+
 def latency(args, calls, shim, ml, strace_off, report):
     ops = args.ops
     threads = args.threads
@@ -279,7 +317,7 @@ def latency(args, calls, shim, ml, strace_off, report):
     n_strace = args.strace_n or max(2000, args.n // 1000)
 
     tmpdir = tempfile.mkdtemp(prefix="mlprof-bench-")
-    results = {}   # (op, T, variant) -> list of ns
+    results = {}  # (op, T, variant) -> list of ns
     errors = []
     checks = []
     commands = {}  # variant -> example command
@@ -302,7 +340,7 @@ def latency(args, calls, shim, ml, strace_off, report):
             log(f"== round {rnd + 1}/{args.rounds}")
             # rotate the variant order each round so no variant always runs
             # right after the same other one
-            order = variants[rnd % len(variants):] + variants[:rnd % len(variants)]
+            order = variants[rnd % len(variants) :] + variants[: rnd % len(variants)]
             for op in ops:
                 for t in threads:
                     for v in order:
@@ -315,7 +353,17 @@ def latency(args, calls, shim, ml, strace_off, report):
                             cmd = [calls, op, str(n), str(t)]
                             env = {"LD_PRELOAD": shim}
                         elif v == "mlprof":
-                            cmd = [ml["collect"], "--quiet", "--out", binfile, "--", calls, op, str(n), str(t)]
+                            cmd = [
+                                ml["collect"],
+                                "--quiet",
+                                "--out",
+                                binfile,
+                                "--",
+                                calls,
+                                op,
+                                str(n),
+                                str(t),
+                            ]
                         else:
                             cmd = ["strace", "-f", "-qq", "-o", "/dev/null", calls, op, str(n), str(t)]
                         try:
@@ -333,8 +381,12 @@ def latency(args, calls, shim, ml, strace_off, report):
                                 errors.append(f"mlprof check failed for {op} T={t}: {checks[-1][3]}")
                         if v == "mlprof" and os.path.exists(binfile):
                             os.unlink(binfile)
-                    log("   {} T={}: ".format(op, t) + "  ".join(
-                        f"{v}={results[(op, t, v)][-1]:.1f}" for v in variants if (op, t, v) in results))
+                    log(
+                        f"   {op} T={t}: "
+                        + "  ".join(
+                            f"{v}={results[(op, t, v)][-1]:.1f}" for v in variants if (op, t, v) in results
+                        )
+                    )
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
 
@@ -358,32 +410,73 @@ def latency(args, calls, shim, ml, strace_off, report):
                 add = None if bmed is None or v == "bare" else med - bmed
                 add_min = None if bmed is None or v == "bare" else min(xs) - min(base)
                 ratio = None if bmed is None or v == "bare" else med / bmed
-                rows.append([op, t, v, f"{n:,}", fmt_ns(med), f"{fmt_ns(min(xs))} – {fmt_ns(max(xs))}",
-                             "" if v == "bare" else (("+" if add >= 0 else "") + fmt_ns(add) if add is not None else "–"),
-                             "" if v == "bare" else (("+" if add_min >= 0 else "") + fmt_ns(add_min) if add_min is not None else "–"),
-                             "" if v == "bare" else fmt_ratio(ratio), str(len(xs))])
+                rows.append(
+                    [
+                        op,
+                        t,
+                        v,
+                        f"{n:,}",
+                        fmt_ns(med),
+                        f"{fmt_ns(min(xs))} – {fmt_ns(max(xs))}",
+                        ""
+                        if v == "bare"
+                        else (("+" if add >= 0 else "") + fmt_ns(add) if add is not None else "–"),
+                        ""
+                        if v == "bare"
+                        else (
+                            ("+" if add_min >= 0 else "") + fmt_ns(add_min) if add_min is not None else "–"
+                        ),
+                        "" if v == "bare" else fmt_ratio(ratio),
+                        str(len(xs)),
+                    ]
+                )
     report.append("## Per-call overhead\n")
-    report.append(f"Median over {args.rounds} interleaved rounds; ns per call per thread "
-                  f"(loop wall time / N, mean over threads). Values ≥ 10 µs shown in µs.\n")
-    report.append(md_table(["op", "threads", "variant", "N/thread", "median ns/call", "min – max",
-                            "added vs bare (median)", "added (min vs min)", "× bare (median)", "runs"], rows,
-                           ["---", "--:", "---", "--:", "--:", "--:", "--:", "--:", "--:", "--:"]))
+    report.append(
+        f"Median over {args.rounds} interleaved rounds; ns per call per thread "
+        f"(loop wall time / N, mean over threads). Values ≥ 10 µs shown in µs.\n"
+    )
+    report.append(
+        md_table(
+            [
+                "op",
+                "threads",
+                "variant",
+                "N/thread",
+                "median ns/call",
+                "min – max",
+                "added vs bare (median)",
+                "added (min vs min)",
+                "× bare (median)",
+                "runs",
+            ],
+            rows,
+            ["---", "--:", "---", "--:", "--:", "--:", "--:", "--:", "--:", "--:"],
+        )
+    )
     report.append("")
-    notes = ["Variant order rotates each round. Noise on a shared VM only adds time, so the "
-             "min-vs-min column is the less noisy estimate of the added cost; the median is the typical one."]
+    notes = [
+        "Variant order rotates each round. Noise on a shared VM only adds time, so the "
+        "min-vs-min column is the less noisy estimate of the added cost; the median is the typical one."
+    ]
     if "open_close" in ops:
         notes.append("`open_close` is one open + one close per iteration (two intercepted calls).")
     if "strace" in variants:
-        notes.append(f"strace runs N={n_strace:,} per thread (it costs ~100 µs per traced syscall); "
-                     "it cannot see vDSO `clock_gettime`, so its clock_gettime row is ~bare.")
+        notes.append(
+            f"strace runs N={n_strace:,} per thread (it costs ~100 µs per traced syscall); "
+            "it cannot see vDSO `clock_gettime`, so its clock_gettime row is ~bare."
+        )
     for v, why in skipped.items():
         notes.append(f"**{v} skipped**: {why}.")
     report.append("\n".join(f"- {n}" for n in notes))
     report.append("")
     if checks:
         report.append("### Checks\n")
-        report.append(md_table(["variant", "op", "threads", "result", "ok"],
-                               [[c[0], c[1], c[2], c[3], "yes" if c[4] else "**NO**"] for c in checks]))
+        report.append(
+            md_table(
+                ["variant", "op", "threads", "result", "ok"],
+                [[c[0], c[1], c[2], c[3], "yes" if c[4] else "**NO**"] for c in checks],
+            )
+        )
         report.append("")
     report.append("### Commands (first round, one per variant)\n")
     report.append("```\n" + "\n".join(f"{v:7s} {c}" for v, c in commands.items()) + "\n```\n")
@@ -416,6 +509,7 @@ def mlprof_check(ml, binfile, op, n, t):
 
 # ---------------------------------------------------------------- throughput mode
 
+
 def throughput(args, calls, ml, report):
     errors = []
     report.append("## Collector throughput (write_null)\n")
@@ -435,10 +529,22 @@ def throughput(args, calls, ml, report):
             samples = []
             for rnd in range(args.tp_rounds):
                 try:
-                    b = run_cmd([calls, "write_null", str(n), str(t)], timeout=args.timeout, echo=args.verbose)
+                    b = run_cmd(
+                        [calls, "write_null", str(n), str(t)], timeout=args.timeout, echo=args.verbose
+                    )
                     if os.path.exists(binfile):
                         os.unlink(binfile)
-                    cmd = [ml["collect"], "--quiet", "--out", binfile, "--", calls, "write_null", str(n), str(t)]
+                    cmd = [
+                        ml["collect"],
+                        "--quiet",
+                        "--out",
+                        binfile,
+                        "--",
+                        calls,
+                        "write_null",
+                        str(n),
+                        str(t),
+                    ]
                     r = run_cmd(cmd, timeout=args.timeout, echo=args.verbose)
                 except BenchError as e:
                     errors.append(f"throughput N={n}: {e}")
@@ -454,19 +560,21 @@ def throughput(args, calls, ml, report):
                     continue
                 kv = r["kv"]
                 app_cpu = float(kv.get("cpu_s", "nan"))
-                samples.append({
-                    "bare_ns": float(b["kv"]["ns_per_call"]),
-                    "ml_ns": float(kv["ns_per_call"]),
-                    "app_wall": float(kv.get("wall_s", "nan")),
-                    "total_wall": r["wall_s"],
-                    "events": int(s.get("events", 0)),
-                    "writes": int((s.get("calls", {}).get("write") or {}).get("count", 0)),
-                    "dropped": int(s.get("dropped", 0)),
-                    "truncated": bool(s.get("truncated", False)),
-                    "coll_cpu": r["tree_cpu_s"] - app_cpu,
-                    "app_cpu": app_cpu,
-                    "size": size,
-                })
+                samples.append(
+                    {
+                        "bare_ns": float(b["kv"]["ns_per_call"]),
+                        "ml_ns": float(kv["ns_per_call"]),
+                        "app_wall": float(kv.get("wall_s", "nan")),
+                        "total_wall": r["wall_s"],
+                        "events": int(s.get("events", 0)),
+                        "writes": int((s.get("calls", {}).get("write") or {}).get("count", 0)),
+                        "dropped": int(s.get("dropped", 0)),
+                        "truncated": bool(s.get("truncated", False)),
+                        "coll_cpu": r["tree_cpu_s"] - app_cpu,
+                        "app_cpu": app_cpu,
+                        "size": size,
+                    }
+                )
                 if os.path.exists(binfile):
                     os.unlink(binfile)
             if not samples:
@@ -479,38 +587,65 @@ def throughput(args, calls, ml, report):
             offered = calls_total / m["app_wall"] if m["app_wall"] > 0 else float("nan")
             drop_pct = 100.0 * m["dropped"] / max(1, m["events"] + m["dropped"])
             rec_s = offered * (1.0 - drop_pct / 100.0)
-            rows.append([
-                f"{n:,}", t, f"{calls_total:,}",
-                f"{m['bare_ns']:.0f} / {m['ml_ns']:.0f}",
-                f"{m['app_wall']:.3f} / {m['total_wall']:.3f}",
-                f"{offered / 1e6:.2f}", f"{rec_s / 1e6:.2f}",
-                f"{m['events']:,}", f"{m['dropped']:,} ({drop_pct:.2f}%)" + (" TRUNC" if m["truncated"] else ""),
-                f"{m['coll_cpu']:.3f}",
-                f"{1e9 * m['coll_cpu'] / m['events']:.0f}" if m["events"] else "–",
-                f"{m['size'] / 1e6:.1f}",
-                f"{m['size'] / m['events']:.1f}" if m["events"] else "–",
-            ])
+            rows.append(
+                [
+                    f"{n:,}",
+                    t,
+                    f"{calls_total:,}",
+                    f"{m['bare_ns']:.0f} / {m['ml_ns']:.0f}",
+                    f"{m['app_wall']:.3f} / {m['total_wall']:.3f}",
+                    f"{offered / 1e6:.2f}",
+                    f"{rec_s / 1e6:.2f}",
+                    f"{m['events']:,}",
+                    f"{m['dropped']:,} ({drop_pct:.2f}%)" + (" TRUNC" if m["truncated"] else ""),
+                    f"{m['coll_cpu']:.3f}",
+                    f"{1e9 * m['coll_cpu'] / m['events']:.0f}" if m["events"] else "–",
+                    f"{m['size'] / 1e6:.1f}",
+                    f"{m['size'] / m['events']:.1f}" if m["events"] else "–",
+                ]
+            )
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
-    report.append(f"{t} threads each doing N 1-byte writes to /dev/null under mlprof-collect "
-                  f"(median of {args.tp_rounds} run(s) per N).\n")
-    report.append(md_table(
-        ["N/thread", "threads", "calls", "ns/call bare / mlprof", "app loop s / collector run s",
-         "offered Mcalls/s", "recorded Mev/s", "events", "dropped", "collector CPU s",
-         "collector CPU ns/event", "run.bin MB", "bytes/event"], rows,
-        ["--:"] * 13))
+    report.append(
+        f"{t} threads each doing N 1-byte writes to /dev/null under mlprof-collect "
+        f"(median of {args.tp_rounds} run(s) per N).\n"
+    )
+    report.append(
+        md_table(
+            [
+                "N/thread",
+                "threads",
+                "calls",
+                "ns/call bare / mlprof",
+                "app loop s / collector run s",
+                "offered Mcalls/s",
+                "recorded Mev/s",
+                "events",
+                "dropped",
+                "collector CPU s",
+                "collector CPU ns/event",
+                "run.bin MB",
+                "bytes/event",
+            ],
+            rows,
+            ["--:"] * 13,
+        )
+    )
     report.append("")
-    report.append("- offered = N×threads / app loop wall time; recorded = offered × (1 − dropped/(events+dropped)).\n"
-                  "- collector CPU = user+sys of the mlprof-collect process tree (RUSAGE_CHILDREN delta) "
-                  "minus the application's own getrusage(RUSAGE_SELF) (`cpu_s=` printed by calls); "
-                  "the in-process cost of libmlprof is in the application's time, not here.\n"
-                  "- bytes/event = size of run.bin / events (events include a few setup calls).\n")
+    report.append(
+        "- offered = N×threads / app loop wall time; recorded = offered × (1 − dropped/(events+dropped)).\n"
+        "- collector CPU = user+sys of the mlprof-collect process tree (RUSAGE_CHILDREN delta) "
+        "minus the application's own getrusage(RUSAGE_SELF) (`cpu_s=` printed by calls); "
+        "the in-process cost of libmlprof is in the application's time, not here.\n"
+        "- bytes/event = size of run.bin / events (events include a few setup calls).\n"
+    )
     if cmds:
         report.append("```\n" + "\n".join(cmds) + "\n```\n")
     return errors
 
 
 # ---------------------------------------------------------------- main
+
 
 def find_cudart():
     """The CUDA runtime from the NVIDIA wheels in the test Python environment, if any."""
@@ -545,21 +680,32 @@ def main():
     ap = argparse.ArgumentParser(description="mlprof overhead benchmark (see bench/README.md)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--n", type=int, default=2000000, help="calls per thread (bare, shim, mlprof)")
-    ap.add_argument("--strace-n", type=int, default=0, help="calls per thread under strace (default max(2000, N/1000))")
-    ap.add_argument("--ops", default="read,clock_gettime,open_close,ioctl",
-                    help="comma list of: " + ",".join(ALL_OPS))
+    ap.add_argument(
+        "--strace-n", type=int, default=0, help="calls per thread under strace (default max(2000, N/1000))"
+    )
+    ap.add_argument(
+        "--ops", default="read,clock_gettime,open_close,ioctl", help="comma list of: " + ",".join(ALL_OPS)
+    )
     ap.add_argument("--threads", default="1,2", help="comma list of thread counts")
-    ap.add_argument("--variants", default=",".join(ALL_VARIANTS), help="comma list of: " + ",".join(ALL_VARIANTS))
+    ap.add_argument(
+        "--variants", default=",".join(ALL_VARIANTS), help="comma list of: " + ",".join(ALL_VARIANTS)
+    )
     ap.add_argument("--out", help="also write the Markdown report to this file")
     ap.add_argument("--throughput", action="store_true", help="run the collector throughput mode too")
     ap.add_argument("--throughput-only", action="store_true", help="run only the throughput mode")
     ap.add_argument("--tp-n", default="100000,1000000,3000000", help="N per thread for --throughput")
     ap.add_argument("--tp-threads", type=int, default=2)
     ap.add_argument("--tp-rounds", type=int, default=3)
-    ap.add_argument("--bin-dir", default=os.environ.get("MLPROF_BIN_DIR", os.path.join(REPO, "target", "release")),
-                    help="directory with mlprof-collect, libmlprof.so, mlprof (default target/release)")
-    ap.add_argument("--no-snapshot", action="store_true",
-                    help="use the mlprof binaries in place instead of copying them first")
+    ap.add_argument(
+        "--bin-dir",
+        default=os.environ.get("MLPROF_BIN_DIR", os.path.join(REPO, "target", "release")),
+        help="directory with mlprof-collect, libmlprof.so, mlprof (default target/release)",
+    )
+    ap.add_argument(
+        "--no-snapshot",
+        action="store_true",
+        help="use the mlprof binaries in place instead of copying them first",
+    )
     ap.add_argument("--build-dir", default=os.path.join(HERE, "build"))
     ap.add_argument("--timeout", type=int, default=900, help="seconds per command")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every command line as it runs")
@@ -590,8 +736,11 @@ def main():
     la_start = os.getloadavg()
     report = ["# mlprof overhead benchmark", ""]
     info = machine_info()
-    report.append(md_table(["machine", ""], [[k, v] for k, v in info] +
-                           [["command", cmdline([sys.executable] + sys.argv)]]))
+    report.append(
+        md_table(
+            ["machine", ""], [[k, v] for k, v in info] + [["command", cmdline([sys.executable] + sys.argv)]]
+        )
+    )
     report.append("")
     for k, v in info:
         log(f"{k}: {v}")
@@ -618,12 +767,18 @@ def main():
         snap, snap_ml = None, ml
     if ml:
         log(f"mlprof: {ml['collect']}")
+
         def stamp(p):
             st = os.stat(p)
             t = datetime.datetime.fromtimestamp(st.st_mtime).astimezone().isoformat(timespec="seconds")
             return f"`{p}` ({st.st_size:,} B, built {t})"
-        report.append("mlprof binaries: " + ", ".join(stamp(p) for p in (ml["collect"], ml["lib"], ml["cli"]) if p)
-                      + ("" if ml["cli"] else " (no `mlprof` CLI: no summary checks)") + "\n")
+
+        report.append(
+            "mlprof binaries: "
+            + ", ".join(stamp(p) for p in (ml["collect"], ml["lib"], ml["cli"]) if p)
+            + ("" if ml["cli"] else " (no `mlprof` CLI: no summary checks)")
+            + "\n"
+        )
     else:
         log(f"NOTE: mlprof variant skipped: {args.mlprof_missing}")
     report.append("Build:\n```\n" + "\n".join(build_cmds) + "\n```\n")
@@ -645,8 +800,10 @@ def main():
     ncpu = os.cpu_count() or 1
     # (the end load includes the benchmark's own threads, so only the start load is judged)
     if la_start[0] > 0.5 * ncpu:
-        w = (f"**Warning: the machine was busy at start** (1-min load {la_start[0]:.2f}, {ncpu} CPUs); "
-             f"other work may have competed with the benchmark: rerun on a quiet machine.\n")
+        w = (
+            f"**Warning: the machine was busy at start** (1-min load {la_start[0]:.2f}, {ncpu} CPUs); "
+            f"other work may have competed with the benchmark: rerun on a quiet machine.\n"
+        )
         report.append(w)
         log(w.strip())
     return finish_report(report, errors, args.out)

@@ -13,6 +13,7 @@
 
 Each configuration runs --repeat times in a fresh process; the median is reported.
 """
+
 import argparse
 import json
 import os
@@ -97,7 +98,11 @@ def main():
     args = ap.parse_args()
     if args.inner:
         kind = args.inner[0]
-        result = inner_ranges(int(args.inner[1])) if kind == "ranges" else inner_ops(int(args.inner[1]), args.inner[2])
+        result = (
+            inner_ranges(int(args.inner[1]))
+            if kind == "ranges"
+            else inner_ops(int(args.inner[1]), args.inner[2])
+        )
         print(json.dumps(result))
         return 0
 
@@ -107,7 +112,12 @@ def main():
     tmp = tempfile.mkdtemp(prefix="mlprof-torch-bench-")
 
     def under(extra, inner):
-        return [collect, "-q", "--no-energy", "--out", os.path.join(tmp, "run.bin")] + extra + ["--", args.python, me, "--inner"] + inner
+        return (
+            [collect, "-q", "--no-energy", "--out", os.path.join(tmp, "run.bin")]
+            + extra
+            + ["--", args.python, me, "--inner"]
+            + inner
+        )
 
     def median(cmd, key):
         values = [run(cmd, env)[key] for _ in range(args.repeat)]
@@ -125,13 +135,22 @@ def main():
     ops_per_iter = prof[0]["ops_per_iter"]
 
     print("ITT ranges (torch.profiler.itt.range_push/pop, %d pairs):" % args.pairs)
-    print("  bare                 %8.0f ns/pair" % bare_pair)
-    print("  under mlprof         %8.0f ns/pair  (+%.0f ns per range)" % (mlprof_pair, mlprof_pair - bare_pair))
-    print("Op spans (MLP training step, %d iterations, %.0f ops/iteration per torch.profiler):" % (args.iters, ops_per_iter))
+    print(f"  bare                 {bare_pair:8.0f} ns/pair")
+    print(f"  under mlprof         {mlprof_pair:8.0f} ns/pair  (+{mlprof_pair - bare_pair:.0f} ns per range)")
+    print(
+        "Op spans (MLP training step, %d iterations, %.0f ops/iteration per torch.profiler):"
+        % (args.iters, ops_per_iter)
+    )
     print("  bare                 %8.1f us/iter" % (bare_iter / 1e3))
-    print("  mlprof --torch       %8.1f us/iter  (+%.0f ns per op)" % (torch_iter / 1e3, (torch_iter - bare_iter) / ops_per_iter))
-    print("  emit_itt, no collector %6.1f us/iter  (+%.0f ns per op: PyTorch's own ITT path)" % (itt_iter / 1e3, (itt_iter - bare_iter) / ops_per_iter))
-    print("  torch.profiler (CPU) %8.1f us/iter  (+%.0f ns per op)" % (prof_iter / 1e3, (prof_iter - bare_iter) / ops_per_iter))
+    print(
+        f"  mlprof --torch       {torch_iter / 1e3:8.1f} us/iter  (+{(torch_iter - bare_iter) / ops_per_iter:.0f} ns per op)"
+    )
+    print(
+        f"  emit_itt, no collector {itt_iter / 1e3:6.1f} us/iter  (+{(itt_iter - bare_iter) / ops_per_iter:.0f} ns per op: PyTorch's own ITT path)"
+    )
+    print(
+        f"  torch.profiler (CPU) {prof_iter / 1e3:8.1f} us/iter  (+{(prof_iter - bare_iter) / ops_per_iter:.0f} ns per op)"
+    )
     return 0
 
 

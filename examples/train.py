@@ -17,6 +17,7 @@ What it does:
 `--generate-only` only creates the data set.  Runs in a few seconds on 2
 CPU cores (most of it is `import torch`).
 """
+
 import argparse
 import os
 import random
@@ -86,7 +87,7 @@ def main(argv=None):
 
     generate(data, args.images)
     if args.generate_only:
-        print("train: data ready in %s" % data)
+        print(f"train: data ready in {data}")
         return 0
 
     t0 = time.time()
@@ -96,11 +97,13 @@ def main(argv=None):
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    tf = transforms.Compose([
-        transforms.RandomHorizontalFlip(),
-        transforms.ToTensor(),
-        transforms.Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)),
-    ])
+    tf = transforms.Compose(
+        [
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)),
+        ]
+    )
     ds = datasets.ImageFolder(data, transform=tf)
     loader = DataLoader(
         ds,
@@ -126,8 +129,10 @@ def main(argv=None):
 
     out = os.path.abspath(args.out)
     torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "steps": steps}, out)
-    print("train: %d images, %d steps, loss %.4f, checkpoint %s, %.1fs"
-          % (len(ds), steps, loss.item() if loss is not None else float("nan"), out, time.time() - t0))
+    print(
+        "train: %d images, %d steps, loss %.4f, checkpoint %s, %.1fs"
+        % (len(ds), steps, loss.item() if loss is not None else float("nan"), out, time.time() - t0)
+    )
     return 0
 
 

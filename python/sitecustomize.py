@@ -16,7 +16,7 @@ def _mlprof_install():
         try:
             import sys
 
-            sys.stderr.write("mlprof: warning: --torch hook not installed: %r\n" % (error,))
+            sys.stderr.write(f"mlprof: warning: --torch hook not installed: {error!r}\n")
         except Exception:
             pass
 

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, the release build, unit tests, the integration
-# tests (real C programs, the CUDA runtime and NCCL wheels, Python/PyTorch workloads under the
-# real libmlprof.so) and a bounded fuzzing run of the run-file reader and the ring consumer.
+# The whole test suite: formatting and lints (Rust: rustfmt, clippy -D warnings; Python: ruff),
+# the MSRV check, the release build, unit tests, the integration tests (real C programs, the
+# CUDA runtime and NCCL wheels, Python/PyTorch workloads under the real libmlprof.so) and a
+# bounded fuzzing run of the run-file reader and the ring consumer.
 #   MLPROF_FUZZ_SECONDS  seconds per fuzz target (default 30; fuzz/run.sh 600 for a long run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MLPROF_TEST_PYTHON="${MLPROF_TEST_PYTHON:-$(scripts/python-env.sh)}"
+env_python="$(scripts/python-env.sh)"
+MLPROF_TEST_PYTHON="${MLPROF_TEST_PYTHON:-$env_python}"
 export MLPROF_TEST_PYTHON
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -- -D warnings
+"$env_python" -m ruff check
+"$env_python" -m ruff format --check
+python3 scripts/msrv.py
 cargo build --release
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT

@@ -23,11 +23,18 @@ def parse(description, extra=None):
     ap.add_argument("data_dir")
     ap.add_argument("--prepare", action="store_true", help="generate the data and exit")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the amount of work")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch intra-op threads (default 1: OpenMP spinning on a shared 2-core "
-                         "machine makes 2 threads several times slower and very noisy)")
-    ap.add_argument("--torch-profile", metavar="FILE",
-                    help="profile the loop with torch.profiler (CPU) and export a Chrome trace to FILE")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (default 1: OpenMP spinning on a shared 2-core "
+        "machine makes 2 threads several times slower and very noisy)",
+    )
+    ap.add_argument(
+        "--torch-profile",
+        metavar="FILE",
+        help="profile the loop with torch.profiler (CPU) and export a Chrome trace to FILE",
+    )
     if extra:
         extra(ap)
     args = ap.parse_args()
@@ -39,6 +46,7 @@ def setup_torch(args, seed=0):
     """Seeds every generator, makes algorithms deterministic, sets the thread count."""
     import numpy as np
     import torch
+
     torch.set_num_threads(max(1, args.threads))
     random.seed(seed)
     np.random.seed(seed)
@@ -68,6 +76,7 @@ def maybe_profiled(trace_file):
         yield lambda: None
         return
     from torch.profiler import ProfilerActivity, profile
+
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         yield prof.step
     t0 = time.monotonic()

@@ -25,6 +25,7 @@ def prepare(root):
         return
     import numpy as np
     from PIL import Image
+
     rng = np.random.default_rng(1234)
     yy, xx = np.mgrid[0:SIZE, 0:SIZE].astype(np.float32) / SIZE
     for c in range(CLASSES):
@@ -51,22 +52,36 @@ def main():
     from torchvision import datasets, transforms
 
     _common.setup_torch(args)
-    tf = transforms.Compose([
-        transforms.RandomResizedCrop(48, scale=(0.5, 1.0), antialias=True),
-        transforms.RandomHorizontalFlip(),
-        transforms.ToTensor(),
-        transforms.Normalize([0.5, 0.5, 0.5], [0.25, 0.25, 0.25]),
-    ])
+    tf = transforms.Compose(
+        [
+            transforms.RandomResizedCrop(48, scale=(0.5, 1.0), antialias=True),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize([0.5, 0.5, 0.5], [0.25, 0.25, 0.25]),
+        ]
+    )
     ds = datasets.ImageFolder(os.path.join(args.data_dir, "jpeg"), transform=tf)
     g = torch.Generator()
     g.manual_seed(0)
-    dl = torch.utils.data.DataLoader(ds, batch_size=32, shuffle=True, num_workers=2, generator=g,
-                                     persistent_workers=True, drop_last=True)
+    dl = torch.utils.data.DataLoader(
+        ds, batch_size=32, shuffle=True, num_workers=2, generator=g, persistent_workers=True, drop_last=True
+    )
     model = nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(), nn.Linear(64, CLASSES))
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, CLASSES),
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     steps = max(1, int(args.steps * args.scale))
@@ -86,8 +101,13 @@ def main():
                 if done >= steps:
                     break
     loop_s = time.monotonic() - t0
-    _common.report(workload="imgcls", steps=done, images=images, loop_s=f"{loop_s:.3f}",
-                   mean_loss=f"{loss_sum / done:.4f}")
+    _common.report(
+        workload="imgcls",
+        steps=done,
+        images=images,
+        loop_s=f"{loop_s:.3f}",
+        mean_loss=f"{loss_sum / done:.4f}",
+    )
     return 0
 
 

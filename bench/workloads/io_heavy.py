@@ -43,6 +43,7 @@ def main():
     def extra(ap):
         ap.add_argument("--reads", type=int, default=60000)
         ap.add_argument("--save-mb", type=int, default=200)
+
     args = _common.parse(__doc__, extra)
     t_prep = time.monotonic()
     prepare(args.data_dir)
@@ -78,8 +79,16 @@ def main():
         os.remove(big)
         step()
     loop_s = time.monotonic() - t0
-    _common.report(workload="io_heavy", steps=reads, loop_s=f"{loop_s:.3f}", read_s=f"{t_read:.3f}",
-                   bytes_read=nbytes, crc=f"{crc:08x}", save_s=f"{t_save:.3f}", save_bytes=save_bytes)
+    _common.report(
+        workload="io_heavy",
+        steps=reads,
+        loop_s=f"{loop_s:.3f}",
+        read_s=f"{t_read:.3f}",
+        bytes_read=nbytes,
+        crc=f"{crc:08x}",
+        save_s=f"{t_save:.3f}",
+        save_bytes=save_bytes,
+    )
     return 0
 
 

@@ -46,6 +46,7 @@ def prepare(root):
     if _common.marker_ok(marker, VERSION):
         return
     import torch
+
     torch.manual_seed(1234)
     torch.save(build_model().state_dict(), os.path.join(root, "pretrained.pt"))
     _common.write_marker(marker, VERSION)
@@ -55,6 +56,7 @@ def main():
     def extra(ap):
         ap.add_argument("--steps", type=int, default=200)
         ap.add_argument("--ckpt-every", type=int, default=50)
+
     args = _common.parse(__doc__, extra)
     t_prep = time.monotonic()
     prepare(args.data_dir)
@@ -99,8 +101,15 @@ def main():
             step()
     loop_s = time.monotonic() - t0
     size = sum(os.path.getsize(p) for p in glob.glob(os.path.join(ckdir, "step_*.pt")))
-    _common.report(workload="transformer", steps=steps, loop_s=f"{loop_s:.3f}", checkpoints=ckpts,
-                   ckpt_s=f"{ckpt_s:.3f}", ckpt_bytes_kept=size, mean_loss=f"{loss_sum / steps:.4f}")
+    _common.report(
+        workload="transformer",
+        steps=steps,
+        loop_s=f"{loop_s:.3f}",
+        checkpoints=ckpts,
+        ckpt_s=f"{ckpt_s:.3f}",
+        ckpt_bytes_kept=size,
+        mean_loss=f"{loss_sum / steps:.4f}",
+    )
     return 0
 
 

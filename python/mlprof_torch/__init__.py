@@ -27,8 +27,8 @@ def warn(what, error=None):
         return
     _WARNED[0] = True
     try:
-        detail = "" if error is None else ": %s: %s" % (type(error).__name__, error)
-        sys.stderr.write("mlprof: warning: --torch hook: %s%s (continuing without it)\n" % (what, detail))
+        detail = "" if error is None else f": {type(error).__name__}: {error}"
+        sys.stderr.write(f"mlprof: warning: --torch hook: {what}{detail} (continuing without it)\n")
     except Exception:
         pass
 
@@ -40,7 +40,7 @@ def _run_hook(name, module):
     try:
         callback(module)
     except Exception as error:
-        warn("instrumenting %s failed" % name, error)
+        warn(f"instrumenting {name} failed", error)
 
 
 class _Loader:

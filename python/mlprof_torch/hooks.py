@@ -466,14 +466,14 @@ def _on_torch(torch):
         try:
             step(torch)
         except Exception as error:
-            warn("%s failed" % step.__name__.strip("_"), error)
+            warn("{} failed".format(step.__name__.strip("_")), error)
 
 
 def _on_transforms(module):
     if _tracker is None:
         return
     compose = getattr(module, "Compose", None)
-    if compose is not None and callable(getattr(compose, "__call__", None)) and "__call__" in vars(compose):
+    if compose is not None and callable(vars(compose).get("__call__")):
         _patch(compose, "__call__", _compose_call)
 
 
@@ -490,4 +490,3 @@ IMPORT_HOOKS = {
     "torchvision.transforms": _on_transforms,
     "torchvision.transforms.v2": _on_transforms_v2,
 }
-

@@ -105,4 +105,6 @@ class Tracker:
 
     def mark(self, domain, name, ident=0):
         itt = self.itt
-        itt.marker(itt.domain(domain), IttId(ident & 0xFFFFFFFFFFFFFFFF, 0, 0), itt.handle(name), 3)  # __itt_marker_scope_thread
+        itt.marker(
+            itt.domain(domain), IttId(ident & 0xFFFFFFFFFFFFFFFF, 0, 0), itt.handle(name), 3
+        )  # __itt_marker_scope_thread
