@@ -26,7 +26,12 @@ use mlprof_preload_core::{guard, itt, real, recorder};
 // up ITT stamping, outside any hook.
 #[ctor::ctor(unsafe)]
 fn mlprof_init() {
-    if recorder::init_from_constructor() {
-        guard::with_guard(|_| itt_stamp::init());
+    if recorder::init_from_constructor()
+        && let Some(state) = guard::current()
+        && !state.in_hook.get()
+    {
+        // The first ITT call loads the collector (dlopen), whose own calls are not the
+        // application's.
+        state.foreign(itt_stamp::init);
     }
 }

@@ -56,8 +56,10 @@ pub fn launch_call(
     if runtime {
         thread.gpu_depth.set(thread.gpu_depth.get().saturating_sub(1));
     }
+    // The launch ended here: naming the kernel (the first launch of each) is not its time.
+    let end = crate::clock::now();
     span.define_symbol(handle, |buf| name(handle, buf));
-    span.finish_gpu(GpuCall { status, ..fields(status) }, func, status != 0);
+    span.finish_gpu_at(end, GpuCall { status, ..fields(status) }, func, status != 0);
     status
 }
 

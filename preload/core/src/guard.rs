@@ -69,17 +69,29 @@ pub fn current() -> Option<ThreadRef> {
     Some(ThreadRef { state: unsafe { &*state }, _not_send: PhantomData })
 }
 
-/// Runs one of our cold paths (joining, fork and exit bookkeeping) with the guard held and
-/// marked internal, unless the guard is held already (then returns `None`). Calls it makes into
-/// hooked functions (std's `OwnedFd` closes through libc, for one) pass through unrecorded.
-/// TLS that is already torn down (thread exit) also passes through.
+/// Runs one of our cold paths (fork and exit bookkeeping) with the guard held, unless it is
+/// held already (then returns `None`). The path must not call hooked functions itself: a call
+/// that arrives meanwhile is a signal handler's, and is counted (see `ThreadState::reentered`).
 #[inline(always)]
 pub fn with_guard<R>(f: impl FnOnce(ThreadRef) -> R) -> Option<R> {
     let state = current()?;
     if state.in_hook.get() {
         return None;
     }
-    Some(state.internal(|| f(state)))
+    state.in_hook.set(true);
+    let result = f(state);
+    state.in_hook.set(false);
+    Some(result)
+}
+
+/// Runs `f` and puts the calling thread's errno back as it was: our own work (a chained ITT
+/// collector's, say) must never change what the application sees.
+#[inline(always)]
+pub fn keeping_errno<R>(f: impl FnOnce() -> R) -> R {
+    let saved = errno();
+    let result = f();
+    set_errno(saved);
+    result
 }
 
 /// The calling thread's errno.
@@ -127,7 +139,30 @@ impl ThreadState {
         }
     }
 
-    /// Runs one of our own cold paths with the guard held and marked internal.
+    /// Runs `f`, one of our cold paths that calls code we do not control (the loader, malloc,
+    /// CUDA) which may call hooked functions: with the guard held and marked internal, so those
+    /// calls pass through as ours, and with every asynchronous signal blocked, so that no
+    /// signal handler's call can be mistaken for ours (pending signals arrive right after, and
+    /// their handlers' calls are recorded then). Synchronous signals (SIGSEGV, SIGBUS, SIGILL,
+    /// SIGFPE, SIGTRAP, SIGSYS) stay unblocked: blocking them would turn a fault into a kill.
+    pub fn foreign<R>(&self, f: impl FnOnce() -> R) -> R {
+        let block = crate::sys::async_signals();
+        let mut previous = crate::sys::empty_sigset();
+        // Safety: valid signal sets; pthread_sigmask only changes this thread's mask.
+        let blocked = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut previous) } == 0;
+        let result = self.internal(f);
+        if blocked {
+            // Safety: restores the mask saved above.
+            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &previous, core::ptr::null_mut()) };
+        }
+        result
+    }
+
+    /// Runs `f` with the guard held and marked internal: calls it makes into hooked functions
+    /// pass through as ours. Without blocking signals, so a signal handler's call arriving
+    /// meanwhile passes through uncounted: only for forwarding to a chained ITT collector (per
+    /// call, where two system calls would cost too much); everything else uses
+    /// [`ThreadState::foreign`].
     #[inline]
     pub fn internal<R>(&self, f: impl FnOnce() -> R) -> R {
         let (was_in_hook, was_internal) = (self.in_hook.get(), self.internal.get());
@@ -157,11 +192,30 @@ mod tests {
     #[test]
     fn the_guard_is_not_reentrant_and_restores_itself() {
         let outer = with_guard(|state| {
-            assert!(state.in_hook.get() && state.internal.get());
+            assert!(state.in_hook.get() && !state.internal.get());
             with_guard(|_| ()).is_none()
         });
         assert_eq!(outer, Some(true), "a nested with_guard finds the guard held");
         let state = current().unwrap();
+        assert!(!state.in_hook.get() && !state.internal.get());
+    }
+
+    #[test]
+    fn foreign_code_runs_with_asynchronous_signals_blocked() {
+        let state = current().unwrap();
+        let blocked = |signal| {
+            let mut mask = crate::sys::empty_sigset();
+            // Safety: reads this thread's mask.
+            unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, core::ptr::null(), &mut mask) };
+            // Safety: a valid set.
+            unsafe { libc::sigismember(&mask, signal) == 1 }
+        };
+        let inside = state.foreign(|| {
+            assert!(state.in_hook.get() && state.internal.get());
+            (blocked(libc::SIGALRM), blocked(libc::SIGUSR1), blocked(libc::SIGSEGV))
+        });
+        assert_eq!(inside, (true, true, false));
+        assert!(!blocked(libc::SIGALRM), "the mask is restored");
         assert!(!state.in_hook.get() && !state.internal.get());
     }
 

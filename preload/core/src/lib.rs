@@ -6,7 +6,8 @@
 //! Layers, each importing only from the ones below it:
 //!
 //! 1. [`sys`] (raw system calls), [`clock`] (timestamps), [`config`] (`MLPROF_*` options),
-//!    [`guard`] (the per-thread state: reentrancy guard, errno);
+//!    [`guard`] (the per-thread state: reentrancy guard, errno), [`user_memory`] (reading the
+//!    application's pointers without faulting);
 //! 2. [`real`]: the next definition of each hooked symbol, and glibc's own `dlsym`;
 //! 3. [`recorder`]: joining the collector's ring, the process lifecycle (fork, exec, exit,
 //!    vfork, thread exit), lanes, strings and the record API the hooks use ([`recorder::Span`],
@@ -29,6 +30,7 @@ pub mod itt;
 pub mod real;
 pub mod recorder;
 pub mod sys;
+pub mod user_memory;
 
 #[cfg(test)]
 mod test_support;

@@ -1,7 +1,7 @@
 //! Raw system calls through rustix's `linux_raw` backend: they never go through the libc PLT,
 //! so they cannot re-enter our own hooks.
 
-use rustix::fd::{AsFd, OwnedFd};
+use rustix::fd::{BorrowedFd, IntoRawFd, OwnedFd};
 
 /// Copies as much of `src` as fits at the start of `dst`; returns how much that was.
 pub fn copy_prefix(dst: &mut [u8], src: &[u8]) -> usize {
@@ -68,13 +68,38 @@ pub fn read_small_file(path: &str, buf: &mut [u8]) -> usize {
     ) else {
         return 0;
     };
-    read_to_fill(&fd, buf)
+    let fd = Fd::new(fd);
+    read_to_fill(fd.borrow(), buf)
 }
 
-fn read_to_fill(fd: &OwnedFd, buf: &mut [u8]) -> usize {
+/// A descriptor of ours, closed with the raw system call: std's `OwnedFd` closes through
+/// libc's `close`, which is our own hook (and would count as a call of the application's).
+pub struct Fd(i32);
+
+impl Fd {
+    /// Takes over `fd`.
+    pub fn new(fd: OwnedFd) -> Fd {
+        Fd(fd.into_raw_fd())
+    }
+
+    /// The descriptor, for as long as `self` lives.
+    pub fn borrow(&self) -> BorrowedFd<'_> {
+        // Safety: `self.0` is open until `self` is dropped.
+        unsafe { BorrowedFd::borrow_raw(self.0) }
+    }
+}
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // Safety: `self.0` is ours and closed exactly once, here.
+        unsafe { rustix::io::close(self.0) };
+    }
+}
+
+fn read_to_fill(fd: BorrowedFd<'_>, buf: &mut [u8]) -> usize {
     let mut len = 0;
     while let Some(rest) = buf.get_mut(len..).filter(|rest| !rest.is_empty()) {
-        match rustix::io::read(fd.as_fd(), rest) {
+        match rustix::io::read(fd, rest) {
             Ok(0) => break,
             Ok(n) => len += n,
             Err(rustix::io::Errno::INTR) => {}
@@ -82,4 +107,28 @@ fn read_to_fill(fd: &OwnedFd, buf: &mut [u8]) -> usize {
         }
     }
     len
+}
+
+/// An empty signal set.
+pub fn empty_sigset() -> libc::sigset_t {
+    // Safety: sigset_t is plain data; sigemptyset initializes it.
+    let mut set: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // Safety: a valid pointer to a set.
+    unsafe { libc::sigemptyset(&mut set) };
+    set
+}
+
+/// Every signal except the synchronous ones (a fault, a trap, a bad system call), which are
+/// delivered to the faulting thread whatever its mask says and kill it when blocked.
+pub fn async_signals() -> libc::sigset_t {
+    // Safety: sigset_t is plain data; sigfillset initializes it.
+    let mut set: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // Safety: valid pointers to a set.
+    unsafe {
+        libc::sigfillset(&mut set);
+        for signal in [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP, libc::SIGSYS] {
+            libc::sigdelset(&mut set, signal);
+        }
+    }
+    set
 }

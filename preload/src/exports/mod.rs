@@ -5,6 +5,12 @@
 //! through when it must not record (see `Span::begin`), and otherwise times the real call and
 //! writes one record. Variadic C functions (`open`, `openat`, `ioctl`) are declared with their
 //! optional argument as a fixed one, which the x86_64 and aarch64 SysV ABIs allow.
+//!
+//! The libc hooks are `extern "C-unwind"`, and so are the real functions they call: many of
+//! them are cancellation points, and `pthread_cancel` of a thread blocked in one (a `read`, say)
+//! unwinds through our frame to run the thread's cleanup handlers. An `extern "C"` frame may
+//! not be unwound through; a "C-unwind" one without destructors (panic = "abort" gives none)
+//! lets the forced unwind pass, as it would without us.
 
 use core::ffi::{c_char, c_int, c_ulong, c_void};
 
@@ -34,13 +40,15 @@ fn io_event(fd: c_int, asked: usize, done: isize) -> Event {
     Event { fd, ret: done as i64, arg: asked as u64, arg2: done.max(0) as u64, ..Event::default() }
 }
 
-fn iov_bytes(iov: *const iovec, count: c_int) -> usize {
-    if iov.is_null() || count <= 0 {
+/// Bytes asked for by a vectored call, read only after the call succeeded: then the kernel has
+/// read all `count` iovecs; a failed call may have been given a bad array (EFAULT), and counts 0.
+fn iov_bytes(iov: *const iovec, count: c_int, ret: ssize_t) -> usize {
+    if ret < 0 || iov.is_null() || count <= 0 {
         return 0;
     }
-    // Safety: the caller passed `count` iovecs to a libc function that reads them the same way.
+    // Safety: the call succeeded, so the kernel read `count` (at most IOV_MAX) valid iovecs.
     let iov = unsafe { core::slice::from_raw_parts(iov, count.min(1024) as usize) };
-    iov.iter().map(|v| v.iov_len).sum()
+    iov.iter().fold(0usize, |sum, v| sum.saturating_add(v.iov_len))
 }
 
 pub mod cuda_driver;
@@ -56,42 +64,42 @@ pub use itt::itt_task_begin_address;
 macro_rules! rw_hook {
     ($sym:ident, $name:literal, $func:expr, ($($arg:ident : $ty:ty),*), $fd:ident, $asked:expr) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $sym($($arg: $ty),*) -> ssize_t {
-            let real = real!($name, unsafe extern "C" fn($($ty),*) -> ssize_t, -1);
+        pub unsafe extern "C-unwind" fn $sym($($arg: $ty),*) -> ssize_t {
+            let real = real!($name, unsafe extern "C-unwind" fn($($ty),*) -> ssize_t, -1);
             let Some(span) = Span::begin($func) else {
                 // Safety: forwarding the caller's arguments unchanged.
                 return unsafe { real($($arg),*) };
             };
             // Safety: as above.
             let ret = unsafe { real($($arg),*) };
-            span.finish(io_event($fd, $asked, ret), $func, ret < 0);
+            span.finish(io_event($fd, ($asked)(ret), ret), $func, ret < 0);
             ret
         }
     };
 }
 
-rw_hook!(read, c"read", Func::Read, (fd: c_int, buf: *mut c_void, count: size_t), fd, count);
-rw_hook!(write, c"write", Func::Write, (fd: c_int, buf: *const c_void, count: size_t), fd, count);
-rw_hook!(pread, c"pread", Func::Pread, (fd: c_int, buf: *mut c_void, count: size_t, offset: off_t), fd, count);
-rw_hook!(pread64, c"pread64", Func::Pread64, (fd: c_int, buf: *mut c_void, count: size_t, offset: off64_t), fd, count);
-rw_hook!(pwrite, c"pwrite", Func::Pwrite, (fd: c_int, buf: *const c_void, count: size_t, offset: off_t), fd, count);
-rw_hook!(pwrite64, c"pwrite64", Func::Pwrite64, (fd: c_int, buf: *const c_void, count: size_t, offset: off64_t), fd, count);
-rw_hook!(readv, c"readv", Func::Readv, (fd: c_int, iov: *const iovec, iovcnt: c_int), fd, iov_bytes(iov, iovcnt));
-rw_hook!(writev, c"writev", Func::Writev, (fd: c_int, iov: *const iovec, iovcnt: c_int), fd, iov_bytes(iov, iovcnt));
-rw_hook!(preadv, c"preadv", Func::Preadv, (fd: c_int, iov: *const iovec, iovcnt: c_int, offset: off_t), fd, iov_bytes(iov, iovcnt));
-rw_hook!(pwritev, c"pwritev", Func::Pwritev, (fd: c_int, iov: *const iovec, iovcnt: c_int, offset: off_t), fd, iov_bytes(iov, iovcnt));
+rw_hook!(read, c"read", Func::Read, (fd: c_int, buf: *mut c_void, count: size_t), fd, |_| count);
+rw_hook!(write, c"write", Func::Write, (fd: c_int, buf: *const c_void, count: size_t), fd, |_| count);
+rw_hook!(pread, c"pread", Func::Pread, (fd: c_int, buf: *mut c_void, count: size_t, offset: off_t), fd, |_| count);
+rw_hook!(pread64, c"pread64", Func::Pread64, (fd: c_int, buf: *mut c_void, count: size_t, offset: off64_t), fd, |_| count);
+rw_hook!(pwrite, c"pwrite", Func::Pwrite, (fd: c_int, buf: *const c_void, count: size_t, offset: off_t), fd, |_| count);
+rw_hook!(pwrite64, c"pwrite64", Func::Pwrite64, (fd: c_int, buf: *const c_void, count: size_t, offset: off64_t), fd, |_| count);
+rw_hook!(readv, c"readv", Func::Readv, (fd: c_int, iov: *const iovec, iovcnt: c_int), fd, |ret| iov_bytes(iov, iovcnt, ret));
+rw_hook!(writev, c"writev", Func::Writev, (fd: c_int, iov: *const iovec, iovcnt: c_int), fd, |ret| iov_bytes(iov, iovcnt, ret));
+rw_hook!(preadv, c"preadv", Func::Preadv, (fd: c_int, iov: *const iovec, iovcnt: c_int, offset: off_t), fd, |ret| iov_bytes(iov, iovcnt, ret));
+rw_hook!(pwritev, c"pwritev", Func::Pwritev, (fd: c_int, iov: *const iovec, iovcnt: c_int, offset: off_t), fd, |ret| iov_bytes(iov, iovcnt, ret));
 // _FORTIFY_SOURCE builds call the checking variants; they are the same call for the user.
-rw_hook!(__read_chk, c"__read_chk", Func::Read, (fd: c_int, buf: *mut c_void, count: size_t, buflen: size_t), fd, count);
-rw_hook!(__pread_chk, c"__pread_chk", Func::Pread, (fd: c_int, buf: *mut c_void, count: size_t, offset: off_t, buflen: size_t), fd, count);
-rw_hook!(__pread64_chk, c"__pread64_chk", Func::Pread64, (fd: c_int, buf: *mut c_void, count: size_t, offset: off64_t, buflen: size_t), fd, count);
+rw_hook!(__read_chk, c"__read_chk", Func::Read, (fd: c_int, buf: *mut c_void, count: size_t, buflen: size_t), fd, |_| count);
+rw_hook!(__pread_chk, c"__pread_chk", Func::Pread, (fd: c_int, buf: *mut c_void, count: size_t, offset: off_t, buflen: size_t), fd, |_| count);
+rw_hook!(__pread64_chk, c"__pread64_chk", Func::Pread64, (fd: c_int, buf: *mut c_void, count: size_t, offset: off64_t, buflen: size_t), fd, |_| count);
 
 // ---- open family ---------------------------------------------------------------------------
 
 macro_rules! open_hook {
     ($sym:ident, $name:literal, $func:expr, ($($arg:ident : $ty:ty),*), $path:ident, $flags:expr, $mode:expr) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $sym($($arg: $ty),*) -> c_int {
-            let real = real!($name, unsafe extern "C" fn($($ty),*) -> c_int, -1);
+        pub unsafe extern "C-unwind" fn $sym($($arg: $ty),*) -> c_int {
+            let real = real!($name, unsafe extern "C-unwind" fn($($ty),*) -> c_int, -1);
             let Some(span) = Span::begin($func) else {
                 // Safety: forwarding the caller's arguments unchanged.
                 return unsafe { real($($arg),*) };
@@ -121,8 +129,8 @@ open_hook!(__openat64_2, c"__openat64_2", Func::Openat64, (dirfd: c_int, path: *
 macro_rules! fd_hook {
     ($sym:ident, $name:literal, $func:expr) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $sym(fd: c_int) -> c_int {
-            let real = real!($name, unsafe extern "C" fn(c_int) -> c_int, -1);
+        pub unsafe extern "C-unwind" fn $sym(fd: c_int) -> c_int {
+            let real = real!($name, unsafe extern "C-unwind" fn(c_int) -> c_int, -1);
             let Some(span) = Span::begin($func) else {
                 // Safety: forwarding the caller's argument unchanged.
                 return unsafe { real(fd) };
@@ -142,8 +150,8 @@ fd_hook!(fdatasync, c"fdatasync", Func::Fdatasync);
 macro_rules! lseek_hook {
     ($sym:ident, $name:literal, $func:expr, $off:ty) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $sym(fd: c_int, offset: $off, whence: c_int) -> $off {
-            let real = real!($name, unsafe extern "C" fn(c_int, $off, c_int) -> $off, -1);
+        pub unsafe extern "C-unwind" fn $sym(fd: c_int, offset: $off, whence: c_int) -> $off {
+            let real = real!($name, unsafe extern "C-unwind" fn(c_int, $off, c_int) -> $off, -1);
             let Some(span) = Span::begin($func) else {
                 // Safety: forwarding the caller's arguments unchanged.
                 return unsafe { real(fd, offset, whence) };
@@ -166,7 +174,7 @@ lseek_hook!(lseek64, c"lseek64", Func::Lseek64, off64_t);
 macro_rules! mmap_hook {
     ($sym:ident, $name:literal, $func:expr, $off:ty) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $sym(
+        pub unsafe extern "C-unwind" fn $sym(
             addr: *mut c_void,
             len: size_t,
             prot: c_int,
@@ -176,7 +184,7 @@ macro_rules! mmap_hook {
         ) -> *mut c_void {
             let real = real!(
                 $name,
-                unsafe extern "C" fn(*mut c_void, size_t, c_int, c_int, c_int, $off) -> *mut c_void,
+                unsafe extern "C-unwind" fn(*mut c_void, size_t, c_int, c_int, c_int, $off) -> *mut c_void,
                 libc::MAP_FAILED
             );
             let Some(span) = Span::begin($func) else {
@@ -203,8 +211,8 @@ mmap_hook!(mmap, c"mmap", Func::Mmap, off_t);
 mmap_hook!(mmap64, c"mmap64", Func::Mmap64, off64_t);
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
-    let real = real!(c"munmap", unsafe extern "C" fn(*mut c_void, size_t) -> c_int, -1);
+pub unsafe extern "C-unwind" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+    let real = real!(c"munmap", unsafe extern "C-unwind" fn(*mut c_void, size_t) -> c_int, -1);
     let Some(span) = Span::begin(Func::Munmap) else {
         // Safety: forwarding the caller's arguments unchanged.
         return unsafe { real(addr, len) };
@@ -235,10 +243,10 @@ fn stream_fd(stream: *mut FILE) -> c_int {
 macro_rules! fopen_hook {
     ($sym:ident, $name:literal, $func:expr) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $sym(path: *const c_char, mode: *const c_char) -> *mut FILE {
+        pub unsafe extern "C-unwind" fn $sym(path: *const c_char, mode: *const c_char) -> *mut FILE {
             let real = real!(
                 $name,
-                unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE,
+                unsafe extern "C-unwind" fn(*const c_char, *const c_char) -> *mut FILE,
                 core::ptr::null_mut()
             );
             let Some(span) = Span::begin($func) else {
@@ -268,8 +276,14 @@ fopen_hook!(fopen64, c"fopen64", Func::Fopen64);
 macro_rules! stdio_rw_hook {
     ($sym:ident, $name:literal, $func:expr, $buf:ty) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $sym(buf: $buf, size: size_t, items: size_t, stream: *mut FILE) -> size_t {
-            let real = real!($name, unsafe extern "C" fn($buf, size_t, size_t, *mut FILE) -> size_t, 0);
+        pub unsafe extern "C-unwind" fn $sym(
+            buf: $buf,
+            size: size_t,
+            items: size_t,
+            stream: *mut FILE,
+        ) -> size_t {
+            let real =
+                real!($name, unsafe extern "C-unwind" fn($buf, size_t, size_t, *mut FILE) -> size_t, 0);
             let Some(span) = Span::begin($func) else {
                 // Safety: forwarding the caller's arguments unchanged.
                 return unsafe { real(buf, size, items, stream) };
@@ -296,8 +310,8 @@ stdio_rw_hook!(fread, c"fread", Func::Fread, *mut c_void);
 stdio_rw_hook!(fwrite, c"fwrite", Func::Fwrite, *const c_void);
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
-    let real = real!(c"fclose", unsafe extern "C" fn(*mut FILE) -> c_int, libc::EOF);
+pub unsafe extern "C-unwind" fn fclose(stream: *mut FILE) -> c_int {
+    let real = real!(c"fclose", unsafe extern "C-unwind" fn(*mut FILE) -> c_int, libc::EOF);
     let Some(span) = Span::begin(Func::Fclose) else {
         // Safety: forwarding the caller's argument unchanged.
         return unsafe { real(stream) };
@@ -312,8 +326,8 @@ pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
 // ---- clocks (aggregated by default) --------------------------------------------------------
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn clock_gettime(clock: libc::clockid_t, tp: *mut timespec) -> c_int {
-    type ClockGettime = unsafe extern "C" fn(libc::clockid_t, *mut timespec) -> c_int;
+pub unsafe extern "C-unwind" fn clock_gettime(clock: libc::clockid_t, tp: *mut timespec) -> c_int {
+    type ClockGettime = unsafe extern "C-unwind" fn(libc::clockid_t, *mut timespec) -> c_int;
     let real = real!(c"clock_gettime", ClockGettime, -1);
     if !recorder::clock_events() {
         let slot = if (0..=11).contains(&clock) { clock as usize } else { AGG_SLOT_OTHER_CLOCK };
@@ -332,8 +346,8 @@ pub unsafe extern "C" fn clock_gettime(clock: libc::clockid_t, tp: *mut timespec
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn gettimeofday(tv: *mut timeval, tz: *mut c_void) -> c_int {
-    let real = real!(c"gettimeofday", unsafe extern "C" fn(*mut timeval, *mut c_void) -> c_int, -1);
+pub unsafe extern "C-unwind" fn gettimeofday(tv: *mut timeval, tz: *mut c_void) -> c_int {
+    let real = real!(c"gettimeofday", unsafe extern "C-unwind" fn(*mut timeval, *mut c_void) -> c_int, -1);
     if !recorder::clock_events() {
         // Safety: forwarding the caller's arguments unchanged.
         return aggregated(AGG_SLOT_GETTIMEOFDAY, || unsafe { real(tv, tz) });
@@ -362,8 +376,8 @@ fn aggregated(slot: usize, call: impl FnOnce() -> c_int) -> c_int {
 // ---- ioctl ---------------------------------------------------------------------------------
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    let real = real!(c"ioctl", unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int, -1);
+pub unsafe extern "C-unwind" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    let real = real!(c"ioctl", unsafe extern "C-unwind" fn(c_int, c_ulong, *mut c_void) -> c_int, -1);
     let Some(span) = Span::begin(Func::Ioctl) else {
         // Safety: forwarding the caller's arguments unchanged.
         return unsafe { real(fd, request, arg) };
@@ -382,12 +396,12 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
 macro_rules! exit_hook {
     ($sym:ident, $name:literal) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $sym(status: c_int) -> ! {
+        pub unsafe extern "C-unwind" fn $sym(status: c_int) -> ! {
             recorder::record_process_exit(status);
             static REAL: Real = Real::new($name);
             match REAL.get() {
                 // Safety: the real exit function has this prototype and does not return.
-                Some(addr) => unsafe { as_fn::<unsafe extern "C" fn(c_int) -> !>(addr)(status) },
+                Some(addr) => unsafe { as_fn::<unsafe extern "C-unwind" fn(c_int) -> !>(addr)(status) },
                 // Safety: the exit_group system call ends the process and never returns.
                 None => unsafe {
                     libc::syscall(libc::SYS_exit_group, status);
@@ -404,8 +418,8 @@ exit_hook!(_Exit, c"_Exit");
 
 /// `_Fork` (glibc 2.34+) runs no atfork handlers, so the child announces itself here.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn _Fork() -> libc::pid_t {
-    let real = real!(c"_Fork", unsafe extern "C" fn() -> libc::pid_t, -1);
+pub unsafe extern "C-unwind" fn _Fork() -> libc::pid_t {
+    let real = real!(c"_Fork", unsafe extern "C-unwind" fn() -> libc::pid_t, -1);
     // Safety: no arguments.
     let pid = unsafe { real() };
     if pid == 0 {

@@ -21,12 +21,9 @@ pub fn lane_of(ring: &RingView, thread: &ThreadState, pid: u32) -> Option<u32> {
     claim(ring, thread, pid)
 }
 
+/// Runs with the guard held; calls no hooked function (see `lifecycle::remember_lane_for_thread_exit`).
 #[cold]
 fn claim(ring: &RingView, thread: &ThreadState, pid: u32) -> Option<u32> {
-    thread.internal(|| claim_lane(ring, thread, pid))
-}
-
-fn claim_lane(ring: &RingView, thread: &ThreadState, pid: u32) -> Option<u32> {
     if thread.lane_pid.get() != pid {
         // A new thread, or the first record of a fork child: a new identity.
         thread.lane.set(0);

@@ -16,6 +16,12 @@ use crate::sys;
 /// pthread key whose destructor retires the thread's lane; u32::MAX = none.
 static LANE_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 
+/// glibc keeps the values of keys below this (`PTHREAD_KEY_2NDLEVEL_SIZE`) in the thread's own
+/// descriptor; a higher key's first value in a thread allocates a block with `calloc`, which
+/// must not happen while claiming a lane (a preloaded malloc may be in the middle of its own
+/// initialization, and call hooked functions, on this very thread).
+const KEYS_WITHOUT_ALLOCATION: u32 = 32;
+
 /// Right after the process joined: registers the fork and thread-exit handlers and announces
 /// the process image.
 pub(super) fn process_joined() {
@@ -35,10 +41,12 @@ fn register_process_hooks() {
     }
 }
 
-/// Registers the pthread-key destructor that retires a lane when its thread exits.
+/// Registers the pthread-key destructor that retires a lane when its thread exits, where that
+/// cannot allocate; otherwise the collector frees the lane once it sees the thread gone (its
+/// liveness check, every 100 ms), which is only slower.
 pub(super) fn remember_lane_for_thread_exit(index: u32) {
     let key = LANE_KEY.load(Ordering::Relaxed);
-    if key != u32::MAX {
+    if key < KEYS_WITHOUT_ALLOCATION {
         // Safety: the key was created by `register_process_hooks`; the value is an integer.
         unsafe { libc::pthread_setspecific(key, (index as usize + 1) as *const c_void) };
     }

@@ -19,14 +19,13 @@ pub mod strings;
 #[cfg(test)]
 mod tests;
 
-use core::ffi::CStr;
-
 use mlprof_format::func::Func;
 use mlprof_format::record::{Event, FLAG_ERROR, FLAG_NESTED, GpuCall};
 use mlprof_format::ring::{AggSlot, RingView};
 
 use crate::clock;
 use crate::guard::{self, ThreadRef, ThreadState};
+use crate::user_memory;
 
 pub use lifecycle::{after_raw_fork_in_child, note_vfork, record_process_exit, set_thread_device};
 pub use session::clock_events;
@@ -34,7 +33,15 @@ pub use session::clock_events;
 /// Joins early from the library's constructor (hooks also join lazily, since other libraries'
 /// constructors can call them first); returns whether the process records.
 pub fn init_from_constructor() -> bool {
-    guard::with_guard(|_| session::join()).unwrap_or(false)
+    let Some(state) = guard::current() else { return false };
+    !state.in_hook.get() && state.foreign(session::join)
+}
+
+/// Whether this process records, joining its session on first use (with the guard held: see
+/// `session::join`).
+#[inline(always)]
+fn records(state: &ThreadRef) -> bool {
+    session::is_active_quick() || (session::is_unjoined() && state.foreign(session::join))
 }
 
 /// The calling thread when its call is to be recorded; `None` when it must pass through: our
@@ -47,7 +54,7 @@ fn recording_thread() -> Option<ThreadRef> {
         state.reentered();
         return None;
     }
-    if !session::is_active_quick() && !state.internal(session::is_active) {
+    if !records(&state) {
         return None;
     }
     if state.vfork_pending.get() && !lifecycle::vfork_parent_resumed(&state) {
@@ -71,7 +78,7 @@ impl Span {
     pub fn begin(func: Func) -> Option<Span> {
         let thread = recording_thread()?;
         // Our ITT calls (and whatever a chained collector does in them) are not recorded.
-        let stamped = stamp::enabled() && thread.internal(|| stamp::begin(func));
+        let stamped = stamp::enabled() && thread.internal(|| guard::keeping_errno(|| stamp::begin(func)));
         Some(Span { thread, start: clock::now(), stamped })
     }
 
@@ -97,8 +104,14 @@ impl Span {
     /// Ends a GPU API call (CUDA runtime/driver, NCCL) and writes its record; errno is not
     /// touched (these APIs report through their return value).
     #[inline(always)]
-    pub fn finish_gpu(self, mut call: GpuCall, func: Func, failed: bool) {
-        let end = clock::now();
+    pub fn finish_gpu(self, call: GpuCall, func: Func, failed: bool) {
+        self.finish_gpu_at(clock::now(), call, func, failed);
+    }
+
+    /// Like [`Span::finish_gpu`], for a call that ended at `end` (a [`clock::now`] taken right
+    /// after the real call, so that work done since, such as naming a kernel, is not its time).
+    #[inline(always)]
+    pub fn finish_gpu_at(self, end: u64, mut call: GpuCall, func: Func, failed: bool) {
         if call.device == 0 {
             call.device = self.thread.device.get();
         }
@@ -115,7 +128,7 @@ impl Span {
     fn write(self, end: u64, mut event: Event, func: Func, failed: bool) {
         let state = self.thread;
         if self.stamped {
-            state.internal(stamp::end);
+            state.internal(|| guard::keeping_errno(stamp::end));
         }
         let Some(ring) = session::ring() else { return };
         let pid = session::pid();
@@ -149,7 +162,7 @@ impl Span {
         let Some(ring) = session::ring() else { return };
         let pid = session::pid();
         let mut name = [0u8; 1024];
-        let len = state.internal(|| resolve(&mut name)).min(name.len());
+        let len = state.foreign(|| guard::keeping_errno(|| resolve(&mut name))).min(name.len());
         let name = name.get(..len).unwrap_or_default();
         state.in_hook.set(true);
         if !name.is_empty()
@@ -174,9 +187,11 @@ impl Span {
     }
 
     /// Like `finish`, for calls that name a path: the path is sent once, then referenced by id.
+    /// A path that cannot be read (the call failed with `EFAULT`, say) is left out, never
+    /// faulted on: see [`crate::user_memory`].
     ///
     /// # Safety
-    /// `path` is null or the NUL-terminated path the application passed to the real call.
+    /// `path` is what the application passed to the real call (any value, even invalid).
     pub unsafe fn finish_with_path(
         self,
         mut event: Event,
@@ -184,31 +199,68 @@ impl Span {
         failed: bool,
         path: *const libc::c_char,
     ) {
+        let end = clock::now();
+        let errno = if failed { guard::errno() } else { 0 };
         if !path.is_null() {
-            let errno = guard::errno();
-            // Safety: the application passed a NUL-terminated path to a libc function that reads
-            // it the same way.
-            let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
-            let kept = bytes.get(..mlprof_format::record::MAX_STRING_BYTES).unwrap_or(bytes);
-            let id = mlprof_format::string_id(kept);
             let state = self.thread;
-            let pid = session::pid();
-            if let Some(ring) = session::ring() {
-                state.in_hook.set(true);
-                let sent = lane::lane_of(ring, &state, pid)
-                    .map(|lane| (lane, lane::send_string(ring, lane, pid, state.tid.get(), id, bytes)));
-                state.in_hook.set(false);
-                if let Some((lane, false)) = sent {
-                    ring.count_drop(lane);
+            state.in_hook.set(true);
+            let sent = if !failed || user_memory::errno_proves_path_read(errno) {
+                // Safety: the real call read the path (see `errno_proves_path_read`).
+                send_path(&state, unsafe { user_memory::c_string_in_place(path) })
+            } else {
+                send_unproven_path(&state, path)
+            };
+            state.in_hook.set(false);
+            match sent {
+                PathSent::Id(id) => event.arg2 = id,
+                PathSent::Unreadable => {}
+                PathSent::NoRoom(lane) => {
+                    if let Some(ring) = session::ring() {
+                        ring.count_drop(lane);
+                    }
                     guard::set_errno(errno);
                     return;
                 }
             }
-            event.arg2 = id;
+        }
+        event.errno = errno;
+        self.write(end, event, func, failed);
+        if failed {
             guard::set_errno(errno);
         }
-        self.finish(event, func, failed);
     }
+}
+
+/// What became of a call's path.
+enum PathSent {
+    /// Sent (now or before): the record refers to it by this id.
+    Id(u64),
+    /// Not readable, or no session: the record goes without it.
+    Unreadable,
+    /// The lane had no room for it: the call is dropped (and counted) on this lane.
+    NoRoom(u32),
+}
+
+/// Sends `path` unless this process did already.
+fn send_path(state: &ThreadRef, path: Option<&[u8]>) -> PathSent {
+    let (Some(bytes), Some(ring)) = (path, session::ring()) else { return PathSent::Unreadable };
+    let pid = session::pid();
+    let id = mlprof_format::string_id(bytes);
+    match lane::lane_of(ring, state, pid) {
+        Some(lane) if !lane::send_string(ring, lane, pid, state.tid.get(), id, bytes) => {
+            PathSent::NoRoom(lane)
+        }
+        _ => PathSent::Id(id),
+    }
+}
+
+/// A path the real call did not prove readable: copied with a read that cannot fault, on a
+/// stack buffer that only this rare path pays for.
+#[cold]
+#[inline(never)]
+fn send_unproven_path(state: &ThreadRef, path: *const libc::c_char) -> PathSent {
+    let mut copy = [0u8; user_memory::PATH_BYTES];
+    send_path(state, user_memory::c_string_copy(path, &mut copy))
 }
 
 /// An aggregated call (a clock read) in progress. The call is counted exactly; its duration is
@@ -253,11 +305,11 @@ pub fn with_lane(f: impl FnOnce(&RingView, u32, u32, &ThreadState)) -> bool {
         state.reentered();
         return false;
     }
+    if !records(&state) {
+        return false;
+    }
     state.in_hook.set(true);
     let recorded = (|| {
-        if !session::is_active() {
-            return false;
-        }
         if state.vfork_pending.get() && !lifecycle::vfork_parent_resumed(&state) {
             return false;
         }

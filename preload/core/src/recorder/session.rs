@@ -69,17 +69,15 @@ pub fn is_active_quick() -> bool {
     STATE.load(Ordering::Acquire) == ACTIVE
 }
 
-/// Whether calls are being recorded; joins on first use.
+/// Whether this process has not tried to join yet.
 #[inline(always)]
-pub(super) fn is_active() -> bool {
-    match STATE.load(Ordering::Acquire) {
-        ACTIVE => true,
-        UNJOINED => join(),
-        _ => false,
-    }
+pub(super) fn is_unjoined() -> bool {
+    STATE.load(Ordering::Acquire) == UNJOINED
 }
 
-/// Joins the session named by the environment. Runs with the reentrancy guard held.
+/// Joins the session named by the environment (once per process); returns whether calls are
+/// recorded. Runs with the guard held, as foreign code: joining registers fork and thread-exit
+/// handlers, which may allocate, and a preloaded malloc may then call hooked functions.
 #[cold]
 pub(super) fn join() -> bool {
     if STATE.compare_exchange(UNJOINED, JOINING, Ordering::Acquire, Ordering::Acquire).is_err() {
@@ -123,7 +121,7 @@ fn try_join() -> bool {
         }
     };
     let fd = match rustix::shm::open(c_name, rustix::shm::OFlags::RDWR, rustix::fs::Mode::empty()) {
-        Ok(fd) => fd,
+        Ok(fd) => sys::Fd::new(fd),
         Err(rustix::io::Errno::NOENT) => {
             say(b"start mlprof-collect first");
             return false;
@@ -133,7 +131,7 @@ fn try_join() -> bool {
             return false;
         }
     };
-    let Ok(stat) = rustix::fs::fstat(&fd) else {
+    let Ok(stat) = rustix::fs::fstat(fd.borrow()) else {
         return false;
     };
     if stat.st_uid != uid {
@@ -152,7 +150,7 @@ fn try_join() -> bool {
             size,
             rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
             rustix::mm::MapFlags::SHARED,
-            &fd,
+            fd.borrow(),
             0,
         )
     } {
