@@ -157,66 +157,85 @@ def _install_phases(torch):
 def _enable_ops(torch):
     """emit_itt for the whole run (the importing thread and the threads that inherit its
     profiler state, such as autograd's). A profiler the program starts itself takes over
-    while it runs."""
+    while it runs: PyTorch allows one profiler per thread, so ours steps aside when the
+    program prepares or enables its own (torch.profiler.profile with or without a schedule,
+    torch.autograd.profiler.profile, emit_itt, emit_nvtx all go through the switches in
+    torch.autograd.profiler) and comes back when the program disables it."""
     if os.environ.get("MLPROF_TORCH_OPS", "1") == "0":
         return
     itt = getattr(getattr(torch, "profiler", None), "itt", None)
     if itt is None or not itt.is_available():
         return
-    ops = torch.autograd.profiler.emit_itt()
-    ops.__enter__()
+    module = torch.autograd.profiler
+    switches = [
+        getattr(module, name, None) for name in ("_prepare_profiler", "_enable_profiler", "_disable_profiler")
+    ]
+    if any(switch is None for switch in switches):
+        return
+    ops = module.emit_itt()
+    owner = {"pid": os.getpid(), "thread": threading.get_ident(), "on": False}
+
+    def ours(enter):
+        # Our own enable/disable, through the same (patched) switches.
+        _local.ours = True
+        try:
+            if enter:
+                ops.entered = False
+                ops.__enter__()
+            else:
+                ops.__exit__(None, None, None)
+            owner["on"] = enter
+        except Exception:
+            pass
+        finally:
+            _local.ours = False
+
+    def on_this_thread():
+        return owner["pid"] == os.getpid() and owner["thread"] == threading.get_ident()
+
+    def step_aside():
+        if owner["on"] and on_this_thread():
+            ours(False)
+            _local.stepped_aside = True
+
+    def come_back():
+        if getattr(_local, "stepped_aside", False):
+            _local.stepped_aside = False
+            ours(True)
+
+    def program_starts(original):
+        def wrapper(*args, **kwargs):
+            if not getattr(_local, "ours", False):
+                step_aside()
+            return original(*args, **kwargs)
+
+        return wrapper
+
+    def program_stops(original):
+        def wrapper(*args, **kwargs):
+            if getattr(_local, "ours", False):
+                return original(*args, **kwargs)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                come_back()
+
+        return wrapper
+
+    _patch(module, "_prepare_profiler", program_starts)
+    _patch(module, "_enable_profiler", program_starts)
+    _patch(module, "_disable_profiler", program_stops)
+    ours(True)
     _state["ops"] = ops
-    pid = os.getpid()
 
     def stop():
         # At exit, in the process (and on the thread) that enabled it.
-        if os.getpid() == pid and getattr(_local, "ops_owner", True):
-            try:
-                ops.__exit__(None, None, None)
-            except Exception:
-                pass
+        if owner["on"] and on_this_thread():
+            ours(False)
 
     import atexit
 
     atexit.register(stop)
-
-    def pause(original):
-        def wrapper(self, *args, **kwargs):
-            ours = _state["ops"]
-            if ours is not None and getattr(_local, "ops_owner", True):
-                try:
-                    ours.__exit__(None, None, None)
-                    ours.entered = False
-                    _local.ops_owner = False
-                    _local.ops_paused = getattr(_local, "ops_paused", 0) + 1
-                except Exception:
-                    pass
-            return original(self, *args, **kwargs)
-
-        return wrapper
-
-    def resume(original):
-        def wrapper(self, *args, **kwargs):
-            try:
-                return original(self, *args, **kwargs)
-            finally:
-                if getattr(_local, "ops_paused", 0) > 0:
-                    _local.ops_paused -= 1
-                    try:
-                        _state["ops"].__enter__()
-                        _local.ops_owner = True
-                    except Exception:
-                        pass
-
-        return wrapper
-
-    kineto = getattr(getattr(torch.profiler, "profiler", None), "_KinetoProfile", None)
-    if kineto is not None:
-        _patch(kineto, "start", pause)
-        _patch(kineto, "stop", resume)
-    legacy = torch.autograd.profiler.profile
-    _patch(legacy, "__enter__", pause)
-    _patch(legacy, "__exit__", resume)
 
 
 # ---- DataLoader ---------------------------------------------------------------------------
