@@ -4,7 +4,7 @@
 //! parent's memory.
 
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use mlprof_format::record::{Event, KIND_PROCESS_EXIT, KIND_PROCESS_START, PROC_FORKED};
 
@@ -29,16 +29,32 @@ pub(super) fn process_joined() {
     send_process_start(0, false);
 }
 
+unsafe extern "C" {
+    /// glibc's `on_exit`: like `atexit`, and the handler gets the exit status.
+    fn on_exit(handler: extern "C" fn(libc::c_int, *mut c_void), arg: *mut c_void) -> libc::c_int;
+}
+
 fn register_process_hooks() {
     let mut key: libc::pthread_key_t = 0;
     // Safety: plain libc calls with valid arguments; done once per process image (atfork
-    // handlers and keys are inherited by fork children).
+    // handlers, keys and exit handlers are inherited by fork children).
     unsafe {
         if libc::pthread_key_create(&mut key, Some(retire_lane_at_thread_exit)) == 0 {
             LANE_KEY.store(key, Ordering::Relaxed);
         }
         libc::pthread_atfork(None, None, Some(after_fork_in_child));
+        on_exit(exit_handler, core::ptr::null_mut());
     }
+}
+
+/// Set once this process image recorded its exit (so the exit hook and the exit handler do
+/// not both record it).
+static EXIT_RECORDED: AtomicBool = AtomicBool::new(false);
+
+/// Runs when the process exits through `exit` or by returning from `main` (glibc's own call to
+/// `exit`, which no hook sees); registered first, so it runs after the program's own handlers.
+extern "C" fn exit_handler(status: libc::c_int, _arg: *mut c_void) {
+    record_process_exit(status);
 }
 
 /// Registers the pthread-key destructor that retires a lane when its thread exits, where that
@@ -68,6 +84,7 @@ extern "C" fn after_fork_in_child() {
         return;
     }
     let parent = session::replace_pid(sys::getpid());
+    EXIT_RECORDED.store(false, Ordering::Relaxed);
     guard::with_guard(|_| send_process_start(parent, true));
 }
 
@@ -107,17 +124,21 @@ fn send_process_start(parent: u32, forked: bool) {
     );
 }
 
-/// Records the exit status a process passes to exit/_exit.
+/// Records the exit status a process passes to exit/_exit (once per process image).
 pub fn record_process_exit(status: i32) {
     if !session::is_active_quick() {
+        return;
+    }
+    if sys::getpid() != session::pid() {
+        // A vfork child (which shares our memory, flags included) or a raw clone: not ours.
+        return;
+    }
+    if EXIT_RECORDED.swap(true, Ordering::Relaxed) {
         return;
     }
     let Some(ring) = session::ring() else { return };
     let pid = session::pid();
     let _ = guard::with_guard(|thread| {
-        if thread.vfork_pending.get() && sys::getpid() != pid {
-            return;
-        }
         if let Some(lane) = lane::lane_of(ring, &thread, pid) {
             ring.push(
                 lane,
