@@ -23,7 +23,8 @@
 //! * `layout`: the `#[repr(C)]` blocks, constants and geometry, and the header check;
 //! * `view`: [`RingView`], the mapped ring and its address arithmetic;
 //! * `producer`: claiming a lane, [`RingView::push`], [`RingView::push_string`], drop counts;
-//! * `consumer`: [`RingView::copy_out`], [`LaneItems`], [`RingView::free`].
+//! * `consumer`: [`LaneConsumer::drain`], the one consumer step (position checks, copy-out,
+//!   [`LaneItems`], tail release) that the collector and the fuzz target both run.
 
 mod consumer;
 mod layout;
@@ -32,7 +33,7 @@ mod producer;
 mod testing;
 mod view;
 
-pub use consumer::{LaneItem, LaneItems};
+pub use consumer::{Drained, LaneConsumer, LaneItem, LaneItems};
 pub use layout::{
     AggSlot, CLOCK_MONOTONIC, CLOCK_TSC, HEADER_BYTES, LANE_ACTIVE, LANE_BYTES, LANE_CLAIMING, LANE_FREE,
     LANE_RETIRED, Lane, RING_ABI_VERSION, RING_CLOSED, RING_MAGIC, RING_SERVING, RingGeometry, RingHeader,
