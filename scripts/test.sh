@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting and lints (Rust: rustfmt, clippy -D warnings; Python: ruff),
-# the MSRV check, the release build, unit tests, the integration tests (real C programs, the
-# CUDA runtime and NCCL wheels, Python/PyTorch workloads under the real libmlprof.so) and a
-# bounded fuzzing run of the run-file reader and the ring consumer.
+# The whole test suite: formatting and lints (Rust: rustfmt, clippy -D warnings, for the
+# workspace and the fuzz crate; Python: ruff), the MSRV check, the release build, unit tests, the
+# integration tests (real C programs, the CUDA runtime and NCCL wheels, Python/PyTorch workloads
+# under the real libmlprof.so) and a bounded fuzzing run of the run-file reader and the ring
+# consumer.
 #   MLPROF_FUZZ_SECONDS  seconds per fuzz target (default 30; fuzz/run.sh 600 for a long run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,10 @@ MLPROF_TEST_PYTHON="${MLPROF_TEST_PYTHON:-$env_python}"
 export MLPROF_TEST_PYTHON
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -- -D warnings
+# The fuzz crate is its own workspace (nightly-only flags at `cargo fuzz` time), so the two
+# commands above do not see it; formatting and lints need no nightly flag.
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
+cargo clippy --manifest-path fuzz/Cargo.toml --all-targets -- -D warnings
 "$env_python" -m ruff check
 "$env_python" -m ruff format --check
 python3 scripts/msrv.py

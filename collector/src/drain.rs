@@ -12,7 +12,7 @@ use mlprof_format::func::{AGG_SLOTS, Func, agg_slot_meaning};
 use mlprof_format::record::{
     CONTROL_KIND_BASE, Event, KIND_PROCESS_EXIT, KIND_PROCESS_START, KIND_SYMBOL_DEF, PROC_FORKED,
 };
-use mlprof_format::ring::{LANE_ACTIVE, LANE_RETIRED, LaneItem, LaneItems};
+use mlprof_format::ring::{Drained, LANE_ACTIVE, LANE_RETIRED, LaneConsumer, LaneItem};
 use mlprof_format::runfile::{
     AggregateSample, DropSample, ProcessExit, ProcessInfo, RunEnd, RunWriter, SymbolInfo, ThreadInfo,
 };
@@ -53,14 +53,12 @@ pub struct Drainer {
     writer: RunWriter,
     streams: HashMap<u32, Stream>,
     next_stream: u64,
-    known_strings: HashSet<u64>,
-    string_bytes: HashMap<u64, Vec<u8>>,
-    string_memory: usize,
+    strings: Strings,
     batch: Vec<Event>,
     waiting_for_path: Vec<Event>,
     waiting_for_argv: Vec<(u64, ProcessInfo)>,
-    /// Records copied out of a lane, reused between passes.
-    scratch: Vec<Event>,
+    /// The ring's consumer step (and its copy buffer, reused between passes).
+    consumer: LaneConsumer,
     last_snapshot: Instant,
     last_liveness: Instant,
     last_flush: Instant,
@@ -79,13 +77,11 @@ impl Drainer {
             writer,
             streams: HashMap::new(),
             next_stream: 1,
-            known_strings: HashSet::new(),
-            string_bytes: HashMap::new(),
-            string_memory: 0,
+            strings: Strings::default(),
             batch: Vec::with_capacity(1 << 16),
             waiting_for_path: Vec::new(),
             waiting_for_argv: Vec::new(),
-            scratch: Vec::new(),
+            consumer: LaneConsumer::new(),
             last_snapshot: now,
             last_liveness: now,
             last_flush: now,
@@ -206,63 +202,56 @@ impl Drainer {
         }
     }
 
+    /// One consumer step on lane `index` (see [`LaneConsumer::drain`]): the records become
+    /// events of the pass's batch, strings and metadata frames; a refused stream's are only
+    /// counted. Returns the number of records taken.
     fn drain_lane(&mut self, index: u32) -> io::Result<usize> {
-        let capacity = self.segment.geometry.lane_capacity as u64;
-        let lane = self.lane(index);
-        let head = lane.head.load(Ordering::Acquire);
-        let tail = lane.tail.load(Ordering::Relaxed);
-        if head == tail {
-            return Ok(0);
-        }
-        if head < tail || head - tail > capacity {
-            lane.tail.store(head, Ordering::Release);
-            self.totals.corrupt_lanes += 1;
-            eprintln!(
-                "mlprof-collect: lane {index} has inconsistent positions ({tail}..{head}); skipping its records"
-            );
-            return Ok(0);
-        }
         let Some(stream) = self.streams.get(&index) else {
             return Ok(0);
         };
         let (pid, tid, refused) = (stream.pid, stream.tid, stream.refused);
-        let mut records = std::mem::take(&mut self.scratch);
-        records.clear();
-        self.segment.view().copy_out(index, tail, head, &mut records);
-        let mut items = LaneItems::new(&records);
-        for item in items.by_ref() {
+        let Drainer {
+            segment,
+            consumer,
+            timebase,
+            writer,
+            strings,
+            batch,
+            waiting_for_path,
+            waiting_for_argv,
+            totals,
+            ..
+        } = self;
+        let drained = consumer.drain(segment.view(), index, |item| {
             if refused {
-                self.totals.refused_records += 1;
-                continue;
+                totals.refused_records += 1;
+                return Ok(());
             }
             let mut event = match item {
-                LaneItem::String { id, bytes } => {
-                    self.define_string(id, bytes.to_vec())?;
-                    continue;
-                }
+                LaneItem::String { id, bytes } => return strings.define(writer, id, bytes),
                 LaneItem::Record(event) => event,
             };
             match event.kind {
                 KIND_PROCESS_START => {
-                    self.totals.processes += 1;
+                    totals.processes += 1;
                     let process = ProcessInfo {
                         pid,
                         ppid: event.arg as u32,
                         argv: Vec::new(),
-                        start_ns: self.timebase.to_ns(event.start),
+                        start_ns: timebase.to_ns(event.start),
                         forked: event.extra & PROC_FORKED != 0,
                     };
                     // A fork child refers to its parent's command line, which the parent's lane
                     // may deliver later in this pass: wait for it.
-                    self.waiting_for_argv.push((event.arg2, process));
+                    waiting_for_argv.push((event.arg2, process));
                 }
                 KIND_SYMBOL_DEF => {
-                    self.writer.write_symbol(&SymbolInfo { pid, handle: event.arg, name: event.arg2 })?;
+                    writer.write_symbol(&SymbolInfo { pid, handle: event.arg, name: event.arg2 })?;
                 }
                 KIND_PROCESS_EXIT => {
-                    self.writer.write_process_exit(&ProcessExit {
+                    writer.write_process_exit(&ProcessExit {
                         pid,
-                        time_ns: self.timebase.to_ns(event.start),
+                        time_ns: timebase.to_ns(event.start),
                         exit_code: Some(event.ret as i32),
                         signal: None,
                     })?;
@@ -271,33 +260,26 @@ impl Drainer {
                 _ => {
                     event.pid = pid;
                     event.tid = tid;
-                    event.start = self.timebase.to_ns(event.start);
-                    event.dur = self.timebase.duration_ns(event.dur);
+                    event.start = timebase.to_ns(event.start);
+                    event.dur = timebase.duration_ns(event.dur);
                     let needs_path =
                         Func::from_id(event.kind).is_some_and(|f| f.has_path()) && event.arg2 != 0;
-                    if needs_path && !self.known_strings.contains(&event.arg2) {
-                        self.waiting_for_path.push(event);
+                    if needs_path && !strings.is_known(event.arg2) {
+                        waiting_for_path.push(event);
                     } else {
-                        self.batch.push(event);
+                        batch.push(event);
                     }
                 }
             }
+            Ok(())
+        })?;
+        if let Drained::CorruptPositions { tail, head } = drained {
+            self.totals.corrupt_lanes += 1;
+            eprintln!(
+                "mlprof-collect: lane {index} has inconsistent positions ({tail}..{head}); skipping its records"
+            );
         }
-        let taken = items.consumed();
-        self.scratch = records;
-        self.lane(index).tail.store(tail.wrapping_add(taken as u64), Ordering::Release);
-        Ok(taken)
-    }
-
-    fn define_string(&mut self, id: u64, bytes: Vec<u8>) -> io::Result<()> {
-        if self.known_strings.insert(id) {
-            self.writer.write_string(id, &bytes)?;
-            if self.string_memory + bytes.len() <= STRING_MEMORY_LIMIT {
-                self.string_memory += bytes.len();
-                self.string_bytes.insert(id, bytes);
-            }
-        }
-        Ok(())
+        Ok(drained.taken())
     }
 
     /// Writes the process records whose command line is known (all of them when `all`; those
@@ -305,9 +287,9 @@ impl Drainer {
     fn write_processes(&mut self, all: bool) -> io::Result<()> {
         let waiting = std::mem::take(&mut self.waiting_for_argv);
         for (id, mut process) in waiting {
-            let bytes = match self.string_bytes.get(&id) {
-                Some(bytes) => bytes.clone(),
-                None if all || self.known_strings.contains(&id) => {
+            let bytes = match self.strings.bytes(id) {
+                Some(bytes) => bytes.to_vec(),
+                None if all || self.strings.is_known(id) => {
                     std::fs::read(format!("/proc/{}/cmdline", process.pid)).unwrap_or_default()
                 }
                 None => {
@@ -319,6 +301,37 @@ impl Drainer {
             self.writer.write_process(&process)?;
         }
         Ok(())
+    }
+}
+
+/// The strings the run has defined: every id (so each is written once), and the bytes of the
+/// first [`STRING_MEMORY_LIMIT`] bytes' worth (to name processes by their command line).
+#[derive(Default)]
+struct Strings {
+    known: HashSet<u64>,
+    bytes: HashMap<u64, Vec<u8>>,
+    memory: usize,
+}
+
+impl Strings {
+    /// Writes string `id` to the run file the first time it is defined.
+    fn define(&mut self, writer: &mut RunWriter, id: u64, bytes: &[u8]) -> io::Result<()> {
+        if self.known.insert(id) {
+            writer.write_string(id, bytes)?;
+            if self.memory + bytes.len() <= STRING_MEMORY_LIMIT {
+                self.memory += bytes.len();
+                self.bytes.insert(id, bytes.to_vec());
+            }
+        }
+        Ok(())
+    }
+
+    fn is_known(&self, id: u64) -> bool {
+        self.known.contains(&id)
+    }
+
+    fn bytes(&self, id: u64) -> Option<&[u8]> {
+        self.bytes.get(&id).map(Vec::as_slice)
     }
 }
 
@@ -335,9 +348,9 @@ impl Drainer {
     fn write_batch(&mut self) -> io::Result<()> {
         self.write_processes(false)?;
         if !self.waiting_for_path.is_empty() {
-            let known = &self.known_strings;
+            let strings = &self.strings;
             let (ready, still): (Vec<Event>, Vec<Event>) =
-                self.waiting_for_path.drain(..).partition(|e| known.contains(&e.arg2));
+                self.waiting_for_path.drain(..).partition(|e| strings.is_known(e.arg2));
             self.waiting_for_path = still;
             self.batch.extend(ready);
         }

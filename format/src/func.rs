@@ -4,27 +4,41 @@
 /// What a function does, for grouping in reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Class {
+    /// open/openat/creat/fopen: `arg2` holds the path string id.
     Open,
+    /// read/pread/readv/fread: `arg`/`arg2` are bytes asked/done.
     Read,
+    /// write/pwrite/writev/fwrite: `arg`/`arg2` are bytes asked/done.
     Write,
+    /// close/fclose.
     Close,
+    /// lseek.
     Seek,
+    /// fsync/fdatasync.
     Sync,
+    /// mmap/munmap.
     Map,
+    /// clock_gettime/gettimeofday (kept as per-thread aggregates unless `MLPROF_CLOCK=events`).
     Clock,
+    /// ioctl.
     Ioctl,
     /// GPU kernel launches (runtime and driver).
     Launch,
     /// Host↔device and device↔device copies.
     Copy,
+    /// cudaMemset*: device memory filled (`arg` = bytes).
     Memset,
+    /// Device, host-pinned or stream-ordered allocations (`arg` = bytes, `object` = pointer).
     Alloc,
+    /// The matching frees (`object` = pointer freed).
     Free,
     /// Calls that wait for the GPU (stream, event, device, context synchronization).
     GpuSync,
     /// Event record/query, stream query and stream-waits-on-event (do not block the host).
     GpuEvent,
+    /// CUDA graph launches (`object` = the graph executable).
     GraphLaunch,
+    /// cudaSetDevice (`arg` = device): changes the device later GPU records carry.
     SetDevice,
     /// NCCL collectives and point-to-point calls.
     Collective,
@@ -41,11 +55,15 @@ pub enum Class {
 /// The library an intercepted function belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Api {
+    /// The C library (file I/O, mmap, clocks, ioctl); ids below 100.
     Libc,
+    /// The CUDA runtime (`libcudart`); ids 100..=299.
     CudaRuntime,
+    /// The CUDA driver (`libcuda`); ids 300..=499.
     CudaDriver,
+    /// NCCL (`libnccl`); ids 500..=599.
     Nccl,
-    /// Intel ITT annotations received by mlprof's collector.
+    /// Intel ITT annotations received by mlprof's collector; ids 600..=699.
     Itt,
 }
 
@@ -54,12 +72,21 @@ macro_rules! funcs {
         /// An intercepted function; the discriminant is the `kind` of its event records.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[repr(u16)]
-        pub enum Func { $( $variant = $id, )* }
+        pub enum Func {
+            $(
+                #[doc = concat!(
+                    "`", $name, "` (id ", stringify!($id), ", [`Class::", stringify!($class), "`])."
+                )]
+                $variant = $id,
+            )*
+        }
 
         impl Func {
             /// Every function, in id order.
             pub const ALL: &[Func] = &[ $( Func::$variant, )* ];
 
+            /// The function with id `id` (an event's `kind`); `None` for ids this build does
+            /// not know (newer writers, control kinds).
             pub const fn from_id(id: u16) -> Option<Func> {
                 match id { $( $id => Some(Func::$variant), )* _ => None }
             }
@@ -69,6 +96,7 @@ macro_rules! funcs {
                 match self { $( Func::$variant => $name, )* }
             }
 
+            /// What the function does, for grouping in reports.
             pub const fn class(self) -> Class {
                 match self { $( Func::$variant => Class::$class, )* }
             }
@@ -226,6 +254,7 @@ impl Func {
         matches!(self.class(), Class::Open)
     }
 
+    /// The library the function belongs to (from its id range).
     pub const fn api(self) -> Api {
         match self as u16 {
             100..=299 => Api::CudaRuntime,
@@ -246,6 +275,7 @@ impl Func {
         }
     }
 
+    /// The function whose symbol is `name` (exact match), as users name it on command lines.
     pub fn from_name(name: &str) -> Option<Func> {
         Func::ALL.iter().copied().find(|f| f.name() == name)
     }
@@ -254,6 +284,7 @@ impl Func {
 /// Aggregate slot for `gettimeofday` in a lane's aggregate table; clock ids 0..=11 use their own
 /// id as slot, any other clock id uses [`AGG_SLOT_OTHER_CLOCK`].
 pub const AGG_SLOT_GETTIMEOFDAY: usize = 13;
+/// Aggregate slot for `clock_gettime` with a clock id outside 0..=11.
 pub const AGG_SLOT_OTHER_CLOCK: usize = 12;
 /// Number of aggregate slots per lane.
 pub const AGG_SLOTS: usize = 16;

@@ -2,12 +2,20 @@
 //!
 //! * [`func`]: the intercepted functions and their stable numeric ids.
 //! * [`record`]: the fixed 64-byte event record, used both in the ring and in `run.bin`.
-//! * [`ring`]: the shared-memory ring ABI (versioned by [`ring::RING_ABI_VERSION`]).
+//! * [`ring`]: the shared-memory ring ABI (versioned by [`ring::RING_ABI_VERSION`]): layout,
+//!   producer, and the consumer step ([`ring::LaneConsumer`]) the collector and the fuzzer share.
 //! * [`runfile`]: the `run.bin` writer and streaming reader (versioned by
 //!   [`runfile::FORMAT_MAJOR`]/[`runfile::FORMAT_MINOR`]).
+//! * [`energy`]: the energy frames of `run.bin` (devices, samples, notes; since format 1.2).
+//! * [`options`]: the one table of `MLPROF_*` environment variables and who reads each.
 //!
 //! The ring ABI and the file format have separate versions: the ring is a live protocol between
 //! one build of the preload and one build of the collector, the file outlives both.
+//!
+//! Every public item is documented (`missing_docs` is denied): meaning, units and who writes
+//! what, since three programs built at different times rely on them.
+
+#![deny(missing_docs)]
 
 pub mod energy;
 pub mod func;

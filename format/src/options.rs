@@ -1,21 +1,30 @@
 //! The one table of `MLPROF_*` environment variables. libmlprof.so reads the `Preload` ones,
 //! mlprof-collect the `Collector` ones; `mlprof-collect --help` and the README print this table.
 
+/// Which program reads an option (and so where it must be set).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReadBy {
+    /// `libmlprof.so`, in every profiled process (at its start).
     Preload,
+    /// `mlprof-collect`, at its start.
     Collector,
     /// The Python start-up hook that `mlprof-collect --torch` installs.
     TorchHook,
 }
 
+/// One environment variable.
 pub struct EnvOption {
+    /// The variable's name (`MLPROF_…`).
     pub name: &'static str,
+    /// Who reads it.
     pub read_by: ReadBy,
+    /// The value used when it is unset, as text for the help (may be a description).
     pub default: &'static str,
+    /// What the values mean, one line for the help.
     pub meaning: &'static str,
 }
 
+/// Every `MLPROF_*` variable; adding one here puts it in `--help` and the README.
 pub const ENV_OPTIONS: &[EnvOption] = &[
     EnvOption {
         name: "MLPROF_TORCH_OPS",

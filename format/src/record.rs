@@ -23,19 +23,30 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct Event {
+    /// The function id ([`crate::func::Func`] as `u16`), or a control kind
+    /// (≥ [`CONTROL_KIND_BASE`]) in the ring.
     pub kind: u16,
+    /// [`FLAG_ERROR`], [`FLAG_NESTED`] bits.
     pub flags: u16,
+    /// Process id; the collector overwrites it with the lane owner's before storing.
     pub pid: u32,
+    /// Kernel thread id; the collector overwrites it with the lane owner's before storing.
     pub tid: u32,
+    /// The file descriptor the call worked on (-1 when none), per the table above.
     pub fd: i32,
     /// Start of the call: ring clock ticks in the ring, CLOCK_MONOTONIC ns in `run.bin`.
     pub start: u64,
     /// Duration, same unit as `start`.
     pub dur: u64,
+    /// The call's return value (an address for mmap, items for fread/fwrite).
     pub ret: i64,
+    /// First argument word, per the table above (bytes asked, mode, offset, length…).
     pub arg: u64,
+    /// Second argument word, per the table above (bytes done, path string id, prot…).
     pub arg2: u64,
+    /// The errno the call left when it failed, else 0.
     pub errno: i32,
+    /// Flags word, per the table above (open flags, whence, mmap flags, clock id).
     pub extra: u32,
 }
 
@@ -71,17 +82,29 @@ pub const FLAG_NESTED: u16 = 2;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct GpuCall {
+    /// The function id, as in [`Event::kind`].
     pub kind: u16,
+    /// As [`Event::flags`]; [`FLAG_NESTED`] marks driver calls inside runtime calls.
     pub flags: u16,
+    /// As [`Event::pid`].
     pub pid: u32,
+    /// As [`Event::tid`].
     pub tid: u32,
+    /// The thread's current device (0 until cudaSetDevice is seen); in `Event::fd`'s place.
     pub device: i32,
+    /// As [`Event::start`]: ring ticks in the ring, CLOCK_MONOTONIC ns in `run.bin`.
     pub start: u64,
+    /// As [`Event::dur`], same unit as `start`.
     pub dur: u64,
+    /// The cudaError_t / CUresult / ncclResult_t the call returned (0: success).
     pub status: i32,
+    /// Per class (table above): block dims, copy direction, collective parameters, rank.
     pub aux: u32,
+    /// Per class (table above): grid dims, bytes, count, device, ranks.
     pub arg: u64,
+    /// The CUDA stream handle (0: the default stream), where the call takes one.
     pub stream: u64,
+    /// Per class (table above): kernel function handle, pointer, event, graph, communicator.
     pub object: u64,
 }
 const _: () = assert!(core::mem::size_of::<GpuCall>() == RECORD_BYTES);
@@ -90,10 +113,12 @@ const _: () = assert!(core::mem::offset_of!(GpuCall, dur) == core::mem::offset_o
 const _: () = assert!(core::mem::offset_of!(GpuCall, device) == core::mem::offset_of!(Event, fd));
 
 impl GpuCall {
+    /// The same 64 bytes read as a GPU call (no check of `kind`).
     pub fn from_event(event: &Event) -> GpuCall {
         zerocopy::transmute!(*event)
     }
 
+    /// The same 64 bytes as an [`Event`], for the ring and `run.bin`.
     pub fn into_event(self) -> Event {
         zerocopy::transmute!(self)
     }
@@ -114,13 +139,19 @@ impl GpuCall {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct IttSpan {
+    /// The function id ([`crate::func::Func::IttTask`] …), as in [`Event::kind`].
     pub kind: u16,
+    /// As [`Event::flags`].
     pub flags: u16,
+    /// As [`Event::pid`].
     pub pid: u32,
+    /// As [`Event::tid`].
     pub tid: u32,
     /// Nesting depth of a task on its thread (0 = outermost).
     pub depth: i32,
+    /// As [`Event::start`]: ring ticks in the ring, CLOCK_MONOTONIC ns in `run.bin`.
     pub start: u64,
+    /// As [`Event::dur`] (0 for instants).
     pub dur: u64,
     /// The task or frame id's first word (`__itt_id.d1`; 0 = `__itt_null`).
     pub id: u64,
@@ -136,10 +167,12 @@ const _: () = assert!(core::mem::offset_of!(IttSpan, start) == core::mem::offset
 const _: () = assert!(core::mem::offset_of!(IttSpan, dur) == core::mem::offset_of!(Event, dur));
 
 impl IttSpan {
+    /// The same 64 bytes read as an ITT span (no check of `kind`).
     pub fn from_event(event: &Event) -> IttSpan {
         zerocopy::transmute!(*event)
     }
 
+    /// The same 64 bytes as an [`Event`], for the ring and `run.bin`.
     pub fn into_event(self) -> Event {
         zerocopy::transmute!(self)
     }
@@ -152,14 +185,19 @@ pub fn pack_launch_dims(grid: (u32, u32, u32), block: (u32, u32, u32)) -> (u64, 
     (grid, block)
 }
 
-/// Copy directions (`aux` of copy records), as cudaMemcpyKind numbers them.
+/// Copy direction (`aux` of copy records, numbered as cudaMemcpyKind): host to host.
 pub const COPY_H2H: u32 = 0;
+/// Copy direction: host to device.
 pub const COPY_H2D: u32 = 1;
+/// Copy direction: device to host.
 pub const COPY_D2H: u32 = 2;
+/// Copy direction: device to device.
 pub const COPY_D2D: u32 = 3;
 /// Inferred by CUDA from the pointers (cudaMemcpyDefault, cuMemcpy): not known to the hook.
 pub const COPY_DEFAULT: u32 = 4;
 
+/// The short name of a copy direction (`H2D`…; `default` for [`COPY_DEFAULT`] and unknown
+/// values), as reports print it.
 pub fn copy_direction_name(aux: u32) -> &'static str {
     match aux {
         COPY_H2H => "H2H",
@@ -177,7 +215,7 @@ pub const CONTROL_KIND_BASE: u16 = 0x8000;
 /// `ceil(len / 64)` slots of the same lane, published together with this record.
 pub const KIND_STRING_DEF: u16 = 0x8001;
 /// A process image starts: `pid`, `arg` = ppid, `arg2` = cmdline string id (NUL-separated argv),
-/// `start` = time, `extra` = [`PROC_FORKED`] / [`PROC_EXECED`] bits.
+/// `start` = time, `extra` = [`PROC_FORKED`] bit (0: a new program, after exec or at launch).
 pub const KIND_PROCESS_START: u16 = 0x8002;
 /// A process calls exit/_exit: `ret` = status.
 pub const KIND_PROCESS_EXIT: u16 = 0x8003;
@@ -197,6 +235,7 @@ pub const fn string_payload_slots(len: usize) -> usize {
 }
 
 impl Event {
+    /// Whether the call failed ([`FLAG_ERROR`]).
     pub fn is_error(&self) -> bool {
         self.flags & FLAG_ERROR != 0
     }

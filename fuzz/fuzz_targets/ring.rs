@@ -3,13 +3,11 @@
 //! and slots (the first bytes pick which region gets how much).  Then:
 //!
 //! 1. `validate_header` must accept or refuse it without panicking (the producer's check);
-//! 2. a consumer pass that mirrors `collector/src/drain.rs` (`drain_lane`): lane states,
-//!    head/tail sanity, slot reads, string definitions with their payload slots, `free`;
+//! 2. a consumer pass like the collector's (`collector/src/drain.rs`): lane states, then
+//!    `LaneConsumer::drain`, the consumer step the collector itself runs (head/tail sanity,
+//!    copy-out, string definitions with their payload slots, tail release), then `free`;
 //! 3. producer operations on the scribbled lanes (`claim`, `push`, `push_string`, `retire`,
 //!    `count_drop`, `aggregate_slot`) must stay inside the mapping (AddressSanitizer checks).
-//!
-//! The consumer logic is duplicated from the collector because it lives in the collector
-//! binary; the parts that touch the shared memory (`copy_out`, `LaneItems`) are shared.
 #![no_main]
 
 use std::sync::atomic::Ordering;
@@ -17,8 +15,8 @@ use std::sync::atomic::Ordering;
 use libfuzzer_sys::fuzz_target;
 use mlprof_format::record::{CONTROL_KIND_BASE, Event, KIND_STRING_DEF};
 use mlprof_format::ring::{
-    CLOCK_MONOTONIC, HEADER_BYTES, LANE_ACTIVE, LANE_RETIRED, LaneItem, LaneItems, RingGeometry, RingView,
-    validate_header,
+    CLOCK_MONOTONIC, Drained, HEADER_BYTES, LANE_ACTIVE, LANE_RETIRED, LaneConsumer, LaneItem, RingGeometry,
+    RingView, validate_header,
 };
 
 const GEOMETRY: RingGeometry = RingGeometry { lane_count: 4, lane_capacity: 64 };
@@ -62,39 +60,31 @@ fn scribble(dst: &mut [u8], region: std::ops::Range<usize>, offset: usize, src: 
     }
 }
 
-/// The collector's consumer pass over one lane (collector/src/drain.rs `drain_lane`, which uses
-/// the same `RingView::copy_out` and `LaneItems`), returning the number of records taken. Must
-/// never panic, hang or read outside the lane, whatever the lane holds.
-fn drain_lane(view: &RingView, index: u32) -> u64 {
+/// One consumer step on lane `index`, through the collector's own `LaneConsumer::drain`, with a
+/// handler that touches every item; returns the number of records taken. Must never panic,
+/// hang or read outside the lane, whatever the lane holds.
+fn drain_lane(consumer: &mut LaneConsumer, view: &RingView, index: u32) -> u64 {
     let capacity = view.geometry().lane_capacity as u64;
-    let Some(lane) = view.lane(index) else { return 0 };
-    let head = lane.head.load(Ordering::Acquire);
-    let tail = lane.tail.load(Ordering::Relaxed);
-    if head == tail {
-        return 0;
-    }
-    if head < tail || head - tail > capacity {
-        lane.tail.store(head, Ordering::Release);
-        return 0;
-    }
-    let mut records = Vec::new();
-    view.copy_out(index, tail, head, &mut records);
-    assert!(records.len() as u64 <= capacity, "copied more records than a lane holds");
-    let mut items = LaneItems::new(&records);
-    let mut strings = 0usize;
-    for item in items.by_ref() {
+    let before = view.lane(index).map(|lane| lane.tail.load(Ordering::Relaxed));
+    let mut string_bytes = 0usize;
+    let drained = consumer.drain(view, index, |item| {
         match item {
-            LaneItem::String { bytes, .. } => strings += bytes.len(),
+            LaneItem::String { bytes, .. } => string_bytes += bytes.len(),
             LaneItem::Record(event) => {
                 let _ = event.kind >= CONTROL_KIND_BASE;
                 let _ = event.start.saturating_add(event.dur);
             }
         }
-    }
-    assert!(strings <= (capacity as usize) * 64, "string bytes beyond the lane");
-    let taken = items.consumed() as u64;
+        Ok::<(), std::convert::Infallible>(())
+    });
+    let Ok(drained) = drained;
+    assert!(string_bytes <= (capacity as usize) * 64, "string bytes beyond the lane");
+    let taken = drained.taken() as u64;
     assert!(taken <= capacity, "took more records than a lane holds");
-    lane.tail.store(tail.wrapping_add(taken), Ordering::Release);
+    if let (Some(lane), Some(before), Drained::Taken(_)) = (view.lane(index), before, drained) {
+        // Single-threaded here: the tail moved by exactly what was taken.
+        assert_eq!(lane.tail.load(Ordering::Relaxed), before.wrapping_add(taken), "tail released exactly");
+    }
     taken
 }
 
@@ -124,6 +114,7 @@ fuzz_target!(|data: &[u8]| {
 
     // Safety: the mapping outlives the views; sized for GEOMETRY.
     let view = unsafe { RingView::new(mapping.base, GEOMETRY) };
+    let mut consumer = LaneConsumer::new();
     // 1. The producer's header check: any answer, no panic; a geometry it accepts fits.
     if let Ok(geometry) = validate_header(view.header(), total as u64) {
         assert!(geometry.total_bytes() <= total as u64);
@@ -131,7 +122,7 @@ fuzz_target!(|data: &[u8]| {
         // Safety: validate_header checked that the geometry fits the mapping.
         let accepted = unsafe { RingView::new(mapping.base, geometry) };
         for index in 0..geometry.lane_count {
-            drain_lane(&accepted, index);
+            drain_lane(&mut consumer, &accepted, index);
         }
     }
 
@@ -142,7 +133,7 @@ fuzz_target!(|data: &[u8]| {
         if state != LANE_ACTIVE && state != LANE_RETIRED {
             continue;
         }
-        drain_lane(&view, index);
+        drain_lane(&mut consumer, &view, index);
         let _ = lane.dropped.load(Ordering::Relaxed);
         for slot in &lane.aggregates {
             let _ = slot.count.load(Ordering::Relaxed);
@@ -164,13 +155,13 @@ fuzz_target!(|data: &[u8]| {
         let _ = view.aggregate_slot(index, ctl[0] as usize).map(|a| a.count_call());
         view.count_drop(index);
         view.retire(index, 1, tid);
-        drain_lane(&view, index);
+        drain_lane(&mut consumer, &view, index);
     }
     for index in 0..GEOMETRY.lane_count {
         let event = Event::default();
         // Lanes the scribble left in any state: writing into them must stay in bounds.
         view.push(index, &event);
         view.push_string(index, &event, header_part);
-        drain_lane(&view, index);
+        drain_lane(&mut consumer, &view, index);
     }
 });

@@ -1,0 +1,258 @@
+//! The ABI proper: the `#[repr(C)]` blocks of the segment, the constants producers and the
+//! consumer agree on, the geometry that sizes the segment, and the header check a producer runs
+//! before it writes anything. Any change here is a [`RING_ABI_VERSION`] bump.
+
+use core::sync::atomic::{AtomicU32, AtomicU64};
+
+use crate::func::AGG_SLOTS;
+use crate::record::RECORD_BYTES;
+
+/// The first 8 bytes of a ready ring; [`RingView::initialize`](super::RingView::initialize)
+/// writes them last, so a producer that maps the segment early sees "not a ring" rather than
+/// half a header.
+pub const RING_MAGIC: [u8; 8] = *b"MLPRING\0";
+/// Bumped on any change of the layout below; producers refuse a ring of another version.
+pub const RING_ABI_VERSION: u32 = 2;
+
+/// Bytes reserved for [`RingHeader`] at the start of the segment; lane blocks start here.
+pub const HEADER_BYTES: usize = 4096;
+
+/// [`RingHeader::clock_source`]: record times are raw TSC ticks (`rdtsc`), converted to
+/// CLOCK_MONOTONIC ns by the collector. Chosen only where the TSC is invariant and is the
+/// kernel's clocksource.
+pub const CLOCK_TSC: u32 = 1;
+/// [`RingHeader::clock_source`]: record times are already CLOCK_MONOTONIC ns.
+pub const CLOCK_MONOTONIC: u32 = 2;
+
+/// [`RingHeader::state`]: the ring accepts records.
+pub const RING_SERVING: u32 = 1;
+/// [`RingHeader::state`]: the collector finalized the run; producers stop writing.
+pub const RING_CLOSED: u32 = 2;
+
+/// Segment header, written once by the collector before the segment becomes visible
+/// (it is created under a temporary name and renamed into place). Every field but the two
+/// atomics is constant afterwards; producers check them with [`validate_header`].
+#[repr(C)]
+pub struct RingHeader {
+    /// [`RING_MAGIC`] once the header is complete (written last).
+    pub magic: [u8; 8],
+    /// The collector's [`RING_ABI_VERSION`]; producers of another version do not write.
+    pub abi_version: u32,
+    /// [`HEADER_BYTES`]: bytes from the segment start to the first lane block.
+    pub header_bytes: u32,
+    /// Number of lane blocks (1..=65536): at most this many threads record at once.
+    pub lane_count: u32,
+    /// Records per lane, a power of two (64..=2^24).
+    pub lane_capacity: u32,
+    /// [`RECORD_BYTES`]: size of one slot, so a producer built with another record size
+    /// refuses the ring.
+    pub record_bytes: u32,
+    /// [`LANE_BYTES`]: size of one lane control block.
+    pub lane_bytes: u32,
+    /// What record times count: [`CLOCK_TSC`] ticks or [`CLOCK_MONOTONIC`] ns.
+    pub clock_source: u32,
+    /// Effective uid of the collector that created the ring.
+    pub owner_uid: u32,
+    /// Pid of the collector; producers and a later collector check it is alive before trusting
+    /// the ring.
+    pub collector_pid: u32,
+    /// Zero; keeps the 64-bit fields below 8-aligned.
+    pub _reserved0: u32,
+    /// Byte offset of lane 0 from the segment start ([`RingGeometry::lanes_offset`]).
+    pub lanes_offset: u64,
+    /// Byte offset of lane 0's slot array ([`RingGeometry::slots_offset`]).
+    pub slots_offset: u64,
+    /// Bytes the layout occupies ([`RingGeometry::total_bytes`]); the mapping is at least this
+    /// large.
+    pub total_bytes: u64,
+    /// Records dropped because every lane was taken (bumped by producers, any thread).
+    pub no_lane_drops: AtomicU64,
+    /// [`RING_SERVING`] or [`RING_CLOSED`]; written by the collector only.
+    pub state: AtomicU32,
+    /// Zero; pads the header to a multiple of 8 bytes.
+    pub _reserved1: u32,
+}
+const _: () = assert!(core::mem::size_of::<RingHeader>() <= HEADER_BYTES);
+
+/// [`Lane::state`]: nobody owns the lane; a producer may claim it (CAS to [`LANE_CLAIMING`]).
+pub const LANE_FREE: u32 = 0;
+/// [`Lane::state`]: a producer won the CAS and is filling in `pid`/`tid`/`uid`; the consumer
+/// leaves the lane alone.
+pub const LANE_CLAIMING: u32 = 1;
+/// [`Lane::state`]: the owner writes records; the consumer drains them.
+pub const LANE_ACTIVE: u32 = 2;
+/// [`Lane::state`]: the owner thread exited; the consumer drains what is left, records the
+/// final counters and frees the lane.
+pub const LANE_RETIRED: u32 = 3;
+
+/// Exact per-thread counters for calls kept as aggregates (clock reads), updated by the lane's
+/// producer with plain relaxed stores and read by the collector at any time.
+#[repr(C)]
+pub struct AggSlot {
+    /// Calls made (every call, timed or not).
+    pub count: AtomicU64,
+    /// Calls whose duration was measured (see `MLPROF_CLOCK_TIMING`).
+    pub timed: AtomicU64,
+    /// Sum of the measured durations, in ring clock ticks.
+    pub ticks: AtomicU64,
+}
+
+/// One producer lane's control block; cache-line separated by writer.
+#[repr(C, align(128))]
+pub struct Lane {
+    // Line 0: ownership, written at claim time.
+    /// One of `LANE_FREE`, `LANE_CLAIMING`, `LANE_ACTIVE`, `LANE_RETIRED`; the owner moves it
+    /// forward up to `RETIRED`, the consumer back to `FREE`.
+    pub state: AtomicU32,
+    /// Process id of the owner (set while `CLAIMING`, valid once `ACTIVE`).
+    pub pid: AtomicU32,
+    /// Kernel thread id of the owner (set like `pid`).
+    pub tid: AtomicU32,
+    /// Incremented on every claim, so the consumer tells successive owners apart.
+    pub generation: AtomicU32,
+    /// The effective uid of the claiming process (checked against /proc while it lives).
+    pub uid: AtomicU32,
+    /// Zero; fills line 0.
+    pub _pad0: [u8; 108],
+    // Line 1: producer-owned.
+    /// Position one past the last published record (a count since the claim, never wrapped by
+    /// the capacity); written only by the owner, with a release store after the slots.
+    pub head: AtomicU64,
+    /// The producer's last view of `tail` (saves a shared-line read per record).
+    pub cached_tail: AtomicU64,
+    /// Records the owner could not write (lane full, string too large), cumulative.
+    pub dropped: AtomicU64,
+    /// Zero; fills line 1.
+    pub _pad1: [u8; 104],
+    // Line 2: consumer-owned.
+    /// Position of the first record the consumer has not released; written only by the
+    /// consumer, with a release store once the records are copied out. `head - tail` is at
+    /// most the capacity.
+    pub tail: AtomicU64,
+    /// Zero; fills line 2.
+    pub _pad2: [u8; 120],
+    // Lines 3..6: aggregates.
+    /// Counters of aggregated calls, indexed as [`crate::func::agg_slot_meaning`] says.
+    pub aggregates: [AggSlot; AGG_SLOTS],
+}
+/// Size of one [`Lane`] control block (six 128-byte lines).
+pub const LANE_BYTES: usize = 768;
+const _: () = assert!(core::mem::size_of::<Lane>() == LANE_BYTES);
+const _: () = assert!(core::mem::offset_of!(Lane, head) == 128);
+const _: () = assert!(core::mem::offset_of!(Lane, tail) == 256);
+const _: () = assert!(core::mem::offset_of!(Lane, aggregates) == 384);
+
+/// Sizes of a ring; the collector picks them, producers read them from the header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingGeometry {
+    /// Number of lanes, 1..=65536.
+    pub lane_count: u32,
+    /// Records per lane, a power of two in 64..=2^24.
+    pub lane_capacity: u32,
+}
+
+impl RingGeometry {
+    /// 256 lanes (threads at once) × 65536 records (4 MiB) each: at 2.5 M records/s a lane
+    /// holds 26 ms, enough for a collector that a busy 2-core machine schedules late. Pages are
+    /// only backed once a lane is written, so the 1 GiB segment costs at most 4 MiB per thread
+    /// that records (less for threads that record little).
+    pub const DEFAULT: RingGeometry = RingGeometry { lane_count: 256, lane_capacity: 65536 };
+
+    /// Whether both sizes are within the limits above (which keep every offset in a `u64` and
+    /// every lane's slot array addressable).
+    pub fn is_valid(&self) -> bool {
+        (1..=65536).contains(&self.lane_count)
+            && self.lane_capacity.is_power_of_two()
+            && (64..=(1 << 24)).contains(&self.lane_capacity)
+    }
+
+    /// Byte offset of the first lane block: right after the header.
+    pub fn lanes_offset(&self) -> u64 {
+        HEADER_BYTES as u64
+    }
+
+    /// Byte offset of lane 0's slot array: right after the last lane block.
+    pub fn slots_offset(&self) -> u64 {
+        self.lanes_offset() + self.lane_count as u64 * LANE_BYTES as u64
+    }
+
+    /// Bytes of one lane's slot array (`lane_capacity` records).
+    pub fn lane_slots_bytes(&self) -> u64 {
+        self.lane_capacity as u64 * RECORD_BYTES as u64
+    }
+
+    /// Size of the whole segment: header, lane blocks and slot arrays.
+    pub fn total_bytes(&self) -> u64 {
+        self.slots_offset() + self.lane_count as u64 * self.lane_slots_bytes()
+    }
+}
+
+/// Checks a mapped header against what this build understands; `Err` says why not.
+pub fn validate_header(header: &RingHeader, mapped_bytes: u64) -> Result<RingGeometry, &'static str> {
+    if header.magic != RING_MAGIC {
+        return Err("not an mlprof ring (bad magic)");
+    }
+    if header.abi_version != RING_ABI_VERSION {
+        return Err("ring ABI version differs from this libmlprof.so");
+    }
+    let geometry = RingGeometry { lane_count: header.lane_count, lane_capacity: header.lane_capacity };
+    if !geometry.is_valid()
+        || header.record_bytes as usize != RECORD_BYTES
+        || header.lane_bytes as usize != LANE_BYTES
+        || header.header_bytes as usize != HEADER_BYTES
+        || header.lanes_offset != geometry.lanes_offset()
+        || header.slots_offset != geometry.slots_offset()
+        || header.total_bytes != geometry.total_bytes()
+        || geometry.total_bytes() > mapped_bytes
+    {
+        return Err("ring geometry is inconsistent");
+    }
+    Ok(geometry)
+}
+
+/// The shared-memory name of a per-user session, e.g. `/mlprof-1000-default`.
+pub fn session_shm_name(uid: u32, session: &str) -> String {
+    format!("/mlprof-{uid}-{session}")
+}
+
+/// Whether a session name is usable in a shared-memory name.
+pub fn is_valid_session_name(session: &str) -> bool {
+    !session.is_empty()
+        && session.len() <= 64
+        && session.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::testing::Mapping;
+
+    #[test]
+    fn default_geometry_is_valid_and_sized() {
+        let g = RingGeometry::DEFAULT;
+        assert!(g.is_valid());
+        assert_eq!(g.total_bytes(), 4096 + 256 * 768 + 256 * 65536 * 64);
+        assert!(!RingGeometry { lane_count: 4, lane_capacity: 100 }.is_valid());
+    }
+
+    #[test]
+    fn header_validates_and_garbage_does_not() {
+        let geometry = RingGeometry { lane_count: 4, lane_capacity: 64 };
+        let mapping = Mapping::new(geometry);
+        let view = mapping.view();
+        assert_eq!(validate_header(view.header(), geometry.total_bytes()), Ok(geometry));
+        assert!(validate_header(view.header(), geometry.total_bytes() - 1).is_err());
+        // Safety: writing into our own buffer.
+        unsafe { *mapping.base().add(20) = 0xff };
+        assert!(validate_header(view.header(), geometry.total_bytes()).is_err());
+    }
+
+    #[test]
+    fn session_names() {
+        assert!(is_valid_session_name("default"));
+        assert!(is_valid_session_name("run-1.a_b"));
+        assert!(!is_valid_session_name("../x"));
+        assert!(!is_valid_session_name(""));
+        assert_eq!(session_shm_name(7, "s"), "/mlprof-7-s");
+    }
+}

@@ -1,0 +1,42 @@
+//! The shared-memory ring ABI between `libmlprof.so` (many producer processes and threads) and
+//! `mlprof-collect` (one consumer).
+//!
+//! Layout of the POSIX shared-memory segment (all offsets from its start):
+//!
+//! ```text
+//! [RingHeader, 4096 bytes][Lane; lane_count][slots: lane_count × lane_capacity × 64 bytes]
+//! ```
+//!
+//! Each producer thread claims one lane (CAS `FREE → CLAIMING`, then fills `pid`/`tid` and
+//! stores `ACTIVE`), so every lane has a single writer and the hot path needs no lock and no
+//! read-modify-write: the producer writes `slot[head % capacity]` and then publishes with a
+//! release store of `head + 1`. A full lane (`head - tail == capacity`) drops the record and
+//! bumps `dropped`; the producer never waits. A producer killed mid-write never published its
+//! record, so the consumer never sees a torn one. The consumer copies `tail..head` out and
+//! release-stores `tail`. When a thread exits it marks its lane `RETIRED`; the consumer drains
+//! it, records its final counters, zeroes it and stores `FREE`. Lanes of threads that died
+//! without retiring (SIGKILL, `_exit`) are found by a liveness check and treated the same way.
+//!
+//! The code is split by job, each part with its own unit tests (as Perfetto keeps its
+//! shared-memory ABI, producer and consumer validator apart):
+//!
+//! * `layout`: the `#[repr(C)]` blocks, constants and geometry, and the header check;
+//! * `view`: [`RingView`], the mapped ring and its address arithmetic;
+//! * `producer`: claiming a lane, [`RingView::push`], [`RingView::push_string`], drop counts;
+//! * `consumer`: [`LaneConsumer::drain`], the one consumer step (position checks, copy-out,
+//!   [`LaneItems`], tail release) that the collector and the fuzz target both run.
+
+mod consumer;
+mod layout;
+mod producer;
+#[cfg(test)]
+mod testing;
+mod view;
+
+pub use consumer::{Drained, LaneConsumer, LaneItem, LaneItems};
+pub use layout::{
+    AggSlot, CLOCK_MONOTONIC, CLOCK_TSC, HEADER_BYTES, LANE_ACTIVE, LANE_BYTES, LANE_CLAIMING, LANE_FREE,
+    LANE_RETIRED, Lane, RING_ABI_VERSION, RING_CLOSED, RING_MAGIC, RING_SERVING, RingGeometry, RingHeader,
+    is_valid_session_name, session_shm_name, validate_header,
+};
+pub use view::RingView;

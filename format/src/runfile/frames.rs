@@ -1,0 +1,202 @@
+//! What a run file holds: the frame kinds, the metadata structs they carry (postcard-encoded,
+//! fields only ever appended), and [`Frame`], one decoded frame as the reader returns it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::energy::{EnergyDevice, EnergyNote, EnergySample};
+use crate::record::Event;
+
+/// Frame kind: [`RunInfo`], the first frame of every file. Kinds are only ever added.
+pub const FRAME_RUN_INFO: u16 = 1;
+/// Frame kind: an interned string, `id u64 (LE) | bytes`, sent before the first frame that
+/// refers to the id.
+pub const FRAME_STRING: u16 = 2;
+/// Frame kind: [`ProcessInfo`].
+pub const FRAME_PROCESS: u16 = 3;
+/// Frame kind: [`ProcessExit`].
+pub const FRAME_PROCESS_EXIT: u16 = 4;
+/// Frame kind: raw 64-byte [`Event`] records (times in CLOCK_MONOTONIC ns), `len / 64` of them.
+pub const FRAME_EVENTS: u16 = 5;
+/// Frame kind: a batch of [`AggregateSample`]s.
+pub const FRAME_AGGREGATES: u16 = 6;
+/// Frame kind: a batch of [`DropSample`]s.
+pub const FRAME_DROPS: u16 = 7;
+/// Frame kind: [`ThreadInfo`].
+pub const FRAME_THREAD: u16 = 8;
+/// Frame kind: [`RunEnd`], the last frame of a cleanly finished file.
+pub const FRAME_END: u16 = 9;
+// 10..=19: energy and device samples (see [`crate::energy`]): one device, a batch of samples, a note.
+/// Frame kind: [`EnergyDevice`] (since 1.2).
+pub const FRAME_ENERGY_DEVICE: u16 = 10;
+/// Frame kind: a batch of [`EnergySample`]s (since 1.2).
+pub const FRAME_ENERGY_SAMPLES: u16 = 11;
+/// Frame kind: [`EnergyNote`] (since 1.2).
+pub const FRAME_ENERGY_NOTE: u16 = 12;
+/// Frame kind: [`SymbolInfo`], the name of a GPU function handle (kernel) in one process.
+pub const FRAME_SYMBOL: u16 = 20;
+
+/// Largest frame a reader accepts; anything larger is corruption, not data.
+pub const MAX_FRAME_BYTES: u32 = 64 << 20;
+
+/// Run-wide facts, the first frame of every file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// Version of the `mlprof-collect` that wrote the file.
+    pub mlprof_version: String,
+    /// Host name of the machine the run was recorded on.
+    pub host: String,
+    /// Session name the collector ran under (`--session`, `MLPROF_SESSION`, or `default`).
+    pub session: String,
+    /// The launched command; empty in attach mode.
+    pub command: Vec<String>,
+    /// CLOCK_MONOTONIC ns when the collector started; all times in the file use this clock.
+    pub start_mono_ns: u64,
+    /// CLOCK_REALTIME ns read right next to `start_mono_ns` (the wall-clock anchor).
+    pub start_realtime_ns: u64,
+    /// Clock the producers stamped with (`tsc` or `clock_monotonic`); converted on the way in.
+    pub clock_source: String,
+    /// The ring ABI the producers spoke ([`crate::ring::RING_ABI_VERSION`]).
+    pub ring_abi_version: u32,
+    /// Lanes of the ring: at most this many threads recorded at once.
+    pub lane_count: u32,
+    /// Records per lane: how far a thread could run ahead of the collector before dropping.
+    pub lane_capacity: u32,
+}
+
+/// One process image (a new process, or a new program after exec in the same pid).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id when the image started.
+    pub ppid: u32,
+    /// Command line, one element per argument (lossily UTF-8).
+    pub argv: Vec<String>,
+    /// CLOCK_MONOTONIC ns when the library started in the image.
+    pub start_ns: u64,
+    /// A fork child: it starts with its parent's open files.
+    pub forked: bool,
+}
+
+/// How a process ended, from its own exit call or from the launcher's wait.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessExit {
+    /// Process id.
+    pub pid: u32,
+    /// CLOCK_MONOTONIC ns of the exit call, or of the launcher seeing the process end.
+    pub time_ns: u64,
+    /// Exit code when known (exit/_exit seen, or waited for by the launcher).
+    pub exit_code: Option<i32>,
+    /// Terminating signal when the launcher saw one.
+    pub signal: Option<i32>,
+}
+
+/// A recorded thread, written for each lane claim the collector accepts.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadInfo {
+    /// Process id.
+    pub pid: u32,
+    /// Kernel thread id.
+    pub tid: u32,
+    /// The thread's `comm` when the collector saw the claim (empty if it was already gone).
+    pub name: String,
+}
+
+/// Cumulative counters of an aggregated call on one thread, as of `time_ns`. Each `stream`
+/// (one claim of a ring lane by one thread) reports running totals; the last sample of a
+/// stream is its final value, and a thread's total is the sum over its streams.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AggregateSample {
+    /// The stream (lane claim) the counters belong to, numbered from 1 in the file.
+    pub stream: u64,
+    /// Process id of the stream's thread.
+    pub pid: u32,
+    /// Thread id of the stream's thread.
+    pub tid: u32,
+    /// The function id ([`crate::func::Func`]) counted.
+    pub func: u16,
+    /// The clock id for clock_gettime; `None` for gettimeofday or an unlisted clock.
+    pub clock_id: Option<i32>,
+    /// CLOCK_MONOTONIC ns when the counters were read.
+    pub time_ns: u64,
+    /// Calls made, cumulative.
+    pub count: u64,
+    /// Calls whose duration was measured, and the sum of those durations.
+    pub timed: u64,
+    /// Sum of the measured durations, ns.
+    pub timed_ns: u64,
+}
+
+/// Cumulative drop counters, as of `time_ns`: per stream, plus `stream == 0` for records that
+/// found no free lane. Last value per stream wins; the run total is the sum.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DropSample {
+    /// The stream (lane claim), or 0 for records that found no lane.
+    pub stream: u64,
+    /// Process id of the stream's thread (0 for stream 0).
+    pub pid: u32,
+    /// Thread id of the stream's thread (0 for stream 0).
+    pub tid: u32,
+    /// CLOCK_MONOTONIC ns when the counter was read.
+    pub time_ns: u64,
+    /// Records lost, cumulative.
+    pub dropped: u64,
+}
+
+/// The name of a GPU function handle (a kernel) in process `pid`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SymbolInfo {
+    /// Process id the handle is valid in.
+    pub pid: u32,
+    /// The handle as GPU launch records carry it ([`crate::record::GpuCall::object`]).
+    pub handle: u64,
+    /// String id of the name (mangled as the library reports it; tools demangle).
+    pub name: u64,
+}
+
+/// The run's totals, the last frame of a cleanly finished file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunEnd {
+    /// CLOCK_MONOTONIC ns when the collector finished.
+    pub end_ns: u64,
+    /// Events written in [`FRAME_EVENTS`] frames.
+    pub events: u64,
+    /// Records lost in total (full lanes, no lane, strings that did not fit).
+    pub dropped: u64,
+}
+
+/// One decoded frame.
+#[derive(Debug)]
+pub enum Frame<'a> {
+    /// [`FRAME_RUN_INFO`].
+    RunInfo(RunInfo),
+    /// [`FRAME_STRING`].
+    String {
+        /// The string's id ([`crate::string_id`] of its bytes).
+        id: u64,
+        /// The bytes (not necessarily UTF-8), borrowed from the reader until the next call.
+        bytes: &'a [u8],
+    },
+    /// [`FRAME_PROCESS`].
+    Process(ProcessInfo),
+    /// [`FRAME_PROCESS_EXIT`].
+    ProcessExit(ProcessExit),
+    /// [`FRAME_EVENTS`]; borrowed from the reader's buffer until the next call.
+    Events(&'a [Event]),
+    /// [`FRAME_AGGREGATES`].
+    Aggregates(Vec<AggregateSample>),
+    /// [`FRAME_DROPS`].
+    Drops(Vec<DropSample>),
+    /// [`FRAME_THREAD`].
+    Thread(ThreadInfo),
+    /// [`FRAME_SYMBOL`].
+    Symbol(SymbolInfo),
+    /// [`FRAME_END`].
+    End(RunEnd),
+    /// [`FRAME_ENERGY_DEVICE`].
+    EnergyDevice(EnergyDevice),
+    /// [`FRAME_ENERGY_SAMPLES`].
+    EnergySamples(Vec<EnergySample>),
+    /// [`FRAME_ENERGY_NOTE`].
+    EnergyNote(EnergyNote),
+}

@@ -1,0 +1,153 @@
+//! `run.bin`: a file header followed by length-framed records.
+//!
+//! ```text
+//! file   = header frame*
+//! header = magic "MLPROFRB" | major u16 | minor u16 | header_bytes u32 (= 16)      (little endian)
+//! frame  = kind u16 | flags u16 | len u32 | payload[len] | zero padding to a multiple of 8
+//! ```
+//!
+//! Bulk events are [`FRAME_EVENTS`] frames holding `len / 64` raw [`Event`](crate::record::Event)
+//! records (times in CLOCK_MONOTONIC ns); metadata frames are postcard-encoded structs whose
+//! fields are only ever appended. Readers skip frame kinds they do not know, stop with a warning
+//! at a truncated final frame (a collector killed mid-run), and return an error — never panic —
+//! on corrupt input. A cleanly finalized file ends with a [`FRAME_END`] frame.
+//!
+//! Split by job: `frames` (kinds, metadata structs, [`Frame`]), `writer` ([`RunWriter`]) and
+//! `reader` ([`RunReader`], [`Error`]); the round-trip tests below exercise both ends.
+
+mod frames;
+mod reader;
+mod writer;
+
+pub use frames::{
+    AggregateSample, DropSample, FRAME_AGGREGATES, FRAME_DROPS, FRAME_END, FRAME_ENERGY_DEVICE,
+    FRAME_ENERGY_NOTE, FRAME_ENERGY_SAMPLES, FRAME_EVENTS, FRAME_PROCESS, FRAME_PROCESS_EXIT, FRAME_RUN_INFO,
+    FRAME_STRING, FRAME_SYMBOL, FRAME_THREAD, Frame, MAX_FRAME_BYTES, ProcessExit, ProcessInfo, RunEnd,
+    RunInfo, SymbolInfo, ThreadInfo,
+};
+pub use reader::{Error, RunReader};
+pub use writer::RunWriter;
+
+/// The first 8 bytes of every run file.
+pub const FILE_MAGIC: [u8; 8] = *b"MLPROFRB";
+/// Incompatible changes; readers refuse a newer major.
+pub const FORMAT_MAJOR: u16 = 1;
+/// Compatible additions (new frame kinds, appended fields).
+/// 1.2: energy frames (kinds 10..=12).
+pub const FORMAT_MINOR: u16 = 2;
+/// Size of the header this version writes; readers skip the extra bytes of a larger one.
+const FILE_HEADER_BYTES: u32 = 16;
+
+/// Zero bytes after a payload of `len` bytes, up to the next multiple of 8.
+fn padding_for(len: u32) -> usize {
+    (8 - (len as usize % 8)) % 8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Event;
+
+    fn sample_file() -> Vec<u8> {
+        let info = RunInfo { host: "h".into(), session: "s".into(), ..Default::default() };
+        let mut w = RunWriter::new(Vec::new(), &info).unwrap();
+        w.write_string(42, b"/tmp/x").unwrap();
+        w.write_process(&ProcessInfo { pid: 10, ppid: 1, argv: vec!["a".into()], ..Default::default() })
+            .unwrap();
+        let events: Vec<Event> =
+            (0..100).map(|i| Event { kind: 20, pid: 10, tid: 10, arg: i, ..Default::default() }).collect();
+        w.write_events(&events).unwrap();
+        w.finish(&RunEnd { end_ns: 5, events: 100, dropped: 0 }).unwrap()
+    }
+
+    fn read_all(bytes: &[u8]) -> Result<(usize, bool, bool, u64), Error> {
+        let mut r = RunReader::new(bytes)?;
+        let mut events = 0;
+        while let Some(frame) = r.next_frame()? {
+            if let Frame::Events(e) = frame {
+                events += e.len();
+            }
+        }
+        Ok((events, r.truncated(), r.complete(), r.skipped_frames()))
+    }
+
+    #[test]
+    fn round_trip() {
+        let bytes = sample_file();
+        let mut r = RunReader::new(&bytes[..]).unwrap();
+        let mut saw = Vec::new();
+        while let Some(frame) = r.next_frame().unwrap() {
+            match frame {
+                Frame::RunInfo(i) => saw.push(format!("info {}", i.host)),
+                Frame::String { id, bytes } => {
+                    saw.push(format!("str {id} {}", String::from_utf8_lossy(bytes)))
+                }
+                Frame::Process(p) => saw.push(format!("proc {}", p.pid)),
+                Frame::Events(e) => saw.push(format!("events {} last {}", e.len(), e[e.len() - 1].arg)),
+                Frame::End(e) => saw.push(format!("end {}", e.events)),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(saw, ["info h", "str 42 /tmp/x", "proc 10", "events 100 last 99", "end 100"]);
+        assert!(r.complete() && !r.truncated());
+    }
+
+    #[test]
+    fn truncation_at_every_byte_reads_a_prefix_without_error() {
+        let bytes = sample_file();
+        let mut last = 0;
+        for cut in 16..bytes.len() {
+            let (events, truncated, complete, _) = read_all(&bytes[..cut]).unwrap();
+            // Only a cut inside the end frame's padding still reads as complete.
+            assert!(truncated != complete, "cut {cut}");
+            assert!(!complete || cut > bytes.len() - 8, "cut {cut}");
+            assert!(events == 0 || events == 100);
+            assert!(events >= last);
+            last = events;
+        }
+        assert_eq!(read_all(&bytes).unwrap(), (100, false, true, 0));
+    }
+
+    #[test]
+    fn unknown_frames_are_skipped() {
+        let info = RunInfo::default();
+        let mut w = RunWriter::new(Vec::new(), &info).unwrap();
+        w.write_frame(999, b"future stuff").unwrap();
+        w.write_events(&[Event { kind: 20, ..Default::default() }]).unwrap();
+        let bytes = w.finish(&RunEnd::default()).unwrap();
+        assert_eq!(read_all(&bytes).unwrap(), (1, false, true, 1));
+    }
+
+    #[test]
+    fn corrupt_input_is_an_error_not_a_panic() {
+        assert!(matches!(RunReader::new(&b"hello world, not a run"[..]), Err(Error::NotARunFile)));
+        let mut bytes = sample_file();
+        // Newer major version.
+        bytes[8] = 9;
+        assert!(matches!(RunReader::new(&bytes[..]), Err(Error::UnsupportedVersion { .. })));
+        // An absurd frame length.
+        let mut bytes = sample_file();
+        bytes[16 + 4..16 + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(read_all(&bytes), Err(Error::Corrupt { .. })));
+        // Garbage metadata.
+        let mut bytes = sample_file();
+        for b in &mut bytes[24..40] {
+            *b = 0xff;
+        }
+        assert!(read_all(&bytes).is_err());
+        // Random corruption anywhere: errors or a readable prefix, never a panic.
+        let clean = sample_file();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..2000 {
+            let mut bytes = clean.clone();
+            for _ in 0..4 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let at = (seed as usize) % bytes.len();
+                bytes[at] = (seed >> 32) as u8;
+            }
+            let _ = read_all(&bytes);
+        }
+    }
+}

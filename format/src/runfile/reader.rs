@@ -1,0 +1,314 @@
+//! [`RunReader`]: streams the frames of a `run.bin` with memory bounded by one frame. Corrupt
+//! input is an [`Error`] with its byte offset, a truncated file a warning: never a panic.
+
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::path::Path;
+
+use serde::Deserialize;
+use zerocopy::IntoBytes;
+
+use super::frames::{
+    FRAME_AGGREGATES, FRAME_DROPS, FRAME_END, FRAME_ENERGY_DEVICE, FRAME_ENERGY_NOTE, FRAME_ENERGY_SAMPLES,
+    FRAME_EVENTS, FRAME_PROCESS, FRAME_PROCESS_EXIT, FRAME_RUN_INFO, FRAME_STRING, FRAME_SYMBOL,
+    FRAME_THREAD, Frame, MAX_FRAME_BYTES,
+};
+use super::{FILE_HEADER_BYTES, FILE_MAGIC, FORMAT_MAJOR, padding_for};
+use crate::record::{Event, RECORD_BYTES};
+
+/// Why a run file cannot be read (further).
+#[derive(Debug)]
+pub enum Error {
+    /// The input failed to read.
+    Io(io::Error),
+    /// The input does not start with [`FILE_MAGIC`].
+    NotARunFile,
+    /// The file's major version is not [`FORMAT_MAJOR`].
+    UnsupportedVersion {
+        /// The file's major version.
+        major: u16,
+        /// The file's minor version.
+        minor: u16,
+    },
+    /// The bytes at `offset` cannot be a run file's (a bad frame header, undecodable metadata).
+    Corrupt {
+        /// Byte offset from the file start of the header or frame found corrupt.
+        offset: u64,
+        /// What was wrong, for the user.
+        what: String,
+    },
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Io(e) => write!(f, "{e}"),
+            Error::NotARunFile => write!(f, "not an mlprof run file (bad magic)"),
+            Error::UnsupportedVersion { major, minor } => write!(
+                f,
+                "run file format {major}.{minor} is newer than this mlprof understands ({FORMAT_MAJOR}.x)"
+            ),
+            Error::Corrupt { offset, what } => {
+                write!(f, "corrupt run file at byte {offset}: {what}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Error::Io(e)
+    }
+}
+
+/// Streaming reader; memory stays at one frame (≤ 64 MiB, normally ≤ 4 MiB) whatever the file
+/// size.
+pub struct RunReader<R: Read = BufReader<File>> {
+    input: R,
+    offset: u64,
+    version: (u16, u16),
+    buf: Vec<u8>,
+    events: Vec<Event>,
+    warnings: Vec<String>,
+    truncated: bool,
+    ended: bool,
+    skipped_frames: u64,
+    skip_events: bool,
+}
+
+impl RunReader<BufReader<File>> {
+    /// Opens `path` and reads its header.
+    pub fn open(path: &Path) -> Result<Self, Error> {
+        let file = File::open(path)?;
+        RunReader::new(BufReader::with_capacity(1 << 20, file))
+    }
+}
+
+/// Reads as much of `buf` as the input holds; returns the number of bytes read.
+fn read_fully<R: Read>(input: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match input.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+impl<R: Read> RunReader<R> {
+    /// Reads and checks the file header from `input`; the frames follow with
+    /// [`RunReader::next_frame`].
+    pub fn new(mut input: R) -> Result<Self, Error> {
+        let mut header = [0u8; FILE_HEADER_BYTES as usize];
+        let got = read_fully(&mut input, &mut header)?;
+        if got < 8 || header[..8] != FILE_MAGIC {
+            return Err(Error::NotARunFile);
+        }
+        if got < header.len() {
+            return Err(Error::Corrupt { offset: got as u64, what: "file ends inside its header".into() });
+        }
+        let major = u16::from_le_bytes([header[8], header[9]]);
+        let minor = u16::from_le_bytes([header[10], header[11]]);
+        let header_bytes = u32::from_le_bytes([header[12], header[13], header[14], header[15]]);
+        if major != FORMAT_MAJOR {
+            return Err(Error::UnsupportedVersion { major, minor });
+        }
+        if !(FILE_HEADER_BYTES..=4096).contains(&header_bytes) {
+            return Err(Error::Corrupt { offset: 12, what: format!("header size {header_bytes}") });
+        }
+        // A later minor version may grow the header; skip what we do not know.
+        let extra = (header_bytes - FILE_HEADER_BYTES) as usize;
+        let mut skip = vec![0u8; extra];
+        if read_fully(&mut input, &mut skip)? < extra {
+            return Err(Error::Corrupt {
+                offset: header_bytes as u64,
+                what: "file ends inside its header".into(),
+            });
+        }
+        Ok(RunReader {
+            input,
+            offset: header_bytes as u64,
+            version: (major, minor),
+            buf: Vec::new(),
+            events: Vec::new(),
+            warnings: Vec::new(),
+            truncated: false,
+            ended: false,
+            skipped_frames: 0,
+            skip_events: false,
+        })
+    }
+
+    /// Metadata-only reading: event frames are passed over without being decoded (a first
+    /// pass that collects processes and strings before the events are streamed).
+    pub fn skip_events(&mut self, skip: bool) {
+        self.skip_events = skip;
+    }
+
+    /// Bytes consumed so far (for progress reports).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The file's (major, minor) format version.
+    pub fn version(&self) -> (u16, u16) {
+        self.version
+    }
+
+    /// Warnings met so far (truncation, trailing data).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The file ended inside a frame: the collector did not finish it.
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+
+    /// Whether the end frame was seen.
+    pub fn complete(&self) -> bool {
+        self.ended
+    }
+
+    /// Frames of kinds this reader does not know, skipped.
+    pub fn skipped_frames(&self) -> u64 {
+        self.skipped_frames
+    }
+
+    fn truncate(&mut self, what: &str) -> Result<Option<Frame<'_>>, Error> {
+        self.truncated = true;
+        self.warnings.push(format!(
+            "run file is truncated at byte {} ({what}); reading what was recorded before it",
+            self.offset
+        ));
+        Ok(None)
+    }
+
+    /// The next frame, `Ok(None)` at the end of the data.
+    pub fn next_frame(&mut self) -> Result<Option<Frame<'_>>, Error> {
+        loop {
+            if self.truncated {
+                return Ok(None);
+            }
+            let mut head = [0u8; 8];
+            let got = read_fully(&mut self.input, &mut head)?;
+            if got == 0 {
+                if !self.ended {
+                    self.truncated = true;
+                    self.warnings.push(
+                        "run file has no end record (collector killed or still running); \
+                         reading what was recorded"
+                            .into(),
+                    );
+                }
+                return Ok(None);
+            }
+            if got < head.len() {
+                return self.truncate("inside a frame header");
+            }
+            let frame_offset = self.offset;
+            let kind = u16::from_le_bytes([head[0], head[1]]);
+            let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+            if kind == 0 || len > MAX_FRAME_BYTES {
+                return Err(Error::Corrupt {
+                    offset: frame_offset,
+                    what: format!("frame header kind {kind} length {len}"),
+                });
+            }
+            let padded = len as usize + padding_for(len);
+            if kind == FRAME_EVENTS && self.skip_events {
+                let skipped = io::copy(&mut (&mut self.input).take(padded as u64), &mut io::sink())?;
+                if skipped < len as u64 {
+                    self.offset += 8 + skipped;
+                    return self.truncate("inside a frame");
+                }
+                self.offset += 8 + skipped;
+                continue;
+            }
+            if kind == FRAME_EVENTS {
+                return self.read_events(frame_offset, len);
+            }
+            // Grow with the data actually read, not with the length the header claims: a
+            // corrupt 20-byte file must not cost a 64 MiB allocation (found by fuzz/ runfile).
+            self.buf.clear();
+            let got = (&mut self.input).take(padded as u64).read_to_end(&mut self.buf)?;
+            if got < padded {
+                // Padding of the very last frame may be missing after a kill; the payload counts.
+                if got < len as usize {
+                    self.offset += 8 + got as u64;
+                    return self.truncate("inside a frame");
+                }
+            }
+            self.offset += 8 + padded as u64;
+            let payload = &self.buf[..len as usize];
+            let corrupt = |what: String| Error::Corrupt { offset: frame_offset, what };
+            let frame = match kind {
+                FRAME_RUN_INFO => Frame::RunInfo(decode(payload).map_err(corrupt)?),
+                FRAME_STRING => {
+                    if payload.len() < 8 {
+                        return Err(corrupt("string frame shorter than its id".into()));
+                    }
+                    let id = u64::from_le_bytes(payload[..8].try_into().unwrap_or([0; 8]));
+                    Frame::String { id, bytes: &self.buf[8..len as usize] }
+                }
+                FRAME_PROCESS => Frame::Process(decode(payload).map_err(corrupt)?),
+                FRAME_PROCESS_EXIT => Frame::ProcessExit(decode(payload).map_err(corrupt)?),
+                FRAME_AGGREGATES => Frame::Aggregates(decode(payload).map_err(corrupt)?),
+                FRAME_DROPS => Frame::Drops(decode(payload).map_err(corrupt)?),
+                FRAME_THREAD => Frame::Thread(decode(payload).map_err(corrupt)?),
+                FRAME_SYMBOL => Frame::Symbol(decode(payload).map_err(corrupt)?),
+                FRAME_ENERGY_DEVICE => Frame::EnergyDevice(decode(payload).map_err(corrupt)?),
+                FRAME_ENERGY_SAMPLES => Frame::EnergySamples(decode(payload).map_err(corrupt)?),
+                FRAME_ENERGY_NOTE => Frame::EnergyNote(decode(payload).map_err(corrupt)?),
+                FRAME_END => {
+                    self.ended = true;
+                    Frame::End(decode(payload).map_err(corrupt)?)
+                }
+                _ => {
+                    self.skipped_frames += 1;
+                    continue;
+                }
+            };
+            return Ok(Some(frame));
+        }
+    }
+}
+
+impl<R: Read> RunReader<R> {
+    /// An events frame, read straight into the aligned event buffer (one copy), growing with
+    /// the data actually read so a corrupt length cannot cost a large allocation.
+    fn read_events(&mut self, frame_offset: u64, len: u32) -> Result<Option<Frame<'_>>, Error> {
+        let len = len as usize;
+        if !len.is_multiple_of(RECORD_BYTES) {
+            return Err(Error::Corrupt {
+                offset: frame_offset,
+                what: format!("events frame of {len} bytes"),
+            });
+        }
+        self.events.clear();
+        let mut remaining = len;
+        while remaining > 0 {
+            let take = remaining.min(1 << 20);
+            let old = self.events.len();
+            self.events.resize(old + take / RECORD_BYTES, Event::default());
+            let got = read_fully(&mut self.input, self.events[old..].as_mut_bytes())?;
+            if got < take {
+                self.offset += 8 + (len - remaining + got) as u64;
+                return self.truncate("inside a frame");
+            }
+            remaining -= take;
+        }
+        // A multiple of 64 bytes needs no padding.
+        self.offset += 8 + len as u64;
+        Ok(Some(Frame::Events(&self.events)))
+    }
+}
+
+fn decode<'de, T: Deserialize<'de>>(payload: &'de [u8]) -> Result<T, String> {
+    postcard::from_bytes(payload).map_err(|e| format!("undecodable metadata: {e}"))
+}

@@ -1,0 +1,157 @@
+//! [`RunWriter`]: the collector's side of `run.bin`. Frames are appended as the run goes; a
+//! flushed prefix is always a readable (truncated) file.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+use serde::Serialize;
+use zerocopy::IntoBytes;
+
+use super::frames::{
+    AggregateSample, DropSample, FRAME_AGGREGATES, FRAME_DROPS, FRAME_END, FRAME_ENERGY_DEVICE,
+    FRAME_ENERGY_NOTE, FRAME_ENERGY_SAMPLES, FRAME_EVENTS, FRAME_PROCESS, FRAME_PROCESS_EXIT, FRAME_RUN_INFO,
+    FRAME_STRING, FRAME_SYMBOL, FRAME_THREAD, MAX_FRAME_BYTES, ProcessExit, ProcessInfo, RunEnd, RunInfo,
+    SymbolInfo, ThreadInfo,
+};
+use super::{FILE_HEADER_BYTES, FILE_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, padding_for};
+use crate::energy::{EnergyDevice, EnergyNote, EnergySample};
+use crate::record::Event;
+
+/// Streaming writer. Frames are buffered; [`RunWriter::flush`] makes them durable enough that a
+/// collector killed later leaves a readable (truncated) file.
+pub struct RunWriter<W: Write = BufWriter<File>> {
+    out: W,
+    bytes: u64,
+    scratch: Vec<u8>,
+}
+
+impl RunWriter<BufWriter<File>> {
+    /// Creates (or truncates) `path`; a new file is private to the user (0600): it names the
+    /// user's files and command lines.
+    pub fn create(path: &Path, info: &RunInfo) -> io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file =
+            std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+        RunWriter::new(BufWriter::with_capacity(1 << 20, file), info)
+    }
+}
+
+impl<W: Write> RunWriter<W> {
+    /// Writes the file header and the [`RunInfo`] frame to `out`.
+    pub fn new(mut out: W, info: &RunInfo) -> io::Result<Self> {
+        out.write_all(&FILE_MAGIC)?;
+        out.write_all(&FORMAT_MAJOR.to_le_bytes())?;
+        out.write_all(&FORMAT_MINOR.to_le_bytes())?;
+        out.write_all(&FILE_HEADER_BYTES.to_le_bytes())?;
+        let mut writer = RunWriter { out, bytes: FILE_HEADER_BYTES as u64, scratch: Vec::new() };
+        writer.write_meta(FRAME_RUN_INFO, info)?;
+        Ok(writer)
+    }
+
+    /// Bytes written so far, including buffered ones.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Writes one frame of kind `kind` around `payload` (at most [`MAX_FRAME_BYTES`], else
+    /// `InvalidInput` and nothing is written), padded to a multiple of 8 bytes.
+    pub fn write_frame(&mut self, kind: u16, payload: &[u8]) -> io::Result<()> {
+        let len = u32::try_from(payload.len())
+            .ok()
+            .filter(|&l| l <= MAX_FRAME_BYTES)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
+        self.out.write_all(&kind.to_le_bytes())?;
+        self.out.write_all(&0u16.to_le_bytes())?;
+        self.out.write_all(&len.to_le_bytes())?;
+        self.out.write_all(payload)?;
+        let padding = padding_for(len);
+        self.out.write_all(&[0u8; 8][..padding])?;
+        self.bytes += 8 + len as u64 + padding as u64;
+        Ok(())
+    }
+
+    fn write_meta<T: Serialize>(&mut self, kind: u16, value: &T) -> io::Result<()> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let encoded = postcard::to_extend(value, scratch)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+        let result = self.write_frame(kind, &encoded);
+        self.scratch = encoded;
+        result
+    }
+
+    /// Writes the string `id` (a [`FRAME_STRING`]); the caller writes each id once.
+    pub fn write_string(&mut self, id: u64, bytes: &[u8]) -> io::Result<()> {
+        let mut payload = Vec::with_capacity(8 + bytes.len());
+        payload.extend_from_slice(&id.to_le_bytes());
+        payload.extend_from_slice(bytes);
+        self.write_frame(FRAME_STRING, &payload)
+    }
+
+    /// Writes a [`FRAME_PROCESS`].
+    pub fn write_process(&mut self, info: &ProcessInfo) -> io::Result<()> {
+        self.write_meta(FRAME_PROCESS, info)
+    }
+
+    /// Writes a [`FRAME_PROCESS_EXIT`].
+    pub fn write_process_exit(&mut self, exit: &ProcessExit) -> io::Result<()> {
+        self.write_meta(FRAME_PROCESS_EXIT, exit)
+    }
+
+    /// Writes a [`FRAME_SYMBOL`].
+    pub fn write_symbol(&mut self, symbol: &SymbolInfo) -> io::Result<()> {
+        self.write_meta(FRAME_SYMBOL, symbol)
+    }
+
+    /// Writes a [`FRAME_THREAD`].
+    pub fn write_thread(&mut self, thread: &ThreadInfo) -> io::Result<()> {
+        self.write_meta(FRAME_THREAD, thread)
+    }
+
+    /// Writes events (times already in CLOCK_MONOTONIC ns) in frames of at most 64 Ki records.
+    pub fn write_events(&mut self, events: &[Event]) -> io::Result<()> {
+        for chunk in events.chunks(65536) {
+            self.write_frame(FRAME_EVENTS, chunk.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Writes one [`FRAME_AGGREGATES`] with `samples`.
+    pub fn write_aggregates(&mut self, samples: &[AggregateSample]) -> io::Result<()> {
+        self.write_meta(FRAME_AGGREGATES, &samples)
+    }
+
+    /// Writes one [`FRAME_DROPS`] with `samples`.
+    pub fn write_drops(&mut self, samples: &[DropSample]) -> io::Result<()> {
+        self.write_meta(FRAME_DROPS, &samples)
+    }
+
+    /// Writes a [`FRAME_ENERGY_DEVICE`]; before the device's first sample.
+    pub fn write_energy_device(&mut self, device: &EnergyDevice) -> io::Result<()> {
+        self.write_meta(FRAME_ENERGY_DEVICE, device)
+    }
+
+    /// Writes one [`FRAME_ENERGY_SAMPLES`] with `samples`.
+    pub fn write_energy_samples(&mut self, samples: &[EnergySample]) -> io::Result<()> {
+        self.write_meta(FRAME_ENERGY_SAMPLES, &samples)
+    }
+
+    /// Writes a [`FRAME_ENERGY_NOTE`].
+    pub fn write_energy_note(&mut self, note: &EnergyNote) -> io::Result<()> {
+        self.write_meta(FRAME_ENERGY_NOTE, note)
+    }
+
+    /// Writes the end frame and flushes; the file is then complete.
+    pub fn finish(mut self, end: &RunEnd) -> io::Result<W> {
+        self.write_meta(FRAME_END, end)?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+
+    /// Flushes buffered frames to the underlying writer (the file), so a collector killed
+    /// later leaves them readable.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
