@@ -1,16 +1,12 @@
-//! `mlprof`: reports on run files written by `mlprof-collect`.
-
-mod chrome;
-mod energy;
-mod pipeline;
-mod run;
-mod summary;
+//! `mlprof`: reports on run files written by `mlprof-collect`. The reports themselves live in
+//! the `mlprof-report` library; this binary parses the command line and prints.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use mlprof_report::{chrome, energy, summary};
 
 #[derive(Parser)]
 #[command(name = "mlprof", version, about = "Reports on mlprof run files (run.bin)")]
