@@ -206,9 +206,9 @@ impl<'m, W: Write> TraceWriter<'m, W> {
             (Func::IttPause, _) => "itt pause".to_string(),
             (Func::IttResume, _) => "itt resume".to_string(),
             (_, 0) => func.name().to_string(),
-            (_, id) => meta.path(id),
+            (_, id) => meta.string(id),
         };
-        let domain = if span.domain == 0 { String::new() } else { meta.path(span.domain) };
+        let domain = if span.domain == 0 { String::new() } else { meta.string(span.domain) };
         let category = quoted(&format!("itt,{domain}"));
         let (name, domain) = (quoted(&name), quoted(&domain));
         if func.class() == Class::Span {
@@ -355,7 +355,7 @@ pub fn convert(input: &Path, output: &Path, progress: bool) -> Result<ConvertSta
                     let path = meta
                         .fds
                         .path_of(&meta, event)
-                        .map(|id| escaped.entry(id).or_insert_with(|| quoted(&meta.path(id))).as_str());
+                        .map(|id| escaped.entry(id).or_insert_with(|| quoted(&meta.string(id))).as_str());
                     trace.call(func, event, path).map_err(io_err)?;
                     events += 1;
                 }

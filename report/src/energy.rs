@@ -256,9 +256,9 @@ impl EnergyRun {
                         };
                         let key = *key_of.entry((event.kind, name_id, domain_id)).or_insert_with(|| {
                             keys.push(if func.class() == Class::Span {
-                                let domain = format!("itt:{}", meta.path(domain_id));
+                                let domain = format!("itt:{}", meta.string(domain_id));
                                 let name =
-                                    if name_id == 0 { func.name().to_string() } else { meta.path(name_id) };
+                                    if name_id == 0 { func.name().to_string() } else { meta.string(name_id) };
                                 SpanKey { name, class: domain.clone(), layer: domain }
                             } else {
                                 SpanKey {

@@ -103,7 +103,7 @@ impl Pipeline {
 
     /// Per (domain, name), most total time first.
     fn span_rows(&self, meta: &RunMeta) -> Vec<(String, String, u64, u64)> {
-        let name = |id: u64| if id == 0 { String::new() } else { meta.path(id) };
+        let name = |id: u64| if id == 0 { String::new() } else { meta.string(id) };
         let mut rows: Vec<_> =
             self.spans.iter().map(|(&(d, n), &(count, total))| (name(d), name(n), count, total)).collect();
         rows.sort_by(|a, b| b.3.cmp(&a.3).then_with(|| (&a.0, &a.1).cmp(&(&b.0, &b.1))));
@@ -132,7 +132,7 @@ impl Pipeline {
         // Transforms by class name.
         let mut transforms: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         for span in &self.data {
-            if let Some(class) = meta.path(span.name).strip_prefix("transform:") {
+            if let Some(class) = meta.string(span.name).strip_prefix("transform:") {
                 transforms.entry(class.to_string()).or_default().push(span.dur);
             }
         }

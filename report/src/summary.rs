@@ -271,7 +271,7 @@ impl Summary {
     }
 
     fn file_list(&self) -> Vec<(String, &FileStats)> {
-        let mut files: Vec<_> = self.files.iter().map(|(&id, stats)| (self.meta.path(id), stats)).collect();
+        let mut files: Vec<_> = self.files.iter().map(|(&id, stats)| (self.meta.string(id), stats)).collect();
         files.sort_by(|a, b| {
             (b.1.bytes_read + b.1.bytes_written)
                 .cmp(&(a.1.bytes_read + a.1.bytes_written))
