@@ -1,8 +1,22 @@
 //! The reports `mlprof` makes from a `run.bin`, as a library: the `mlprof` binary (crate
 //! `tools/`) only parses its command line, calls in here and prints.
+//!
+//! * [`run`]: a run's metadata (processes, threads, strings, fd intervals), read in a first
+//!   pass, and the attribution rules every report shares.
+//! * [`summary`]: per-function, per-process, per-file and GPU statistics
+//!   ([`summary::Summary`]), rendered by [`summary::json`] and [`summary::text`].
+//! * [`pipeline`]: ITT span totals and the DataLoader pipeline.
+//! * [`energy`]: energy per device, process and span, with uncertainties.
+//! * [`chrome`]: the Chrome trace converter.
+//!
+//! Computations return plain structs; JSON, text and CSV are renderings of them.
 
 pub mod chrome;
 pub mod energy;
+pub mod human;
 pub mod pipeline;
 pub mod run;
 pub mod summary;
+
+#[cfg(test)]
+mod test_run;

@@ -1,17 +1,16 @@
-//! The ITT span tables of `mlprof summary`: time per (domain, span name) — PyTorch ops,
-//! training phases, user ranges — and the data-pipeline section built from the
-//! `mlprof.data` spans that `mlprof-collect --torch` records (README "PyTorch and the
-//! DataLoader").
+//! The ITT spans of a run — time per (domain, span name): PyTorch ops, training phases, user
+//! ranges — and the data pipeline built from the `mlprof.data` spans that
+//! `mlprof-collect --torch` records (README "PyTorch and the DataLoader"). [`Pipeline`]
+//! collects while the summary streams the events; [`Pipeline::spans`] and
+//! [`Pipeline::data_pipeline`] compute the plain results.
 
 use std::collections::{BTreeMap, HashMap};
 
 use mlprof_format::func::Func;
 use mlprof_format::record::{Event, IttSpan};
 use mlprof_format::string_id;
-use serde_json::{Value, json};
 
 use crate::run::RunMeta;
-use crate::summary::format_ns;
 
 /// The domain of the DataLoader spans.
 pub const DATA_DOMAIN: &str = "mlprof.data";
@@ -35,7 +34,7 @@ struct DataSpan {
     main: u64,
 }
 
-/// The Chrome-trace flow id linking a batch's fetch (in a worker) to its wait (in the main
+/// The trace flow id linking a batch's fetch (in a worker) to its wait (in the main
 /// process): (main pid, batch id) mixed into 53 bits, exact as a JSON number.
 pub fn flow_id(main_pid: u64, batch: u64) -> u64 {
     let mut x = batch ^ main_pid.rotate_left(40) ^ 0x9e37_79b9_7f4a_7c15;
@@ -44,6 +43,7 @@ pub fn flow_id(main_pid: u64, batch: u64) -> u64 {
     (x ^ (x >> 31)) & ((1 << 53) - 1)
 }
 
+/// The ITT spans seen so far; fed one event at a time.
 #[derive(Default)]
 pub struct Pipeline {
     /// (domain id, name id) → (count, total ns).
@@ -52,28 +52,140 @@ pub struct Pipeline {
     out_of_order: u64,
 }
 
-/// count, total, median, p90, p99, max of a set of durations.
-fn distribution(mut values: Vec<u64>) -> Value {
-    values.sort_unstable();
-    let rank = |q: f64| -> u64 {
-        if values.is_empty() {
-            return 0;
-        }
-        let at = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len());
-        values[at - 1]
-    };
-    json!({
-        "count": values.len(),
-        "total_ns": values.iter().sum::<u64>(),
-        "median_ns": rank(0.5),
-        "p90_ns": rank(0.9),
-        "p99_ns": rank(0.99),
-        "max_ns": values.last().copied().unwrap_or(0),
-    })
+/// Time in one (domain, span name).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpanRow {
+    pub domain: String,
+    pub name: String,
+    pub count: u64,
+    pub total_ns: u64,
 }
 
-fn num(value: &Value, key: &str) -> u64 {
-    value.get(key).and_then(Value::as_u64).unwrap_or(0)
+impl SpanRow {
+    pub fn mean_ns(&self) -> u64 {
+        self.total_ns / self.count.max(1)
+    }
+}
+
+/// count, total, median, p90, p99 and max of a set of durations (percentiles by nearest rank).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Distribution {
+    pub count: u64,
+    pub total_ns: u64,
+    pub median_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+}
+
+impl Distribution {
+    pub fn of(mut values: Vec<u64>) -> Distribution {
+        values.sort_unstable();
+        let rank = |q: f64| -> u64 {
+            if values.is_empty() {
+                return 0;
+            }
+            let at = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len());
+            values[at - 1]
+        };
+        Distribution {
+            count: values.len() as u64,
+            total_ns: values.iter().sum(),
+            median_ns: rank(0.5),
+            p90_ns: rank(0.9),
+            p99_ns: rank(0.99),
+            max_ns: values.last().copied().unwrap_or(0),
+        }
+    }
+}
+
+/// One transform class (`transform:<ClassName>` spans, one per sample).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransformRow {
+    /// The class name, without the `transform:` prefix.
+    pub name: String,
+    pub durations: Distribution,
+}
+
+/// A process that fetched batches (a DataLoader worker, or the main process itself).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerRow {
+    pub pid: u32,
+    pub ppid: u32,
+    pub main_pid: u64,
+    pub batches: u64,
+    /// Time in `batch.fetch`.
+    pub busy_ns: u64,
+}
+
+/// A process that waited for batches.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MainRow {
+    pub pid: u32,
+    pub batches: u64,
+    pub wait_ns: u64,
+    /// From its first batch request to its last batch's consumption end.
+    pub wall_ns: u64,
+}
+
+impl MainRow {
+    pub fn wait_share(&self) -> f64 {
+        share(self.wait_ns, self.wall_ns)
+    }
+}
+
+/// One batch, keyed by (main pid, batch id); a part is `None` when its span was not seen.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BatchRow {
+    pub main_pid: u64,
+    pub id: u64,
+    pub wait_ns: Option<u64>,
+    pub consume_ns: Option<u64>,
+    pub fetch_ns: Option<u64>,
+    pub collate_ns: Option<u64>,
+    pub worker_pid: Option<u32>,
+}
+
+impl BatchRow {
+    pub fn loader(&self) -> u64 {
+        self.id >> 48
+    }
+    pub fn epoch(&self) -> u64 {
+        (self.id >> 32) & 0xffff
+    }
+    pub fn batch(&self) -> u64 {
+        self.id & 0xffff_ffff
+    }
+}
+
+/// The data-pipeline section of the summary.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DataPipeline {
+    /// Batches waited for (`batch.wait` spans).
+    pub batches: u64,
+    pub wait_total_ns: u64,
+    /// Per main process from its first batch request to its last batch's consumption, summed.
+    pub wall_ns: u64,
+    pub out_of_order: u64,
+    pub wait: Distribution,
+    pub consume: Distribution,
+    pub fetch: Distribution,
+    pub collate: Distribution,
+    pub transforms: Vec<TransformRow>,
+    pub workers: Vec<WorkerRow>,
+    pub mains: Vec<MainRow>,
+    pub per_batch: Vec<BatchRow>,
+}
+
+impl DataPipeline {
+    /// The share of training time spent waiting for data.
+    pub fn wait_share(&self) -> f64 {
+        share(self.wait_total_ns, self.wall_ns)
+    }
+}
+
+fn share(part: u64, whole: u64) -> f64 {
+    if whole > 0 { part as f64 / whole as f64 } else { 0.0 }
 }
 
 impl Pipeline {
@@ -101,32 +213,24 @@ impl Pipeline {
         }
     }
 
-    /// Per (domain, name), most total time first.
-    fn span_rows(&self, meta: &RunMeta) -> Vec<(String, String, u64, u64)> {
+    /// Every (domain, name), most total time first.
+    pub fn spans(&self, meta: &RunMeta) -> Vec<SpanRow> {
         let name = |id: u64| if id == 0 { String::new() } else { meta.string(id) };
-        let mut rows: Vec<_> =
-            self.spans.iter().map(|(&(d, n), &(count, total))| (name(d), name(n), count, total)).collect();
-        rows.sort_by(|a, b| b.3.cmp(&a.3).then_with(|| (&a.0, &a.1).cmp(&(&b.0, &b.1))));
+        let mut rows: Vec<_> = self
+            .spans
+            .iter()
+            .map(|(&(d, n), &(count, total_ns))| SpanRow { domain: name(d), name: name(n), count, total_ns })
+            .collect();
+        rows.sort_by(|a, b| {
+            b.total_ns.cmp(&a.total_ns).then_with(|| (&a.domain, &a.name).cmp(&(&b.domain, &b.name)))
+        });
         rows
     }
 
-    /// `"spans"`: every (domain, name), most total time first.
-    pub fn spans_json(&self, meta: &RunMeta) -> Value {
-        Value::Array(
-            self.span_rows(meta)
-                .into_iter()
-                .map(|(domain, name, count, total)| {
-                    json!({"domain": domain, "name": name, "count": count, "total_ns": total,
-                           "mean_ns": total / count.max(1)})
-                })
-                .collect(),
-        )
-    }
-
-    /// `"data_pipeline"`: null when the run has no DataLoader spans.
-    pub fn data_json(&self, meta: &RunMeta) -> Value {
+    /// `None` when the run has no DataLoader spans.
+    pub fn data_pipeline(&self, meta: &RunMeta) -> Option<DataPipeline> {
         if self.data.is_empty() && self.out_of_order == 0 {
-            return Value::Null;
+            return None;
         }
         let of = |name: u64| self.data.iter().filter(move |s| s.name == name);
         // Transforms by class name.
@@ -136,14 +240,9 @@ impl Pipeline {
                 transforms.entry(class.to_string()).or_default().push(span.dur);
             }
         }
-        let transforms: Vec<Value> = transforms
+        let transforms = transforms
             .into_iter()
-            .map(|(class, durations)| {
-                let mut row = distribution(durations);
-                row["name"] = json!(class);
-                row["span"] = json!(format!("transform:{class}"));
-                row
-            })
+            .map(|(name, durations)| TransformRow { name, durations: Distribution::of(durations) })
             .collect();
         // Workers: the processes that fetched batches.
         let mut workers: BTreeMap<u32, (u64, u64, u64)> = BTreeMap::new();
@@ -154,29 +253,25 @@ impl Pipeline {
             entry.2 = span.main;
         }
         let ppid = |pid: u32| meta.images.get(&pid).and_then(|i| i.first()).map(|i| i.info.ppid).unwrap_or(0);
-        let workers: Vec<Value> = workers
+        let workers = workers
             .into_iter()
-            .map(|(pid, (batches, busy, main))| {
-                json!({"pid": pid, "ppid": ppid(pid), "main_pid": main, "batches": batches, "busy_ns": busy})
+            .map(|(pid, (batches, busy_ns, main_pid))| WorkerRow {
+                pid,
+                ppid: ppid(pid),
+                main_pid,
+                batches,
+                busy_ns,
             })
             .collect();
-        // Per batch, keyed by (main pid, batch id).
-        #[derive(Default)]
-        struct Batch {
-            wait: Option<u64>,
-            consume: Option<u64>,
-            fetch: Option<u64>,
-            collate: Option<u64>,
-            worker: Option<u32>,
-        }
-        let mut batches: BTreeMap<(u64, u64), Batch> = BTreeMap::new();
+        let mut batches: BTreeMap<(u64, u64), BatchRow> = BTreeMap::new();
         // Main processes: pid → (waits, wait ns, first request, last consumption end).
         let mut mains: BTreeMap<u32, (u64, u64, u64, u64)> = BTreeMap::new();
         for span in &self.data {
             let key = (span.main, span.id);
+            let batch = || BatchRow { main_pid: span.main, id: span.id, ..Default::default() };
             match span.name {
                 WAIT => {
-                    batches.entry(key).or_default().wait = Some(span.dur);
+                    batches.entry(key).or_insert_with(batch).wait_ns = Some(span.dur);
                     let main = mains.entry(span.pid).or_insert((0, 0, u64::MAX, 0));
                     main.0 += 1;
                     main.1 += span.dur;
@@ -184,140 +279,44 @@ impl Pipeline {
                     main.3 = main.3.max(span.start + span.dur);
                 }
                 CONSUME => {
-                    batches.entry(key).or_default().consume = Some(span.dur);
+                    batches.entry(key).or_insert_with(batch).consume_ns = Some(span.dur);
                     let main = mains.entry(span.pid).or_insert((0, 0, u64::MAX, 0));
                     main.2 = main.2.min(span.start);
                     main.3 = main.3.max(span.start + span.dur);
                 }
                 FETCH => {
-                    let batch = batches.entry(key).or_default();
-                    batch.fetch = Some(span.dur);
-                    batch.worker = Some(span.pid);
+                    let batch = batches.entry(key).or_insert_with(batch);
+                    batch.fetch_ns = Some(span.dur);
+                    batch.worker_pid = Some(span.pid);
                 }
-                COLLATE => batches.entry(key).or_default().collate = Some(span.dur),
+                COLLATE => batches.entry(key).or_insert_with(batch).collate_ns = Some(span.dur),
                 _ => {}
             }
         }
-        let mains_json: Vec<Value> = mains
-            .iter()
-            .map(|(&pid, &(waits, wait, first, last))| {
-                let wall = last.saturating_sub(first);
-                json!({"pid": pid, "batches": waits, "wait_ns": wait, "wall_ns": wall,
-                       "wait_share": if wall > 0 { wait as f64 / wall as f64 } else { 0.0 }})
+        let mains: Vec<MainRow> = mains
+            .into_iter()
+            .map(|(pid, (batches, wait_ns, first, last))| MainRow {
+                pid,
+                batches,
+                wait_ns,
+                wall_ns: last.saturating_sub(first),
             })
             .collect();
-        let wait_total: u64 = mains.values().map(|m| m.1).sum();
-        let wall_total: u64 = mains.values().map(|m| m.3.saturating_sub(m.2)).sum();
-        let per_batch: Vec<Value> = batches
-            .iter()
-            .map(|(&(main, id), b)| {
-                json!({"main_pid": main, "id": id, "loader": id >> 48, "epoch": (id >> 32) & 0xffff,
-                       "batch": id & 0xffff_ffff, "wait_ns": b.wait, "consume_ns": b.consume,
-                       "fetch_ns": b.fetch, "collate_ns": b.collate, "worker_pid": b.worker})
-            })
-            .collect();
-        let durations = |name: u64| of(name).map(|s| s.dur).collect::<Vec<_>>();
-        json!({
-            "batches": of(WAIT).count(),
-            "wait_total_ns": wait_total,
-            "wall_ns": wall_total,
-            "wait_share": if wall_total > 0 { wait_total as f64 / wall_total as f64 } else { 0.0 },
-            "out_of_order": self.out_of_order,
-            "wait": distribution(durations(WAIT)),
-            "consume": distribution(durations(CONSUME)),
-            "fetch": distribution(durations(FETCH)),
-            "collate": distribution(durations(COLLATE)),
-            "transforms": transforms,
-            "workers": workers,
-            "mains": mains_json,
-            "per_batch": per_batch,
+        let durations = |name: u64| Distribution::of(of(name).map(|s| s.dur).collect());
+        Some(DataPipeline {
+            batches: of(WAIT).count() as u64,
+            wait_total_ns: mains.iter().map(|m| m.wait_ns).sum(),
+            wall_ns: mains.iter().map(|m| m.wall_ns).sum(),
+            out_of_order: self.out_of_order,
+            wait: durations(WAIT),
+            consume: durations(CONSUME),
+            fetch: durations(FETCH),
+            collate: durations(COLLATE),
+            transforms,
+            workers,
+            mains,
+            per_batch: batches.into_values().collect(),
         })
-    }
-
-    pub fn print_text(&self, meta: &RunMeta, top: usize) {
-        if self.spans.is_empty() {
-            return;
-        }
-        let rows = self.span_rows(meta);
-        println!();
-        println!("ITT spans (PyTorch ops, phases, user ranges), top {top} of {} by total time:", rows.len());
-        println!("  {:>10} {:>12} {:>12}  {:<14} name", "count", "total", "mean", "domain");
-        for (domain, name, count, total) in rows.iter().take(top) {
-            println!(
-                "  {count:>10} {:>12} {:>12}  {:<14} {name}",
-                format_ns(*total),
-                format_ns(total / count.max(&1)),
-                domain
-            );
-        }
-        let data = self.data_json(meta);
-        if data.is_null() {
-            return;
-        }
-        println!();
-        println!(
-            "Data pipeline: {} batches; main process waited {} for data = {:.1}% of its time from the first batch request to the last batch's consumption; {} out-of-order arrivals",
-            num(&data, "batches"),
-            format_ns(num(&data, "wait_total_ns")),
-            data["wait_share"].as_f64().unwrap_or(0.0) * 100.0,
-            num(&data, "out_of_order")
-        );
-        for (label, key) in
-            [("wait", "wait"), ("fetch", "fetch"), ("collate", "collate"), ("consume", "consume")]
-        {
-            let d = &data[key];
-            if num(d, "count") > 0 {
-                println!(
-                    "  {label:<8} {:>6}×  median {:>10}  p90 {:>10}  p99 {:>10}  total {:>10}",
-                    num(d, "count"),
-                    format_ns(num(d, "median_ns")),
-                    format_ns(num(d, "p90_ns")),
-                    format_ns(num(d, "p99_ns")),
-                    format_ns(num(d, "total_ns"))
-                );
-            }
-        }
-        if let Some(transforms) = data["transforms"].as_array().filter(|t| !t.is_empty()) {
-            println!("  Transforms (per sample):");
-            for t in transforms {
-                println!(
-                    "    {:<28} {:>7}×  median {:>10}  p90 {:>10}  p99 {:>10}  total {:>10}",
-                    t["name"].as_str().unwrap_or(""),
-                    num(t, "count"),
-                    format_ns(num(t, "median_ns")),
-                    format_ns(num(t, "p90_ns")),
-                    format_ns(num(t, "p99_ns")),
-                    format_ns(num(t, "total_ns"))
-                );
-            }
-        }
-        if let Some(workers) = data["workers"].as_array().filter(|w| !w.is_empty()) {
-            println!("  Workers (busy = time in batch.fetch):");
-            for w in workers {
-                println!(
-                    "    pid {:<8} (main {}) {:>5} batches, busy {}",
-                    num(w, "pid"),
-                    num(w, "main_pid"),
-                    num(w, "batches"),
-                    format_ns(num(w, "busy_ns"))
-                );
-            }
-        }
-        if let Some(batches) = data["per_batch"].as_array().filter(|b| !b.is_empty()) {
-            let mut by_wait: Vec<&Value> = batches.iter().collect();
-            by_wait.sort_by_key(|b| std::cmp::Reverse(num(b, "wait_ns")));
-            println!("  Longest waits:");
-            for b in by_wait.iter().take(top.min(5)) {
-                println!(
-                    "    epoch {} batch {:<6} wait {:>10}  fetch {:>10} (worker {})",
-                    num(b, "epoch"),
-                    num(b, "batch"),
-                    format_ns(num(b, "wait_ns")),
-                    format_ns(num(b, "fetch_ns")),
-                    num(b, "worker_pid")
-                );
-            }
-        }
     }
 }
 
@@ -327,10 +326,10 @@ mod tests {
 
     #[test]
     fn percentiles_by_nearest_rank() {
-        let d = distribution((1..=100).collect());
-        assert_eq!((num(&d, "median_ns"), num(&d, "p90_ns"), num(&d, "p99_ns")), (50, 90, 99));
-        assert_eq!(num(&distribution(vec![]), "p99_ns"), 0);
-        assert_eq!(num(&distribution(vec![7]), "median_ns"), 7);
+        let d = Distribution::of((1..=100).collect());
+        assert_eq!((d.median_ns, d.p90_ns, d.p99_ns), (50, 90, 99));
+        assert_eq!(Distribution::of(vec![]).p99_ns, 0);
+        assert_eq!(Distribution::of(vec![7]).median_ns, 7);
     }
 
     #[test]
@@ -354,11 +353,17 @@ mod tests {
         p.add(Func::IttTask, &span(10, WAIT, 40, 20, 1 << 32, 10));
         p.add(Func::IttTask, &span(10, CONSUME, 60, 40, 1 << 32, 10));
         let meta = RunMeta::default();
-        let data = p.data_json(&meta);
-        assert_eq!(num(&data, "wait_total_ns"), 20);
-        assert_eq!(num(&data, "wall_ns"), 60);
-        let batch = &data["per_batch"][0];
-        assert_eq!((num(batch, "epoch"), num(batch, "batch"), num(batch, "worker_pid")), (1, 0, 11));
-        assert_eq!(num(&data["workers"][0], "busy_ns"), 50);
+        let data = p.data_pipeline(&meta).unwrap();
+        assert_eq!(data.wait_total_ns, 20);
+        assert_eq!(data.wall_ns, 60);
+        let batch = &data.per_batch[0];
+        assert_eq!((batch.epoch(), batch.batch(), batch.worker_pid), (1, 0, Some(11)));
+        assert_eq!(data.workers[0].busy_ns, 50);
+        assert!((data.wait_share() - 20.0 / 60.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn no_data_spans_means_no_pipeline() {
+        assert_eq!(Pipeline::default().data_pipeline(&RunMeta::default()), None);
     }
 }

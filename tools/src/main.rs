@@ -62,17 +62,24 @@ enum Command {
     },
 }
 
+/// Writing a report to stdout failed (a full disk, a closed descriptor; a closed pipe ends
+/// the process by SIGPIPE before this).
+fn stdout_error(e: std::io::Error) -> String {
+    format!("writing the report: {e}")
+}
+
 fn main() -> ExitCode {
     // Like other Unix tools, end quietly when the reader of our output goes away (`| head`).
     // Safety: restoring the default disposition of SIGPIPE before any output.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Summary { run, json, top } => summary::Summary::compute(&run).map(|summary| {
+        Command::Summary { run, json, top } => summary::Summary::compute(&run).and_then(|summary| {
             if json {
-                println!("{}", summary.to_json());
+                println!("{}", summary::json::render(&summary));
+                Ok(())
             } else {
-                summary.print_text(top);
+                summary::text::write(&summary, top, &mut std::io::stdout().lock()).map_err(stdout_error)
             }
         }),
         Command::Energy { run, json, ops, csv, append, top } => {
