@@ -344,7 +344,7 @@ pub fn convert(input: &Path, output: &Path, progress: bool) -> Result<ConvertSta
     let mut events = 0u64;
     let started = Instant::now();
     let mut next_report = started + Duration::from_secs(1);
-    let mut energy_tracks = crate::energy::EnergyTrace::default();
+    let mut energy_tracks = crate::energy::tracks::EnergyTrace::default();
     while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", input.display()))? {
         match frame {
             Frame::Events(batch) => {
@@ -427,14 +427,14 @@ fn write_drops<W: Write>(trace: &mut TraceWriter<'_, W>, samples: &[DropSample])
 /// device (`crate::energy::TRACK_PID_BASE` + device id), on the events' time axis.
 fn write_energy<W: Write>(
     trace: &mut TraceWriter<'_, W>,
-    items: Vec<crate::energy::TraceItem>,
+    items: Vec<crate::energy::tracks::TraceItem>,
 ) -> io::Result<()> {
     for item in items {
         match item {
-            crate::energy::TraceItem::ProcessName { pid, name } => {
+            crate::energy::tracks::TraceItem::ProcessName { pid, name } => {
                 trace.metadata("process_name", pid, 0, &name)?
             }
-            crate::energy::TraceItem::Counter { pid, name, time_ns, args } => {
+            crate::energy::tracks::TraceItem::Counter { pid, name, time_ns, args } => {
                 trace.counter(pid, name, time_ns, &args)?
             }
         }

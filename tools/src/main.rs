@@ -83,18 +83,25 @@ fn main() -> ExitCode {
             }
         }),
         Command::Energy { run, json, ops, csv, append, top } => {
-            energy::Report::compute(&run).and_then(|report| {
-                if csv {
-                    energy::write_csv(&report, &run, append.as_deref())
-                } else {
-                    if ops {
-                        report.print_ops();
-                    } else if json {
-                        println!("{}", report.to_json());
-                    } else {
-                        report.print_text(top);
+            energy::EnergyRun::load(&run).and_then(|loaded| {
+                let report = energy::EnergyReport::compute(&loaded);
+                let run_name = run.display().to_string();
+                match (csv, append) {
+                    (true, Some(file)) => energy::csv::append(&report, &run_name, &file),
+                    (true, None) => {
+                        print!("{}{}", energy::csv::HEADER, energy::csv::rows(&report, &run_name));
+                        Ok(())
                     }
-                    Ok(())
+                    _ if ops => {
+                        energy::text::write_ops(&report, &mut std::io::stdout().lock()).map_err(stdout_error)
+                    }
+                    _ if json => {
+                        println!("{}", energy::json::render(&report));
+                        Ok(())
+                    }
+                    _ => {
+                        energy::text::write(&report, top, &mut std::io::stdout().lock()).map_err(stdout_error)
+                    }
                 }
             })
         }
