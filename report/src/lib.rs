@@ -7,16 +7,18 @@
 //!   ([`summary::Summary`]), rendered by [`summary::json`] and [`summary::text`].
 //! * [`pipeline`]: ITT span totals and the DataLoader pipeline.
 //! * [`energy`]: energy per device, process and span, with uncertainties.
-//! * [`chrome`]: the Chrome trace converter.
+//! * [`trace`]: the trace-writer interface ([`trace::TraceWriter`]) and its Chrome JSON
+//!   implementation; [`convert`] writes a run through it.
 //!
 //! Computations return plain structs; JSON, text and CSV are renderings of them.
 
-pub mod chrome;
+pub mod convert;
 pub mod energy;
 pub mod human;
 pub mod pipeline;
 pub mod run;
 pub mod summary;
+pub mod trace;
 
 #[cfg(test)]
 mod test_run;

@@ -1,12 +1,18 @@
 //! `mlprof`: reports on run files written by `mlprof-collect`. The reports themselves live in
 //! the `mlprof-report` library; this binary parses the command line and prints.
 
-use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use mlprof_report::{chrome, energy, summary};
+use mlprof_report::convert::{ConvertError, Progress};
+use mlprof_report::run::RunMeta;
+use mlprof_report::trace::TraceWriter;
+use mlprof_report::trace::chrome::ChromeWriter;
+use mlprof_report::{energy, summary};
 
 #[derive(Parser)]
 #[command(name = "mlprof", version, about = "Reports on mlprof run files (run.bin)")]
@@ -73,50 +79,42 @@ fn main() -> ExitCode {
     // Safety: restoring the default disposition of SIGPIPE before any output.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Summary { run, json, top } => summary::Summary::compute(&run).and_then(|summary| {
-            if json {
-                println!("{}", summary::json::render(&summary));
-                Ok(())
-            } else {
-                summary::text::write(&summary, top, &mut std::io::stdout().lock()).map_err(stdout_error)
-            }
-        }),
-        Command::Energy { run, json, ops, csv, append, top } => {
-            energy::EnergyRun::load(&run).and_then(|loaded| {
-                let report = energy::EnergyReport::compute(&loaded);
-                let run_name = run.display().to_string();
-                match (csv, append) {
-                    (true, Some(file)) => energy::csv::append(&report, &run_name, &file),
-                    (true, None) => {
-                        print!("{}{}", energy::csv::HEADER, energy::csv::rows(&report, &run_name));
-                        Ok(())
-                    }
-                    _ if ops => {
-                        energy::text::write_ops(&report, &mut std::io::stdout().lock()).map_err(stdout_error)
-                    }
-                    _ if json => {
-                        println!("{}", energy::json::render(&report));
-                        Ok(())
-                    }
-                    _ => {
-                        energy::text::write(&report, top, &mut std::io::stdout().lock()).map_err(stdout_error)
-                    }
+    let result =
+        match cli.command {
+            Command::Summary { run, json, top } => summary::Summary::compute(&run).and_then(|summary| {
+                if json {
+                    println!("{}", summary::json::render(&summary));
+                    Ok(())
+                } else {
+                    summary::text::write(&summary, top, &mut std::io::stdout().lock()).map_err(stdout_error)
                 }
-            })
-        }
-        Command::Convert { run, output, progress } => {
-            let progress = progress || std::io::stderr().is_terminal();
-            chrome::convert(&run, &output, progress).map(|stats| {
-                eprintln!(
-                    "mlprof convert: wrote {} events to {} ({:.1} MB); open it in https://ui.perfetto.dev or chrome://tracing",
-                    stats.events,
-                    output.display(),
-                    stats.bytes as f64 / 1e6
-                );
-            })
-        }
-    };
+            }),
+            Command::Energy { run, json, ops, csv, append, top } => {
+                energy::EnergyRun::load(&run).and_then(|loaded| {
+                    let report = energy::EnergyReport::compute(&loaded);
+                    let run_name = run.display().to_string();
+                    match (csv, append) {
+                        (true, Some(file)) => energy::csv::append(&report, &run_name, &file),
+                        (true, None) => {
+                            print!("{}{}", energy::csv::HEADER, energy::csv::rows(&report, &run_name));
+                            Ok(())
+                        }
+                        _ if ops => energy::text::write_ops(&report, &mut std::io::stdout().lock())
+                            .map_err(stdout_error),
+                        _ if json => {
+                            println!("{}", energy::json::render(&report));
+                            Ok(())
+                        }
+                        _ => energy::text::write(&report, top, &mut std::io::stdout().lock())
+                            .map_err(stdout_error),
+                    }
+                })
+            }
+            Command::Convert { run, output, progress } => {
+                let progress = progress || std::io::stderr().is_terminal();
+                convert(&run, &output, progress)
+            }
+        };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -124,4 +122,38 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `mlprof convert`: the run as Chrome trace JSON, with a line of progress every second when
+/// `progress` is set.
+fn convert(input: &Path, output: &Path, progress: bool) -> Result<(), String> {
+    let meta = RunMeta::load(input)?;
+    for warning in &meta.warnings {
+        eprintln!("mlprof: warning: {warning}");
+    }
+    let file = File::create(output).map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+    let write_error = |e: std::io::Error| format!("writing {}: {e}", output.display());
+    let mut trace = ChromeWriter::new(BufWriter::with_capacity(1 << 20, file), meta.info.start_mono_ns)
+        .map_err(write_error)?;
+    let mut next_report = Instant::now() + Duration::from_secs(1);
+    let mut report = |p: &Progress| {
+        if progress && Instant::now() >= next_report {
+            next_report += Duration::from_secs(1);
+            let done = p.bytes_read as f64 * 100.0 / p.total_bytes.max(1) as f64;
+            eprintln!("mlprof convert: {} events ({done:.0}%)", p.events);
+        }
+    };
+    let events =
+        mlprof_report::convert::convert(&meta, input, &mut trace, &mut report).map_err(|e| match e {
+            ConvertError::Read(message) => message,
+            ConvertError::Write(e) => write_error(e),
+        })?;
+    trace.finish().map_err(write_error)?;
+    let bytes = std::fs::metadata(output).map(|m| m.len()).unwrap_or(0);
+    eprintln!(
+        "mlprof convert: wrote {events} events to {} ({:.1} MB); open it in https://ui.perfetto.dev or chrome://tracing",
+        output.display(),
+        bytes as f64 / 1e6
+    );
+    Ok(())
 }
