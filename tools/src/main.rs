@@ -78,48 +78,79 @@ fn main() -> ExitCode {
     // Like other Unix tools, end quietly when the reader of our output goes away (`| head`).
     // Safety: restoring the default disposition of SIGPIPE before any output.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let cli = Cli::parse();
-    let result =
-        match cli.command {
-            Command::Summary { run, json, top } => summary::Summary::compute(&run).and_then(|summary| {
-                if json {
-                    println!("{}", summary::json::render(&summary));
-                    Ok(())
-                } else {
-                    summary::text::write(&summary, top, &mut std::io::stdout().lock()).map_err(stdout_error)
-                }
-            }),
-            Command::Energy { run, json, ops, csv, append, top } => {
-                energy::EnergyRun::load(&run).and_then(|loaded| {
-                    let report = energy::EnergyReport::compute(&loaded);
-                    let run_name = run.display().to_string();
-                    match (csv, append) {
-                        (true, Some(file)) => energy::csv::append(&report, &run_name, &file),
-                        (true, None) => {
-                            print!("{}{}", energy::csv::HEADER, energy::csv::rows(&report, &run_name));
-                            Ok(())
-                        }
-                        _ if ops => energy::text::write_ops(&report, &mut std::io::stdout().lock())
-                            .map_err(stdout_error),
-                        _ if json => {
-                            println!("{}", energy::json::render(&report));
-                            Ok(())
-                        }
-                        _ => energy::text::write(&report, top, &mut std::io::stdout().lock())
-                            .map_err(stdout_error),
-                    }
-                })
-            }
-            Command::Convert { run, output, progress } => {
-                let progress = progress || std::io::stderr().is_terminal();
-                convert(&run, &output, progress)
-            }
-        };
+    let result = match Cli::parse().command {
+        Command::Summary { run, json, top } => summary_command(&run, json, top),
+        Command::Energy { run, json, ops, csv, append, top } => {
+            energy_command(&run, EnergyOutput::from_flags(json, ops, csv, append), top)
+        }
+        Command::Convert { run, output, progress } => {
+            convert(&run, &output, progress || std::io::stderr().is_terminal())
+        }
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("mlprof: error: {message}");
             ExitCode::from(1)
+        }
+    }
+}
+
+/// `mlprof summary`: tables, or JSON.
+fn summary_command(run: &Path, json: bool, top: usize) -> Result<(), String> {
+    let summary = summary::Summary::compute(run)?;
+    if json {
+        println!("{}", summary::json::render(&summary));
+        Ok(())
+    } else {
+        summary::text::write(&summary, top, &mut std::io::stdout().lock()).map_err(stdout_error)
+    }
+}
+
+/// What `mlprof energy` prints.
+enum EnergyOutput {
+    Text,
+    Json,
+    Ops,
+    Csv,
+    /// CSV rows appended to a file.
+    CsvAppend(PathBuf),
+}
+
+impl EnergyOutput {
+    /// From the flags, which clap has checked (`--append` needs `--csv`, `--csv` needs `--ops`);
+    /// CSV wins over `--json`.
+    fn from_flags(json: bool, ops: bool, csv: bool, append: Option<PathBuf>) -> Self {
+        match (csv, append) {
+            (true, Some(file)) => EnergyOutput::CsvAppend(file),
+            (true, None) => EnergyOutput::Csv,
+            _ if ops => EnergyOutput::Ops,
+            _ if json => EnergyOutput::Json,
+            _ => EnergyOutput::Text,
+        }
+    }
+}
+
+/// `mlprof energy`.
+fn energy_command(run: &Path, output: EnergyOutput, top: usize) -> Result<(), String> {
+    let report = energy::EnergyReport::compute(&energy::EnergyRun::load(run)?);
+    // CSV rows name the run as it was given on the command line.
+    let run_name = run.display().to_string();
+    match output {
+        EnergyOutput::CsvAppend(file) => energy::csv::append(&report, &run_name, &file),
+        EnergyOutput::Csv => {
+            print!("{}{}", energy::csv::HEADER, energy::csv::rows(&report, &run_name));
+            Ok(())
+        }
+        EnergyOutput::Ops => {
+            energy::text::write_ops(&report, &mut std::io::stdout().lock()).map_err(stdout_error)
+        }
+        EnergyOutput::Json => {
+            println!("{}", energy::json::render(&report));
+            Ok(())
+        }
+        EnergyOutput::Text => {
+            energy::text::write(&report, top, &mut std::io::stdout().lock()).map_err(stdout_error)
         }
     }
 }
