@@ -31,7 +31,7 @@ pub(super) fn write<W: TraceWriter>(
         Api::Nccl => "nccl",
         Api::Itt => unreachable!("ITT records are annotations, written by convert::itt"),
     };
-    let name = c.text(Text::Literal(func.name()));
+    let name = c.text(Text::Function(func));
     let category = c.text(Text::Literal(category));
     let mut args = ArgList::<MAX_ARGS>::new();
     // A launch's grid and block dimensions: declared here to outlive the list that borrows them.

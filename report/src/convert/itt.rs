@@ -22,7 +22,7 @@ pub(super) fn write<W: TraceWriter>(
     let name = c.text(match (func, span.name) {
         (Func::IttPause, _) => Text::Literal("itt pause"),
         (Func::IttResume, _) => Text::Literal("itt resume"),
-        (_, 0) => Text::Literal(func.name()),
+        (_, 0) => Text::Function(func),
         (_, id) => Text::Run(id),
     });
     let domain = c.text(if span.domain == 0 { Text::Literal("") } else { Text::Run(span.domain) });

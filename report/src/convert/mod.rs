@@ -94,6 +94,8 @@ pub fn convert<W: TraceWriter>(
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Text {
     Literal(&'static str),
+    /// A function's name (keyed by the function: one small integer to hash per event).
+    Function(Func),
     /// A string of the run (a path, a task or domain name).
     Run(u64),
     /// `itt,<domain>` for a domain's string id (0: no domain).
@@ -183,6 +185,7 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         let meta = self.meta;
         let handle = match text {
             Text::Literal(s) => self.out.intern(s),
+            Text::Function(func) => self.out.intern(func.name()),
             Text::Run(id) => self.out.intern(&meta.string(id)),
             Text::IttCategory(0) => self.out.intern("itt,"),
             Text::IttCategory(domain) => self.out.intern(&format!("itt,{}", meta.string(domain))),
