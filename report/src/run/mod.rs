@@ -1,11 +1,15 @@
 //! A run file's metadata, read in a first pass (events are passed over), and the attribution
 //! rules the reports share: which process image an event belongs to and which file an fd names.
 
+mod calls;
+mod fds;
+
+pub use calls::{bytes_moved, demangle, nccl_datatype_bytes, nccl_datatype_name, nccl_op_name};
+pub use fds::FdIntervals;
+
 use std::collections::HashMap;
 use std::path::Path;
 
-use mlprof_format::func::{Api, Class, Func};
-use mlprof_format::record::{Event, GpuCall};
 use mlprof_format::runfile::{
     AggregateSample, DropSample, Frame, ProcessExit, ProcessInfo, RunEnd, RunInfo, RunReader,
 };
@@ -17,6 +21,8 @@ pub struct Image {
     pub exit: Option<ProcessExit>,
 }
 
+/// Everything about a run except its events: what the reports keep in memory while they
+/// stream the events in a second pass.
 #[derive(Default)]
 pub struct RunMeta {
     pub info: RunInfo,
@@ -37,6 +43,7 @@ pub struct RunMeta {
     pub fds: FdIntervals,
 }
 
+/// Opens a run file for a streaming pass, with the path in any error message.
 pub fn open(path: &Path) -> Result<RunReader, String> {
     RunReader::open(path).map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -121,7 +128,7 @@ impl RunMeta {
         let mut owner = pid;
         for _ in 0..8 {
             if let Some(id) = self.symbols.get(&(owner, handle)) {
-                return demangle(&self.path(*id));
+                return demangle(&self.string(*id));
             }
             match self.images.get(&owner).and_then(|i| i.first()).filter(|i| i.info.forked) {
                 Some(image) => owner = image.info.ppid,
@@ -131,14 +138,18 @@ impl RunMeta {
         format!("kernel@{handle:#x}")
     }
 
+    /// Records lost over the whole run (the last count of every stream).
     pub fn dropped(&self) -> u64 {
         self.drops.values().map(|d| d.dropped).sum()
     }
 
-    pub fn path(&self, id: u64) -> String {
+    /// Interned string `id` (a path, a task or domain name, a kernel symbol), or a
+    /// placeholder naming the id when the run never defined it.
+    pub fn string(&self, id: u64) -> String {
         self.strings.get(&id).cloned().unwrap_or_else(|| format!("<string {id:#x}>"))
     }
 
+    /// The launched command, or the session served in attach mode.
     pub fn command_line(&self) -> String {
         if self.info.command.is_empty() {
             format!("attach session '{}'", self.info.session)
@@ -146,143 +157,4 @@ impl RunMeta {
             self.info.command.join(" ")
         }
     }
-}
-
-/// Which file each (process, fd) named over time, from the opens and closes of the whole run.
-/// Reads and writes are looked up by their start time, not by their place in the file: records
-/// of different threads reach the file in drain order, which is not causal when one thread
-/// closes an fd and another reuses its number. A fork child inherits its parent's fds as they
-/// were when the child started.
-#[derive(Default)]
-pub struct FdIntervals {
-    /// (pid, fd) → (time, path id or 0 for closed), sorted by time. A fast non-cryptographic
-    /// hash: this map is looked up once per call in every report.
-    changes: rustc_hash::FxHashMap<(u32, i32), Vec<(u64, u64)>>,
-}
-
-impl FdIntervals {
-    fn observe(&mut self, event: &Event) {
-        let Some(func) = Func::from_id(event.kind) else { return };
-        if func.api() != Api::Libc || event.is_error() || event.fd < 0 {
-            return;
-        }
-        // An fd exists from the end of its open and is gone from the start of its close: the
-        // kernel finishes a close before another thread's open can reuse the number, so these
-        // two times order them correctly however late either thread read its clock.
-        let end = event.start.saturating_add(event.dur);
-        match func.class() {
-            Class::Open if event.arg2 != 0 => {
-                self.changes.entry((event.pid, event.fd)).or_default().push((end, event.arg2))
-            }
-            Class::Close => self.changes.entry((event.pid, event.fd)).or_default().push((event.start, 0)),
-            _ => {}
-        }
-    }
-
-    fn seal(&mut self) {
-        for changes in self.changes.values_mut() {
-            changes.sort_by_key(|&(time, _)| time);
-        }
-    }
-
-    /// The path id `fd` of `pid` named at `time`.
-    fn lookup(&self, meta: &RunMeta, pid: u32, fd: i32, time: u64) -> Option<u64> {
-        let (mut pid, mut time) = (pid, time);
-        for _ in 0..16 {
-            if let Some(changes) = self.changes.get(&(pid, fd)) {
-                // Changes strictly before the call: a close's own change is at its start.
-                let at = changes.partition_point(|&(t, _)| t < time);
-                if at > 0 {
-                    let path = changes[at - 1].1;
-                    return (path != 0).then_some(path);
-                }
-            }
-            // Nothing in this process before `time`: a fork child's fd comes from its parent.
-            let image = meta.images.get(&pid).and_then(|images| images.first()).filter(|i| i.info.forked)?;
-            (pid, time) = (image.info.ppid, image.info.start_ns);
-        }
-        None
-    }
-
-    /// The path id a call's fd refers to (an open names its own path).
-    pub fn path_of(&self, meta: &RunMeta, event: &Event) -> Option<u64> {
-        let func = Func::from_id(event.kind)?;
-        if func.api() != Api::Libc {
-            // GPU and ITT records keep other things where libc records keep the fd.
-            return None;
-        }
-        match func.class() {
-            Class::Open => (event.arg2 != 0).then_some(event.arg2),
-            Class::Clock => None,
-            Class::Map if event.fd < 0 => None,
-            _ if event.fd < 0 => None,
-            _ => self.lookup(meta, event.pid, event.fd, event.start),
-        }
-    }
-}
-
-/// Bytes a call moved: read/written for I/O, copied/set/allocated for GPU memory calls, sent
-/// for collectives (count × datatype size).
-pub fn bytes_moved(func: Func, event: &Event) -> u64 {
-    match func.class() {
-        Class::Read | Class::Write => event.arg2,
-        Class::Copy | Class::Memset | Class::Alloc => event.arg,
-        Class::Collective => {
-            let call = GpuCall::from_event(event);
-            call.arg.saturating_mul(nccl_datatype_bytes(call.aux & 0xff))
-        }
-        _ => 0,
-    }
-}
-
-/// Size of an NCCL datatype (ncclInt8 = 0 … ncclFloat8e5m2 = 11).
-pub fn nccl_datatype_bytes(datatype: u32) -> u64 {
-    match datatype {
-        0 | 1 | 10 | 11 => 1,
-        6 | 9 => 2,
-        2 | 3 | 7 => 4,
-        4 | 5 | 8 => 8,
-        _ => 0,
-    }
-}
-
-pub fn nccl_datatype_name(datatype: u32) -> &'static str {
-    match datatype {
-        0 => "int8",
-        1 => "uint8",
-        2 => "int32",
-        3 => "uint32",
-        4 => "int64",
-        5 => "uint64",
-        6 => "float16",
-        7 => "float32",
-        8 => "float64",
-        9 => "bfloat16",
-        10 => "float8e4m3",
-        11 => "float8e5m2",
-        _ => "unknown",
-    }
-}
-
-pub fn nccl_op_name(op: u32) -> &'static str {
-    match op {
-        0 => "sum",
-        1 => "prod",
-        2 => "max",
-        3 => "min",
-        4 => "avg",
-        0xff => "none",
-        _ => "custom",
-    }
-}
-
-/// A C++ name demangled for display; other names as they are.
-pub fn demangle(name: &str) -> String {
-    if name.starts_with("_Z")
-        && let Ok(symbol) = cpp_demangle::Symbol::new(name)
-        && let Ok(text) = symbol.demangle(&cpp_demangle::DemangleOptions::default())
-    {
-        return text;
-    }
-    name.to_string()
 }

@@ -1,0 +1,143 @@
+//! A recorded libc, CUDA or NCCL call as a slice: named after the function, in a category per
+//! API (libc calls by kind: `io`, `mmap`, `clock`, `ioctl`), with the call's arguments.
+
+use std::io;
+
+use mlprof_format::func::{Api, Class, Func};
+use mlprof_format::record::{Event, FLAG_NESTED, GpuCall, copy_direction_name};
+
+use super::{Converter, Text};
+use crate::run::{bytes_moved, nccl_datatype_name, nccl_op_name};
+use crate::trace::{ArgList, ArgValue, Slice, ThreadHandle, TraceWriter};
+
+/// The most arguments a call has (an NCCL collective: 10).
+const MAX_ARGS: usize = 12;
+
+pub(super) fn write<W: TraceWriter>(
+    c: &mut Converter<'_, W>,
+    func: Func,
+    event: &Event,
+    thread: ThreadHandle,
+) -> io::Result<()> {
+    let category = match func.api() {
+        Api::Libc => match func.class() {
+            Class::Map => "mmap",
+            Class::Clock => "clock",
+            Class::Ioctl => "ioctl",
+            _ => "io",
+        },
+        Api::CudaRuntime => "cuda_runtime",
+        Api::CudaDriver => "cuda_driver",
+        Api::Nccl => "nccl",
+        Api::Itt => unreachable!("ITT records are annotations, written by convert::itt"),
+    };
+    let name = c.text(Text::Function(func));
+    let category = c.text(Text::Literal(category));
+    let mut args = ArgList::<MAX_ARGS>::new();
+    // A launch's grid and block dimensions: declared here to outlive the list that borrows them.
+    let dimensions;
+    if func.api() == Api::Libc {
+        libc_args(c, func, event, &mut args);
+    } else {
+        let call = GpuCall::from_event(event);
+        dimensions = [call.grid(), call.block()].map(|(x, y, z)| [x, y, z].map(u64::from));
+        gpu_args(c, func, event, &call, &dimensions, &mut args);
+    }
+    let slice = Slice { start_ns: event.start, dur_ns: event.dur, name, category, args: args.as_slice() };
+    c.out.slice(thread, &slice)
+}
+
+/// fd, return value, bytes moved and asked for, errno, the class's own fields, and the path the
+/// fd named.
+fn libc_args<W: TraceWriter>(
+    c: &mut Converter<'_, W>,
+    func: Func,
+    event: &Event,
+    args: &mut ArgList<'_, MAX_ARGS>,
+) {
+    args.push("fd", ArgValue::Int(event.fd.into()));
+    args.push("ret", ArgValue::Int(event.ret));
+    if func.moves_bytes() {
+        args.push("bytes", ArgValue::UInt(bytes_moved(func, event)));
+        args.push("asked", ArgValue::UInt(event.arg));
+    }
+    if event.is_error() {
+        args.push("errno", ArgValue::Int(event.errno.into()));
+    }
+    match func.class() {
+        Class::Map => args.push("length", ArgValue::UInt(event.arg)),
+        Class::Seek => {
+            args.push("offset", ArgValue::Int(event.arg as i64));
+            args.push("whence", ArgValue::UInt(event.extra.into()));
+        }
+        Class::Clock => args.push("clock_id", ArgValue::UInt(event.extra.into())),
+        Class::Ioctl => args.push("request", ArgValue::Hex(event.arg)),
+        _ => {}
+    }
+    let meta = c.meta;
+    if let Some(path) = meta.fds.path_of(meta, event) {
+        args.push("path", ArgValue::Interned(c.text(Text::Run(path))));
+    }
+}
+
+/// Arguments of a CUDA/NCCL call (see `GpuCall` for where each field lives).
+fn gpu_args<'a, W: TraceWriter>(
+    c: &mut Converter<'_, W>,
+    func: Func,
+    event: &Event,
+    call: &GpuCall,
+    [grid, block]: &'a [[u64; 3]; 2],
+    args: &mut ArgList<'a, MAX_ARGS>,
+) {
+    args.push("status", ArgValue::Int(call.status.into()));
+    args.push("device", ArgValue::Int(call.device.into()));
+    if call.stream != 0 {
+        args.push("stream", ArgValue::Hex(call.stream));
+    }
+    if call.flags & FLAG_NESTED != 0 {
+        args.push("nested", ArgValue::Bool(true));
+    }
+    match func.class() {
+        Class::Launch => {
+            args.push("kernel", ArgValue::Interned(c.text(Text::Kernel(call.pid, call.object))));
+            args.push("grid", ArgValue::UInts(grid));
+            args.push("block", ArgValue::UInts(block));
+        }
+        Class::Copy => {
+            args.push("bytes", ArgValue::UInt(call.arg));
+            args.push("direction", ArgValue::Str(copy_direction_name(call.aux)));
+        }
+        Class::Memset => args.push("bytes", ArgValue::UInt(call.arg)),
+        Class::Alloc => {
+            args.push("bytes", ArgValue::UInt(call.arg));
+            args.push("ptr", ArgValue::Hex(call.object));
+        }
+        Class::Free => args.push("ptr", ArgValue::Hex(call.object)),
+        Class::Collective => {
+            args.push("count", ArgValue::UInt(call.arg));
+            args.push("datatype", ArgValue::Str(nccl_datatype_name(call.aux & 0xff)));
+            args.push("bytes", ArgValue::UInt(bytes_moved(func, event)));
+            args.push("comm", ArgValue::Hex(call.object));
+            let op = (call.aux >> 8) & 0xff;
+            // 0xff: a call without a reduction (broadcast, send, receive).
+            if op != 0xff {
+                args.push("op", ArgValue::Str(nccl_op_name(op)));
+            }
+            if matches!(func, Func::NcclSend | Func::NcclRecv) {
+                args.push("peer", ArgValue::UInt((call.aux >> 16).into()));
+            } else if matches!(func, Func::NcclBroadcast | Func::NcclReduce) {
+                args.push("root", ArgValue::UInt((call.aux >> 16).into()));
+            }
+        }
+        Class::Comm => {
+            args.push("ranks", ArgValue::UInt(call.arg));
+            args.push("rank", ArgValue::UInt(call.aux.into()));
+            args.push("comm", ArgValue::Hex(call.object));
+        }
+        Class::SetDevice => args.push("set_device", ArgValue::UInt(call.arg)),
+        Class::GpuSync | Class::GpuEvent | Class::GraphLaunch if call.object != 0 => {
+            args.push("object", ArgValue::Hex(call.object))
+        }
+        _ => {}
+    }
+}

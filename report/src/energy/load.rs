@@ -1,0 +1,156 @@
+//! Reading what the energy report needs from a run file: the devices with their samples and
+//! notes, and every recorded call and ITT span as an interval with a name, a class and a
+//! layer.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use mlprof_format::energy::{EnergyDevice, EnergyNote, EnergySample, SOURCE_NVML_COUNTER};
+use mlprof_format::func::{Class, Func};
+use mlprof_format::record::IttSpan;
+use mlprof_format::runfile::Frame;
+
+use super::curve::EnergyCurve;
+use crate::run::{self, RunMeta};
+
+/// A measured device (a GPU, a CPU package or its DRAM) and what was recorded about it.
+pub struct Device {
+    pub info: EnergyDevice,
+    /// In time order.
+    pub samples: Vec<EnergySample>,
+    pub notes: Vec<EnergyNote>,
+}
+
+/// An interval energy is attributed to: a recorded call or an ITT span, clamped to the run.
+pub struct Span {
+    pub start: u64,
+    pub end: u64,
+    /// Index of its name in [`EnergyRun::keys`].
+    pub key: u32,
+    pub pid: u32,
+}
+
+/// What spans are grouped by: a function, or an ITT task name in its domain.
+pub struct SpanKey {
+    pub name: String,
+    /// The function's class (`read`, `launch`, …) or `itt:<domain>`.
+    pub class: String,
+    /// Spans of one layer share the run's energy among themselves: the recorded calls form one
+    /// layer, and each ITT domain (PyTorch ops, mlprof.phase, an application's own) another, so
+    /// a phase is not diluted by the ops and calls nested inside it.
+    pub layer: String,
+}
+
+/// The layer of the recorded calls (libc, CUDA, NCCL).
+pub const CALLS_LAYER: &str = "calls";
+
+/// A run as the energy report sees it: devices with their samples, and every span.
+pub struct EnergyRun {
+    pub meta: RunMeta,
+    /// By device id.
+    pub devices: Vec<Device>,
+    /// Notes about no device in particular (no NVML, no RAPL).
+    pub notes: Vec<EnergyNote>,
+    pub keys: Vec<SpanKey>,
+    pub spans: Vec<Span>,
+    /// The run's interval: its start, and its end record or last event or sample.
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// A function's class as the report names it: `Read` → `read`, `GpuSync` → `gpusync`.
+fn class_name(func: Func) -> String {
+    format!("{:?}", func.class()).to_lowercase()
+}
+
+impl EnergyRun {
+    /// Reads the metadata, then the energy frames and every span in a second pass.
+    pub fn load(path: &Path) -> Result<EnergyRun, String> {
+        let meta = RunMeta::load(path)?;
+        let mut reader = run::open(path)?;
+        let mut devices: BTreeMap<u32, Device> = BTreeMap::new();
+        let mut notes = Vec::new();
+        let mut keys = Vec::new();
+        let mut key_of: HashMap<(u16, u64, u64), u32> = HashMap::new();
+        let mut spans = Vec::new();
+        let mut last_ns = meta.info.start_mono_ns;
+        while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
+            match frame {
+                Frame::EnergyDevice(info) => {
+                    devices.entry(info.id).or_insert_with(|| Device {
+                        info: info.clone(),
+                        samples: Vec::new(),
+                        notes: Vec::new(),
+                    });
+                }
+                Frame::EnergySamples(samples) => {
+                    for sample in samples {
+                        last_ns = last_ns.max(sample.time_ns);
+                        if let Some(device) = devices.get_mut(&sample.device) {
+                            device.samples.push(sample);
+                        }
+                    }
+                }
+                Frame::EnergyNote(note) => match note.device.and_then(|d| devices.get_mut(&d)) {
+                    Some(device) => device.notes.push(note),
+                    None => notes.push(note),
+                },
+                Frame::Events(events) => {
+                    for event in events {
+                        let Some(func) = Func::from_id(event.kind) else {
+                            continue;
+                        };
+                        // ITT spans are named after their task and grouped by domain; ITT
+                        // instants (markers, pause) have no duration to attribute.
+                        let (name_id, domain_id) = match func.class() {
+                            Class::Instant => continue,
+                            Class::Span => {
+                                let span = IttSpan::from_event(event);
+                                (span.name, span.domain)
+                            }
+                            _ => (0, 0),
+                        };
+                        let key = *key_of.entry((event.kind, name_id, domain_id)).or_insert_with(|| {
+                            keys.push(if func.class() == Class::Span {
+                                let domain = format!("itt:{}", meta.string(domain_id));
+                                let name =
+                                    if name_id == 0 { func.name().to_string() } else { meta.string(name_id) };
+                                SpanKey { name, class: domain.clone(), layer: domain }
+                            } else {
+                                SpanKey {
+                                    name: func.name().to_string(),
+                                    class: class_name(func),
+                                    layer: CALLS_LAYER.into(),
+                                }
+                            });
+                            (keys.len() - 1) as u32
+                        });
+                        let end = event.start.saturating_add(event.dur);
+                        last_ns = last_ns.max(end);
+                        spans.push(Span { start: event.start, end, key, pid: event.pid });
+                    }
+                }
+                _ => {}
+            }
+        }
+        let start_ns = meta.info.start_mono_ns;
+        let end_ns =
+            meta.end.as_ref().map(|e| e.end_ns).filter(|&e| e > start_ns).unwrap_or(last_ns).max(start_ns);
+        let mut devices: Vec<Device> = devices.into_values().collect();
+        for device in &mut devices {
+            device.samples.sort_by_key(|s| s.time_ns);
+        }
+        for span in &mut spans {
+            span.start = span.start.clamp(start_ns, end_ns);
+            span.end = span.end.clamp(span.start, end_ns);
+        }
+        Ok(EnergyRun { meta, devices, notes, keys, spans, start_ns, end_ns })
+    }
+
+    /// The device's energy over time; `None` when its samples do not give two knots.
+    pub fn curve(device: &Device) -> Option<EnergyCurve> {
+        let points: Vec<(u64, u64)> =
+            device.samples.iter().filter_map(|s| s.energy_uj.map(|e| (s.time_ns, e))).collect();
+        EnergyCurve::new(&points, device.info.energy_source == SOURCE_NVML_COUNTER)
+    }
+}

@@ -1,0 +1,143 @@
+//! `mlprof energy` as text: devices, run total, coverage, processes, span names and classes;
+//! and the operator table of `--ops`.
+
+use std::io::{self, Write};
+
+use super::attribution::EnergyReport;
+use super::json::round;
+
+/// A figure as the JSON report has it: rounded, and absent when not finite (JSON has no NaN).
+/// The device and process rows show these, so the tables agree with `--json` to the digit.
+fn as_in_json(x: f64, digits: i32) -> Option<f64> {
+    let rounded = round(x, digits);
+    rounded.is_finite().then_some(rounded)
+}
+
+/// The report; `top` rows in the per-span table.
+pub fn write(report: &EnergyReport, top: usize, out: &mut dyn Write) -> io::Result<()> {
+    let duration_s = report.duration_s();
+    writeln!(out, "Energy of {} ({:.3} s)", report.command_line, duration_s)?;
+    for note in &report.notes {
+        writeln!(out, "  note: {note}")?;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<28} {:<17} {:>12} {:>10} {:>10}  uuid",
+        "device", "source", "energy J", "± J", "mean W"
+    )?;
+    for d in &report.devices {
+        let name = format!("{}{}", d.name, if d.in_run { "" } else { " (not in run)" });
+        let figure = |x: Option<f64>, json_digits: i32, shown: usize| {
+            x.and_then(|x| as_in_json(x, json_digits)).map_or_else(|| "-".into(), |x| format!("{x:.shown$}"))
+        };
+        writeln!(
+            out,
+            "{:<28} {:<17} {:>12} {:>10} {:>10}  {}",
+            name,
+            d.source,
+            figure(d.energy_j, 6, 3),
+            figure(d.uncertainty_j, 6, 3),
+            figure(d.mean_power_w, 4, 2),
+            d.uuid
+        )?;
+        for e in &d.errors {
+            writeln!(out, "    error: {e}")?;
+        }
+    }
+    writeln!(
+        out,
+        "{:<28} {:<17} {:>12.3} {:>10.3} {:>10.2}",
+        "run total",
+        "",
+        report.measured_j,
+        report.measured_uncertainty_j,
+        report.measured_j / duration_s.max(1e-9)
+    )?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "coverage: spans explain {:.3} J of {:.3} J measured ({:.1}%)",
+        report.attributed_j,
+        report.measured_j,
+        report.share_of(report.attributed_j) * 100.0
+    )?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<8} {:>12} {:>10} {:>12} {:>10}  command",
+        "pid", "energy J", "± J", "in calls J", "share"
+    )?;
+    for p in &report.processes {
+        let shown = |x: f64| as_in_json(x, 6).unwrap_or(0.0);
+        let energy = shown(p.energy_j);
+        // The pid is not padded to its header's width, and never was (it used to be printed
+        // from a JSON value, whose Display ignores widths); kept so the output stays the same.
+        writeln!(
+            out,
+            "{} {:>12.3} {:>10.3} {:>12.3} {:>9.1}%  {}",
+            p.pid,
+            energy,
+            shown(p.uncertainty_j),
+            shown(p.spans_energy_j),
+            report.share_of(energy) * 100.0,
+            p.cmdline
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<24} {:<10} {:>10} {:>12} {:>10} {:>8}",
+        "span", "class", "calls", "energy J", "± J", "share"
+    )?;
+    for op in report.spans.iter().take(top) {
+        writeln!(
+            out,
+            "{:<24} {:<10} {:>10} {:>12.4} {:>10.4} {:>7.2}%",
+            op.name,
+            op.class,
+            op.calls,
+            op.energy_j,
+            op.uncertainty_j,
+            report.share_of(op.energy_j) * 100.0
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(out, "{:<24} {:>12} {:>10} {:>8}", "class", "energy J", "± J", "share")?;
+    for c in &report.classes {
+        writeln!(
+            out,
+            "{:<24} {:>12.4} {:>10.4} {:>7.2}%",
+            c.class,
+            c.energy_j,
+            c.uncertainty_j,
+            report.share_of(c.energy_j) * 100.0
+        )?;
+    }
+    Ok(())
+}
+
+/// The operator table (`--ops`): per span name, calls, median and trimmed mean time, energy
+/// per call, share.
+pub fn write_ops(report: &EnergyReport, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(
+        out,
+        "{:<24} {:>10} {:>12} {:>12} {:>14} {:>12} {:>8}",
+        "op", "calls", "median ms", "mean ms", "J per call", "± J", "share"
+    )?;
+    for op in &report.spans {
+        let calls = op.calls.max(1) as f64;
+        writeln!(
+            out,
+            "{:<24} {:>10} {:>12.4} {:>12.4} {:>14.6} {:>12.6} {:>7.2}%",
+            op.name,
+            op.calls,
+            op.median_s * 1e3,
+            op.mean_s * 1e3,
+            op.energy_j / calls,
+            op.uncertainty_j / calls,
+            report.share_of(op.energy_j) * 100.0
+        )?;
+    }
+    Ok(())
+}

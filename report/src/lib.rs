@@ -1,0 +1,24 @@
+//! The reports `mlprof` makes from a `run.bin`, as a library: the `mlprof` binary (crate
+//! `tools/`) only parses its command line, calls in here and prints.
+//!
+//! * [`run`]: a run's metadata (processes, threads, strings, fd intervals), read in a first
+//!   pass, and the attribution rules every report shares.
+//! * [`summary`]: per-function, per-process, per-file and GPU statistics
+//!   ([`summary::Summary`]), rendered by [`summary::json`] and [`summary::text`].
+//! * [`pipeline`]: ITT span totals and the DataLoader pipeline.
+//! * [`energy`]: energy per device, process and span, with uncertainties.
+//! * [`trace`]: the trace-writer interface ([`trace::TraceWriter`]) and its Chrome JSON
+//!   implementation; [`convert`] writes a run through it.
+//!
+//! Computations return plain structs; JSON, text and CSV are renderings of them.
+
+pub mod convert;
+pub mod energy;
+pub mod human;
+pub mod pipeline;
+pub mod run;
+pub mod summary;
+pub mod trace;
+
+#[cfg(test)]
+mod test_run;

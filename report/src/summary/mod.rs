@@ -1,0 +1,269 @@
+//! `mlprof summary`: per-function call statistics for the whole process tree and per process
+//! image, the files read and written, the GPU calls, the ITT spans and the data pipeline.
+//! [`Summary::compute`] streams a run once and returns plain figures; [`json`] and [`text`]
+//! render them.
+
+mod gpu;
+pub mod json;
+pub mod text;
+
+pub use gpu::{BlockedRow, CopyRow, GpuSummary, KernelRow};
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use mlprof_format::func::{Api, Class, Func};
+use mlprof_format::runfile::{Frame, ProcessExit};
+use serde::Serialize;
+
+use crate::pipeline::{DataPipeline, Pipeline, SpanRow};
+use crate::run::{self, RunMeta, bytes_moved};
+
+/// Calls of one function.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Serialize)]
+pub struct CallStats {
+    pub count: u64,
+    pub errors: u64,
+    pub total_ns: u64,
+    pub bytes: u64,
+}
+
+impl CallStats {
+    fn add(&mut self, other: &CallStats) {
+        self.count += other.count;
+        self.errors += other.errors;
+        self.total_ns += other.total_ns;
+        self.bytes += other.bytes;
+    }
+}
+
+/// Function name → its calls.
+pub type CallTable = BTreeMap<&'static str, CallStats>;
+
+/// Everything `mlprof summary` reports about a run.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    /// The launched command, or the attach session (for the text header).
+    pub command_line: String,
+    pub command: Vec<String>,
+    pub host: String,
+    pub clock_source: String,
+    /// What the run-file reader had to say (a truncated tail, skipped frames).
+    pub warnings: Vec<String>,
+    /// Recorded events plus aggregated clock calls.
+    pub events: u64,
+    /// Events of function ids this build does not know (a newer recorder).
+    pub unknown_events: u64,
+    pub dropped: u64,
+    pub truncated: bool,
+    pub duration_ns: u64,
+    /// Threads the run named.
+    pub threads: usize,
+    /// Process images in (start time, pid) order.
+    pub processes: Vec<ProcessRow>,
+    pub calls: CallTable,
+    /// Most bytes moved first, then by path.
+    pub files: Vec<FileRow>,
+    /// `None` when the run made no CUDA or NCCL call.
+    pub gpu: Option<GpuSummary>,
+    /// ITT spans per (domain, name), most total time first.
+    pub spans: Vec<SpanRow>,
+    pub data_pipeline: Option<DataPipeline>,
+}
+
+/// One process image: a process, or a program it exec'd into.
+#[derive(Debug, Clone)]
+pub struct ProcessRow {
+    pub pid: u32,
+    pub ppid: u32,
+    /// 0 for the process's first program, then one more per exec.
+    pub exec_index: usize,
+    pub forked: bool,
+    /// argv joined by spaces.
+    pub cmdline: String,
+    /// Relative to the run start.
+    pub start_ns: u64,
+    /// `None` when no exit was seen.
+    pub exit: Option<ProcessExit>,
+    pub calls: CallTable,
+}
+
+/// Calls on one file (by the path its fd named when each call started).
+#[derive(Debug, Clone, Default)]
+pub struct FileRow {
+    pub path: String,
+    pub opens: u64,
+    pub calls: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub total_ns: u64,
+    pub by_call: BTreeMap<&'static str, u64>,
+}
+
+impl Summary {
+    /// Reads the run's metadata, then streams its events once.
+    pub fn compute(path: &Path) -> Result<Summary, String> {
+        let meta = RunMeta::load(path)?;
+        let mut tally = Tally::default();
+        let mut reader = run::open(path)?;
+        while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
+            if let Frame::Events(events) = frame {
+                for event in events {
+                    tally.add(&meta, event);
+                }
+            }
+        }
+        Ok(tally.finish(meta))
+    }
+}
+
+/// The counts while the events stream by.
+struct Tally {
+    events: u64,
+    unknown_events: u64,
+    /// Per (pid, image, function id), folded into the tables at the end: one fast hash lookup
+    /// per event instead of two ordered-map walks by name.
+    by_image_and_func: rustc_hash::FxHashMap<(u32, usize, u16), CallStats>,
+    /// Path id → its row (path filled in at the end).
+    files: HashMap<u64, FileRow>,
+    first_ns: u64,
+    last_ns: u64,
+    gpu: gpu::GpuTally,
+    pipeline: Pipeline,
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Tally {
+            events: 0,
+            unknown_events: 0,
+            by_image_and_func: Default::default(),
+            files: HashMap::new(),
+            first_ns: u64::MAX,
+            last_ns: 0,
+            gpu: Default::default(),
+            pipeline: Default::default(),
+        }
+    }
+}
+
+impl Tally {
+    fn add(&mut self, meta: &RunMeta, event: &mlprof_format::record::Event) {
+        let Some(func) = Func::from_id(event.kind) else {
+            self.unknown_events += 1;
+            return;
+        };
+        self.events += 1;
+        self.first_ns = self.first_ns.min(event.start);
+        self.last_ns = self.last_ns.max(event.start + event.dur);
+        let stats = CallStats {
+            count: 1,
+            errors: event.is_error() as u64,
+            total_ns: event.dur,
+            bytes: bytes_moved(func, event),
+        };
+        if matches!(func.api(), Api::CudaRuntime | Api::CudaDriver | Api::Nccl) {
+            self.gpu.add(func, event, &stats);
+        } else if func.api() == Api::Itt {
+            self.pipeline.add(func, event);
+        }
+        let image = meta.image_at(event.pid, event.start).unwrap_or(0);
+        self.by_image_and_func.entry((event.pid, image, event.kind)).or_default().add(&stats);
+        if let Some(path_id) = meta.fds.path_of(meta, event) {
+            let file = self.files.entry(path_id).or_default();
+            file.calls += 1;
+            file.total_ns += event.dur;
+            *file.by_call.entry(func.name()).or_default() += 1;
+            match func.class() {
+                Class::Open if !event.is_error() => file.opens += 1,
+                Class::Read => file.bytes_read += stats.bytes,
+                Class::Write => file.bytes_written += stats.bytes,
+                _ => {}
+            }
+        }
+    }
+
+    fn finish(mut self, meta: RunMeta) -> Summary {
+        let mut calls = CallTable::new();
+        let mut per_image: HashMap<(u32, usize), CallTable> = HashMap::new();
+        for ((pid, image, kind), stats) in std::mem::take(&mut self.by_image_and_func) {
+            let Some(func) = Func::from_id(kind) else { continue };
+            calls.entry(func.name()).or_default().add(&stats);
+            per_image.entry((pid, image)).or_default().entry(func.name()).or_default().add(&stats);
+        }
+        // Aggregated calls (clock reads) join the tables with their exact counts. When only
+        // some calls were timed, the total time is scaled from the timed ones.
+        let mut events = self.events;
+        for sample in meta.aggregates.values() {
+            let Some(func) = Func::from_id(sample.func) else {
+                continue;
+            };
+            let total_ns = if sample.timed > 0 && sample.timed < sample.count {
+                (sample.timed_ns as u128 * sample.count as u128 / sample.timed as u128) as u64
+            } else {
+                sample.timed_ns
+            };
+            let stats = CallStats { count: sample.count, errors: 0, total_ns, bytes: 0 };
+            events += sample.count;
+            calls.entry(func.name()).or_default().add(&stats);
+            let image = meta.image_at(sample.pid, sample.time_ns).unwrap_or(0);
+            per_image.entry((sample.pid, image)).or_default().entry(func.name()).or_default().add(&stats);
+        }
+
+        let start_ns = meta.info.start_mono_ns;
+        let end_ns = meta.end.as_ref().map(|e| e.end_ns).unwrap_or(self.last_ns);
+        let duration_ns = end_ns.max(self.last_ns).saturating_sub(start_ns.min(self.first_ns));
+
+        let mut processes: Vec<ProcessRow> = meta
+            .images
+            .iter()
+            .flat_map(|(&pid, images)| {
+                let per_image = &per_image;
+                images.iter().enumerate().map(move |(index, image)| ProcessRow {
+                    pid,
+                    ppid: image.info.ppid,
+                    exec_index: index,
+                    forked: image.info.forked,
+                    cmdline: image.info.argv.join(" "),
+                    start_ns: image.info.start_ns.saturating_sub(start_ns),
+                    exit: image.exit.clone(),
+                    calls: per_image.get(&(pid, index)).cloned().unwrap_or_default(),
+                })
+            })
+            .collect();
+        // By absolute start: relative starts saturate at 0 for images older than the run.
+        processes.sort_by_key(|p| {
+            let absolute = meta.images[&p.pid][p.exec_index].info.start_ns;
+            (absolute, p.pid, p.exec_index)
+        });
+
+        let mut files: Vec<FileRow> =
+            self.files.into_iter().map(|(id, row)| FileRow { path: meta.string(id), ..row }).collect();
+        files.sort_by(|a, b| {
+            (b.bytes_read + b.bytes_written).cmp(&(a.bytes_read + a.bytes_written)).then(a.path.cmp(&b.path))
+        });
+
+        Summary {
+            command_line: meta.command_line(),
+            events,
+            unknown_events: self.unknown_events,
+            dropped: meta.dropped(),
+            truncated: meta.truncated,
+            duration_ns,
+            threads: meta.threads.len(),
+            processes,
+            calls,
+            files,
+            gpu: self.gpu.finish(&meta),
+            spans: self.pipeline.spans(&meta),
+            data_pipeline: self.pipeline.data_pipeline(&meta),
+            command: meta.info.command,
+            host: meta.info.host,
+            clock_source: meta.info.clock_source,
+            warnings: meta.warnings,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,299 @@
+//! `mlprof summary` as text: strace -c style call tables for the whole tree, one line per
+//! process image, the GPU, ITT span and data-pipeline sections, the top files, drops.
+
+use std::collections::HashSet;
+use std::io::{self, Write};
+
+use super::{CallStats, CallTable, GpuSummary, Summary};
+use crate::human::{format_bytes, format_ns, truncate};
+use crate::pipeline::{DataPipeline, Distribution, SpanRow};
+
+/// Writes the tables; `top` rows in each top-N table.
+pub fn write(summary: &Summary, top: usize, out: &mut dyn Write) -> io::Result<()> {
+    let pids: HashSet<u32> = summary.processes.iter().map(|p| p.pid).collect();
+    writeln!(
+        out,
+        "mlprof summary: {} on {} — {:.3} s, {} process(es), {} image(s), {} thread(s)",
+        summary.command_line,
+        summary.host,
+        summary.duration_ns as f64 / 1e9,
+        pids.len(),
+        summary.processes.len(),
+        summary.threads
+    )?;
+    for warning in &summary.warnings {
+        writeln!(out, "warning: {warning}")?;
+    }
+    writeln!(out)?;
+    writeln!(out, "Whole process tree:")?;
+    call_table(&summary.calls, out)?;
+    writeln!(out)?;
+    writeln!(out, "Per process:")?;
+    for p in &summary.processes {
+        let exit = match p.exit.as_ref() {
+            Some(e) => match (e.exit_code, e.signal) {
+                (Some(code), _) => format!("exit {code}"),
+                (None, Some(sig)) => format!("killed by signal {sig}"),
+                _ => "exit ?".into(),
+            },
+            None => "exit not seen".into(),
+        };
+        let total: u64 = p.calls.values().map(|s| s.count).sum();
+        let origin = if p.exec_index > 0 {
+            " [exec]"
+        } else if p.forked {
+            " [fork]"
+        } else {
+            ""
+        };
+        writeln!(
+            out,
+            "  pid {} (ppid {}){origin} {} — {total} calls, {exit}",
+            p.pid,
+            p.ppid,
+            truncate(&p.cmdline, 80)
+        )?;
+        let mut top_calls: Vec<_> = p.calls.iter().collect();
+        top_calls.sort_by_key(|(_, s)| std::cmp::Reverse(s.total_ns));
+        let line: Vec<String> = top_calls
+            .iter()
+            .take(6)
+            .map(|(name, s)| format!("{name} {}×/{}", s.count, format_ns(s.total_ns)))
+            .collect();
+        if !line.is_empty() {
+            writeln!(out, "      {}", line.join(", "))?;
+        }
+    }
+    if let Some(gpu) = &summary.gpu {
+        gpu_section(gpu, top, out)?;
+    }
+    // The data pipeline comes with the span table: a run with only out-of-order markers and
+    // no span has neither (its JSON still has the pipeline).
+    if !summary.spans.is_empty() {
+        spans_section(&summary.spans, top, out)?;
+        if let Some(data) = &summary.data_pipeline {
+            data_pipeline_section(data, top, out)?;
+        }
+    }
+    files_section(summary, top, out)?;
+    writeln!(out)?;
+    if summary.dropped == 0 {
+        writeln!(out, "Dropped records: 0")?;
+    } else {
+        writeln!(
+            out,
+            "Dropped records: {} — the counts above are missing these calls (ring full or no free lane)",
+            summary.dropped
+        )?;
+    }
+    if summary.unknown_events > 0 {
+        writeln!(
+            out,
+            "Skipped {} events of kinds this mlprof does not know (newer recorder?)",
+            summary.unknown_events
+        )?;
+    }
+    Ok(())
+}
+
+fn call_table(calls: &CallTable, out: &mut dyn Write) -> io::Result<()> {
+    let total_ns: u64 = calls.values().map(|s| s.total_ns).sum();
+    writeln!(
+        out,
+        "{:>6} {:>11} {:>11} {:>10} {:>8} {:>12}  function",
+        "% time", "seconds", "usecs/call", "calls", "errors", "bytes"
+    )?;
+    writeln!(out, "------ ----------- ----------- ---------- -------- ------------  ----------------")?;
+    let mut rows: Vec<_> = calls.iter().collect();
+    rows.sort_by(|a, b| b.1.total_ns.cmp(&a.1.total_ns).then(a.0.cmp(b.0)));
+    let mut sum = CallStats::default();
+    for (name, s) in rows {
+        sum.add(s);
+        writeln!(
+            out,
+            "{:>6.2} {:>11.6} {:>11.3} {:>10} {:>8} {:>12}  {}",
+            if total_ns > 0 { s.total_ns as f64 * 100.0 / total_ns as f64 } else { 0.0 },
+            s.total_ns as f64 / 1e9,
+            if s.count > 0 { s.total_ns as f64 / 1e3 / s.count as f64 } else { 0.0 },
+            s.count,
+            s.errors,
+            s.bytes,
+            name
+        )?;
+    }
+    writeln!(out, "------ ----------- ----------- ---------- -------- ------------  ----------------")?;
+    writeln!(
+        out,
+        "{:>6} {:>11.6} {:>11} {:>10} {:>8} {:>12}  total",
+        "100.00",
+        sum.total_ns as f64 / 1e9,
+        "",
+        sum.count,
+        sum.errors,
+        sum.bytes
+    )
+}
+
+fn gpu_section(gpu: &GpuSummary, top: usize, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out)?;
+    writeln!(out, "GPU (CUDA runtime, driver, NCCL):")?;
+    call_table(&gpu.apis, out)?;
+    if !gpu.copies.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "  Copies:")?;
+        for (direction, c) in &gpu.copies {
+            writeln!(out, "    {direction:>7}: {} calls, {}", c.calls, format_bytes(c.bytes))?;
+        }
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "  Host blocked on GPU (synchronizations and blocking copies): {}",
+        format_ns(gpu.host_blocked_ns())
+    )?;
+    for b in &gpu.host_blocked {
+        writeln!(out, "    pid {} tid {}: {}", b.pid, b.tid, format_ns(b.ns))?;
+    }
+    if !gpu.kernels.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "  Top kernels by launches:")?;
+        for k in gpu.kernels.iter().take(top) {
+            writeln!(
+                out,
+                "    {:>10} launches {:>10} host  {}",
+                k.launches,
+                format_ns(k.host_ns),
+                truncate(&k.name, 100)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn spans_section(spans: &[SpanRow], top: usize, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out)?;
+    writeln!(
+        out,
+        "ITT spans (PyTorch ops, phases, user ranges), top {top} of {} by total time:",
+        spans.len()
+    )?;
+    writeln!(out, "  {:>10} {:>12} {:>12}  {:<14} name", "count", "total", "mean", "domain")?;
+    for s in spans.iter().take(top) {
+        writeln!(
+            out,
+            "  {:>10} {:>12} {:>12}  {:<14} {}",
+            s.count,
+            format_ns(s.total_ns),
+            format_ns(s.mean_ns()),
+            s.domain,
+            s.name
+        )?;
+    }
+    Ok(())
+}
+
+fn data_pipeline_section(data: &DataPipeline, top: usize, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out)?;
+    writeln!(
+        out,
+        "Data pipeline: {} batches; main process waited {} for data = {:.1}% of its time from the first batch request to the last batch's consumption; {} out-of-order arrivals",
+        data.batches,
+        format_ns(data.wait_total_ns),
+        data.wait_share() * 100.0,
+        data.out_of_order
+    )?;
+    let phases = [
+        ("wait", &data.wait),
+        ("fetch", &data.fetch),
+        ("collate", &data.collate),
+        ("consume", &data.consume),
+    ];
+    for (label, d) in phases {
+        if d.count > 0 {
+            writeln!(out, "  {label:<8} {:>6}×  {}", d.count, percentiles(d))?;
+        }
+    }
+    if !data.transforms.is_empty() {
+        writeln!(out, "  Transforms (per sample):")?;
+        for t in &data.transforms {
+            writeln!(out, "    {:<28} {:>7}×  {}", t.name, t.durations.count, percentiles(&t.durations))?;
+        }
+    }
+    if !data.workers.is_empty() {
+        writeln!(out, "  Workers (busy = time in batch.fetch):")?;
+        for w in &data.workers {
+            writeln!(
+                out,
+                "    pid {:<8} (main {}) {:>5} batches, busy {}",
+                w.pid,
+                w.main_pid,
+                w.batches,
+                format_ns(w.busy_ns)
+            )?;
+        }
+    }
+    if !data.per_batch.is_empty() {
+        let mut by_wait: Vec<_> = data.per_batch.iter().collect();
+        by_wait.sort_by_key(|b| std::cmp::Reverse(b.wait_ns.unwrap_or(0)));
+        writeln!(out, "  Longest waits:")?;
+        for b in by_wait.iter().take(top.min(5)) {
+            writeln!(
+                out,
+                "    epoch {} batch {:<6} wait {:>10}  fetch {:>10} (worker {})",
+                b.epoch(),
+                b.batch(),
+                format_ns(b.wait_ns.unwrap_or(0)),
+                format_ns(b.fetch_ns.unwrap_or(0)),
+                b.worker_pid.unwrap_or(0)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn percentiles(d: &Distribution) -> String {
+    format!(
+        "median {:>10}  p90 {:>10}  p99 {:>10}  total {:>10}",
+        format_ns(d.median_ns),
+        format_ns(d.p90_ns),
+        format_ns(d.p99_ns),
+        format_ns(d.total_ns)
+    )
+}
+
+fn files_section(summary: &Summary, top: usize, out: &mut dyn Write) -> io::Result<()> {
+    let files = &summary.files;
+    if files.is_empty() {
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(out, "Top files by bytes:")?;
+    writeln!(out, "  {:>12} {:>12} {:>8} {:>10}  path", "read", "written", "calls", "time")?;
+    for f in files.iter().take(top) {
+        writeln!(
+            out,
+            "  {:>12} {:>12} {:>8} {:>10}  {}",
+            format_bytes(f.bytes_read),
+            format_bytes(f.bytes_written),
+            f.calls,
+            format_ns(f.total_ns),
+            f.path
+        )?;
+    }
+    let mut by_time: Vec<_> = files.iter().collect();
+    by_time.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.path.cmp(&b.path)));
+    writeln!(out)?;
+    writeln!(out, "Top files by time:")?;
+    writeln!(out, "  {:>10} {:>8} {:>12}  path", "time", "calls", "bytes")?;
+    for f in by_time.iter().take(top) {
+        writeln!(
+            out,
+            "  {:>10} {:>8} {:>12}  {}",
+            format_ns(f.total_ns),
+            f.calls,
+            format_bytes(f.bytes_read + f.bytes_written),
+            f.path
+        )?;
+    }
+    Ok(())
+}

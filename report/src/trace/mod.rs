@@ -1,0 +1,193 @@
+//! The trace-writer interface: what a timeline format must take to show a run. The converter
+//! (`crate::convert`) is written once against [`TraceWriter`]; [`chrome::ChromeWriter`]
+//! implements it for Chrome's JSON, and a Perfetto protobuf writer will implement it too.
+//!
+//! The model follows both formats' common ground:
+//!
+//! * **Processes** and **threads** are declared once and referred to by typed handles.
+//! * **Slices** (an interval on a thread), **instants** (a point on a thread) and **flows** (an
+//!   arrow from one slice to another, possibly in another process) carry a name and a category,
+//!   interned as [`StringHandle`]s because the same few strings repeat on millions of events,
+//!   and arguments.
+//! * **Counters** are tracks of values over time, belonging to a process.
+//!
+//! Arguments are a borrowed slice of `(key, value)` pairs, so a caller builds them on the
+//! stack ([`ArgList`]) and no event allocates. Times are ns on the run's clock; each writer
+//! chooses its origin. Writers stream: a handle's table lives as long as the writer, events
+//! go out as they come.
+
+pub mod chrome;
+
+use std::io;
+
+/// A process track. Handles are minted by one writer and mean nothing to another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProcessHandle(u32);
+
+/// A thread track, inside a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ThreadHandle(u32);
+
+/// A counter track, inside a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CounterHandle(u32);
+
+/// An interned string: an event name, a category, a repeated argument value (a path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StringHandle(u32);
+
+macro_rules! handle_index {
+    ($($handle:ident),*) => {$(
+        impl $handle {
+            /// For writers: the handle of entry `index` of the writer's own table.
+            pub fn from_index(index: usize) -> Self {
+                $handle(u32::try_from(index).expect("fewer than 2^32 tracks and strings"))
+            }
+            /// For writers: the entry of the writer's table this handle names.
+            pub fn index(self) -> usize {
+                self.0 as usize
+            }
+        }
+    )*};
+}
+handle_index!(ProcessHandle, ThreadHandle, CounterHandle, StringHandle);
+
+/// An argument's value. Variants map onto Perfetto's debug annotations (int, uint, double,
+/// bool, string, pointer, array) and onto JSON.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ArgValue<'a> {
+    Int(i64),
+    UInt(u64),
+    Double(f64),
+    Bool(bool),
+    Str(&'a str),
+    /// A string interned with [`TraceWriter::intern`] (one that repeats, like a path).
+    Interned(StringHandle),
+    /// An address, handle or request code: shown in hex (`"0x7f00"` in JSON).
+    Hex(u64),
+    /// A small array of numbers (grid and block dimensions).
+    UInts(&'a [u64]),
+}
+
+/// Arguments of an event: `(key, value)`. Keys are identifiers (letters, digits, `_`).
+pub type Args<'a> = &'a [(&'static str, ArgValue<'a>)];
+
+/// An interval on a thread.
+#[derive(Debug, Clone, Copy)]
+pub struct Slice<'a> {
+    pub start_ns: u64,
+    pub dur_ns: u64,
+    pub name: StringHandle,
+    pub category: StringHandle,
+    pub args: Args<'a>,
+}
+
+/// A point in time on a thread.
+#[derive(Debug, Clone, Copy)]
+pub struct Instant<'a> {
+    pub time_ns: u64,
+    pub name: StringHandle,
+    pub category: StringHandle,
+    pub args: Args<'a>,
+}
+
+/// One end of an arrow between two slices; both ends carry the same `id`.
+#[derive(Debug, Clone, Copy)]
+pub struct Flow<'a> {
+    /// Unique per arrow over the whole trace (53 bits keep it exact as a JSON number).
+    pub id: u64,
+    pub name: StringHandle,
+    pub category: StringHandle,
+    pub args: Args<'a>,
+}
+
+/// What a counter's values are: the name of the series (Chrome shows it as the value's key,
+/// Perfetto as the unit) and, for fractional values, the decimals the source is good for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CounterUnit {
+    pub name: &'static str,
+    /// Decimals of [`CounterValue::Double`] values (text formats print exactly these).
+    pub decimals: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CounterValue {
+    Int(i64),
+    UInt(u64),
+    Double(f64),
+}
+
+/// A timeline output format. Calls must come in this order: a track is declared before its
+/// first event. Errors are I/O errors of the output.
+pub trait TraceWriter {
+    /// What [`TraceWriter::finish`] gives back (the output stream, for in-memory writers).
+    type Output;
+
+    /// Interns `text`; the handle stays valid for the writer's life. The writer does not look
+    /// for an earlier copy: callers keep their own map from what they name to handles.
+    fn intern(&mut self, text: &str) -> StringHandle;
+
+    /// Declares process `pid`, named `name` when known. Declaring a pid again with a name
+    /// renames it.
+    fn process(&mut self, pid: u32, name: Option<&str>) -> io::Result<ProcessHandle>;
+
+    /// Declares thread `tid` of `process`, named `name` when known.
+    fn thread(&mut self, process: ProcessHandle, tid: u32, name: Option<&str>) -> io::Result<ThreadHandle>;
+
+    /// Declares a counter track of `process`.
+    fn counter_track(
+        &mut self,
+        process: ProcessHandle,
+        name: &str,
+        unit: CounterUnit,
+    ) -> io::Result<CounterHandle>;
+
+    fn slice(&mut self, thread: ThreadHandle, slice: &Slice<'_>) -> io::Result<()>;
+
+    fn instant(&mut self, thread: ThreadHandle, instant: &Instant<'_>) -> io::Result<()>;
+
+    /// The value of a counter from `time_ns` on.
+    fn counter(&mut self, track: CounterHandle, time_ns: u64, value: CounterValue) -> io::Result<()>;
+
+    /// The arrow's tail, inside the slice of `thread` that encloses `time_ns`. Called right
+    /// after that slice, so a writer that attaches flows to slices (Perfetto's `flow_ids`) can
+    /// hold back the one slice before.
+    fn flow_begin(&mut self, thread: ThreadHandle, time_ns: u64, flow: &Flow<'_>) -> io::Result<()>;
+
+    /// The arrow's head, bound to the slice of `thread` that encloses `time_ns`; called right
+    /// after that slice, like [`TraceWriter::flow_begin`].
+    fn flow_end(&mut self, thread: ThreadHandle, time_ns: u64, flow: &Flow<'_>) -> io::Result<()>;
+
+    /// Completes the output (closing brackets, trailing packets) and flushes it.
+    fn finish(self) -> io::Result<Self::Output>
+    where
+        Self: Sized;
+}
+
+/// Arguments built on the stack: up to `N` pairs, no allocation.
+pub struct ArgList<'a, const N: usize> {
+    items: [(&'static str, ArgValue<'a>); N],
+    len: usize,
+}
+
+impl<'a, const N: usize> ArgList<'a, N> {
+    pub fn new() -> Self {
+        ArgList { items: [("", ArgValue::Int(0)); N], len: 0 }
+    }
+
+    /// Adds a pair. More than `N` is a bug in the caller, and panics.
+    pub fn push(&mut self, key: &'static str, value: ArgValue<'a>) {
+        self.items[self.len] = (key, value);
+        self.len += 1;
+    }
+
+    pub fn as_slice(&self) -> Args<'_> {
+        &self.items[..self.len]
+    }
+}
+
+impl<const N: usize> Default for ArgList<'_, N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
