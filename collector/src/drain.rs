@@ -12,7 +12,9 @@ use mlprof_format::func::{AGG_SLOTS, Func, agg_slot_meaning};
 use mlprof_format::record::{
     CONTROL_KIND_BASE, Event, KIND_PROCESS_EXIT, KIND_PROCESS_START, KIND_SYMBOL_DEF, PROC_FORKED,
 };
-use mlprof_format::ring::{Drained, LANE_ACTIVE, LANE_RETIRED, LaneConsumer, LaneItem};
+use mlprof_format::ring::{
+    Drained, LANE_ACTIVE, LANE_CLAIMING, LANE_RETIRED, LaneConsumer, LaneItem, lane_generation, lane_state,
+};
 use mlprof_format::runfile::{
     AggregateSample, DropSample, ProcessExit, ProcessInfo, RunEnd, RunWriter, SymbolInfo, ThreadInfo,
 };
@@ -31,9 +33,12 @@ struct Stream {
     generation: u32,
     pid: u32,
     tid: u32,
+    /// The process image the thread belongs to (see `Lane::image`).
+    image: u64,
     refused: bool,
     aggregates: [(u64, u64, u64); AGG_SLOTS],
-    dropped: u64,
+    /// (dropped, interrupted) as last written.
+    dropped: (u64, u64),
 }
 
 #[derive(Default, Debug, Clone)]
@@ -65,11 +70,20 @@ pub struct Drainer {
     no_lane_drops: u64,
     final_aggregates: u64,
     uid: u32,
+    /// Process images that announced themselves without a fork (a program started or exec'd)
+    /// during this pass: (pid, image). Lanes of an older image of the same pid are freed.
+    new_images: Vec<(u32, u64)>,
+    /// Lanes seen `CLAIMING` at the last liveness check, with their state word: a lane still
+    /// holding the same word a period later was abandoned by a killed claimer.
+    claiming: HashMap<u32, u32>,
+    /// Pids whose exit is recorded.
+    exits: HashSet<u32>,
+    quiet: bool,
     pub totals: Totals,
 }
 
 impl Drainer {
-    pub fn new(segment: Segment, timebase: Timebase, writer: RunWriter) -> Drainer {
+    pub fn new(segment: Segment, timebase: Timebase, writer: RunWriter, quiet: bool) -> Drainer {
         let now = Instant::now();
         Drainer {
             segment,
@@ -89,6 +103,10 @@ impl Drainer {
             final_aggregates: 0,
             // Safety: geteuid cannot fail.
             uid: unsafe { libc::geteuid() },
+            new_images: Vec::new(),
+            claiming: HashMap::new(),
+            exits: HashSet::new(),
+            quiet,
             totals: Totals::default(),
         }
     }
@@ -102,6 +120,10 @@ impl Drainer {
         &mut self.segment
     }
 
+    pub fn segment(&self) -> &Segment {
+        &self.segment
+    }
+
     /// The run file, for the frames of the energy sampler.
     pub fn writer_mut(&mut self) -> &mut RunWriter {
         &mut self.writer
@@ -109,10 +131,11 @@ impl Drainer {
 
     /// One pass over all lanes; returns the number of records taken.
     pub fn drain_once(&mut self) -> io::Result<usize> {
+        self.segment.heartbeat(self.timebase.now());
         let mut taken = 0;
         for index in 0..self.segment.geometry.lane_count {
-            let lane = self.lane(index);
-            let state = lane.state.load(Ordering::Acquire);
+            let word = self.lane(index).state.load(Ordering::Acquire);
+            let state = lane_state(word);
             if state != LANE_ACTIVE && state != LANE_RETIRED {
                 continue;
             }
@@ -122,7 +145,13 @@ impl Drainer {
                 self.close_stream(index)?;
             }
         }
+        self.free_replaced_images()?;
         self.write_batch()?;
+        if let Some(message) = self.segment.replenish()
+            && !self.quiet
+        {
+            eprintln!("mlprof-collect: warning: {message}");
+        }
         let now = Instant::now();
         if now.duration_since(self.last_liveness) >= LIVENESS_EVERY {
             self.last_liveness = now;
@@ -144,14 +173,14 @@ impl Drainer {
     pub fn has_live_lanes(&self) -> bool {
         (0..self.segment.geometry.lane_count).any(|i| {
             let lane = self.lane(i);
-            lane.state.load(Ordering::Acquire) == LANE_ACTIVE
+            lane_state(lane.state.load(Ordering::Acquire)) == LANE_ACTIVE
                 && thread_alive(lane.pid.load(Ordering::Relaxed), lane.tid.load(Ordering::Relaxed))
         })
     }
 
     fn open_stream(&mut self, index: u32) -> io::Result<()> {
         let lane = self.lane(index);
-        let generation = lane.generation.load(Ordering::Relaxed);
+        let generation = lane_generation(lane.state.load(Ordering::Acquire));
         if self.streams.get(&index).is_some_and(|s| s.generation == generation) {
             return Ok(());
         }
@@ -163,21 +192,22 @@ impl Drainer {
         let lane = self.lane(index);
         let pid = lane.pid.load(Ordering::Relaxed);
         let tid = lane.tid.load(Ordering::Relaxed);
+        let image = lane.image.load(Ordering::Relaxed);
         // The uid the process claimed the lane with, and /proc's while the process lives.
         let claimed_uid = lane.uid.load(Ordering::Relaxed);
         let refused = claimed_uid != self.uid || owner_uid(pid).is_some_and(|uid| uid != self.uid);
         if refused {
             eprintln!("mlprof-collect: refusing records of pid {pid}: it belongs to another user");
         }
-        self.prefault(index);
         let stream = Stream {
             id: self.next_stream,
             generation,
             pid,
             tid,
+            image,
             refused,
             aggregates: [(0, 0, 0); AGG_SLOTS],
-            dropped: 0,
+            dropped: (0, 0),
         };
         self.next_stream += 1;
         self.totals.threads += 1;
@@ -191,17 +221,6 @@ impl Drainer {
         Ok(())
     }
 
-    /// Allocates a newly claimed lane's shared pages now, from the collector's side, so the
-    /// producer's first lap over its lane maps existing pages instead of allocating and zeroing
-    /// them on its own time (about 1 in 64 records would otherwise take a page fault).
-    fn prefault(&self, index: u32) {
-        if let Some((start, len)) = self.segment.view().lane_slots(index) {
-            // Safety: the range lies inside our own shared mapping; MADV_POPULATE_WRITE only
-            // faults pages in (failing harmlessly on kernels older than 5.14).
-            unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_POPULATE_WRITE) };
-        }
-    }
-
     /// One consumer step on lane `index` (see [`LaneConsumer::drain`]): the records become
     /// events of the pass's batch, strings and metadata frames; a refused stream's are only
     /// counted. Returns the number of records taken.
@@ -209,7 +228,7 @@ impl Drainer {
         let Some(stream) = self.streams.get(&index) else {
             return Ok(0);
         };
-        let (pid, tid, refused) = (stream.pid, stream.tid, stream.refused);
+        let (pid, tid, image, refused) = (stream.pid, stream.tid, stream.image, stream.refused);
         let Drainer {
             segment,
             consumer,
@@ -219,6 +238,8 @@ impl Drainer {
             batch,
             waiting_for_path,
             waiting_for_argv,
+            new_images,
+            exits,
             totals,
             ..
         } = self;
@@ -241,6 +262,9 @@ impl Drainer {
                         start_ns: timebase.to_ns(event.start),
                         forked: event.extra & PROC_FORKED != 0,
                     };
+                    if !process.forked {
+                        new_images.push((pid, image));
+                    }
                     // A fork child refers to its parent's command line, which the parent's lane
                     // may deliver later in this pass: wait for it.
                     waiting_for_argv.push((event.arg2, process));
@@ -249,6 +273,7 @@ impl Drainer {
                     writer.write_symbol(&SymbolInfo { pid, handle: event.arg, name: event.arg2 })?;
                 }
                 KIND_PROCESS_EXIT => {
+                    exits.insert(pid);
                     writer.write_process_exit(&ProcessExit {
                         pid,
                         time_ns: timebase.to_ns(event.start),
@@ -364,26 +389,70 @@ impl Drainer {
         Ok(())
     }
 
+    /// Frees the lanes of threads that are gone (drained first), and lanes whose claimer died
+    /// half-way through claiming them; records the exit of processes found as zombies whose
+    /// exit no hook saw (killed by a signal).
     fn free_dead_lanes(&mut self) -> io::Result<()> {
+        let mut claiming = HashMap::new();
         for index in 0..self.segment.geometry.lane_count {
             let lane = self.lane(index);
-            if lane.state.load(Ordering::Acquire) != LANE_ACTIVE {
-                continue;
+            let word = lane.state.load(Ordering::Acquire);
+            match lane_state(word) {
+                LANE_CLAIMING => {
+                    if self.claiming.get(&index) == Some(&word) {
+                        self.segment.view().reclaim_stale_claim(index, word);
+                        self.segment.lane_freed();
+                    } else {
+                        claiming.insert(index, word);
+                    }
+                    continue;
+                }
+                LANE_ACTIVE => {}
+                _ => continue,
             }
-            if thread_alive(lane.pid.load(Ordering::Relaxed), lane.tid.load(Ordering::Relaxed)) {
+            let (pid, tid) = (lane.pid.load(Ordering::Relaxed), lane.tid.load(Ordering::Relaxed));
+            if thread_alive(pid, tid) {
                 continue;
             }
             self.open_stream(index)?;
             self.drain_lane(index)?;
             self.close_stream(index)?;
+            if !self.exits.contains(&pid)
+                && let Some((exit_code, signal)) = zombie_exit(pid)
+            {
+                self.record_exit(pid, exit_code, signal)?;
+            }
         }
+        self.claiming = claiming;
         self.write_batch()
+    }
+
+    /// Frees the lanes of process images that exec replaced: a thread of the old image can no
+    /// longer write (exec ends every thread but the caller, and the caller's new image has a
+    /// new thread state), but its lane stays `ACTIVE` with a live pid and tid.
+    fn free_replaced_images(&mut self) -> io::Result<()> {
+        if self.new_images.is_empty() {
+            return Ok(());
+        }
+        let new_images = std::mem::take(&mut self.new_images);
+        let replaced: Vec<u32> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| new_images.iter().any(|&(pid, image)| s.pid == pid && s.image != image))
+            .map(|(&index, _)| index)
+            .collect();
+        for index in replaced {
+            self.drain_lane(index)?;
+            self.close_stream(index)?;
+        }
+        Ok(())
     }
 
     /// Final counters of a lane's stream, then the lane is zeroed and freed for reuse.
     fn close_stream(&mut self, index: u32) -> io::Result<()> {
         self.close_stream_counters(index)?;
         self.segment.view().free(index);
+        self.segment.lane_freed();
         Ok(())
     }
 
@@ -391,7 +460,7 @@ impl Drainer {
         self.snapshot_stream(index)?;
         if let Some(stream) = self.streams.remove(&index) {
             self.final_aggregates += stream.aggregates.iter().map(|a| a.0).sum::<u64>();
-            self.totals.dropped += stream.dropped;
+            self.totals.dropped += stream.dropped.0;
         }
         Ok(())
     }
@@ -401,7 +470,7 @@ impl Drainer {
         for index in indexes {
             self.snapshot_stream(index)?;
         }
-        let no_lane = self.segment.view().header().no_lane_drops.load(Ordering::Relaxed);
+        let no_lane = self.segment.view().header().no_lane_drops_total();
         if no_lane != self.no_lane_drops {
             self.no_lane_drops = no_lane;
             let time_ns = crate::timebase::monotonic_ns();
@@ -411,6 +480,7 @@ impl Drainer {
                 tid: 0,
                 time_ns,
                 dropped: no_lane,
+                interrupted: 0,
             }])?;
         }
         Ok(())
@@ -457,17 +527,27 @@ impl Drainer {
         if !samples.is_empty() {
             self.writer.write_aggregates(&samples)?;
         }
-        let dropped = lane.dropped.load(Ordering::Relaxed);
-        if dropped != stream.dropped {
-            stream.dropped = dropped;
-            let sample = DropSample { stream: stream.id, pid: stream.pid, tid: stream.tid, time_ns, dropped };
+        let interrupted = lane.interrupted.load(Ordering::Relaxed);
+        let dropped = lane.dropped.load(Ordering::Relaxed).wrapping_add(interrupted);
+        if (dropped, interrupted) != stream.dropped {
+            stream.dropped = (dropped, interrupted);
+            let sample = DropSample {
+                stream: stream.id,
+                pid: stream.pid,
+                tid: stream.tid,
+                time_ns,
+                dropped,
+                interrupted,
+            };
             self.writer.write_drops(&[sample])?;
         }
         Ok(())
     }
 
-    /// Records the launcher's own view of how its child ended.
+    /// Records how a process ended, as the launcher's waitpid (its child) or the zombie's
+    /// /proc entry (a descendant killed by a signal) says.
     pub fn record_exit(&mut self, pid: u32, exit_code: Option<i32>, signal: Option<i32>) -> io::Result<()> {
+        self.exits.insert(pid);
         self.writer.write_process_exit(&ProcessExit {
             pid,
             time_ns: crate::timebase::monotonic_ns(),
@@ -480,7 +560,7 @@ impl Drainer {
     pub fn finish(mut self) -> io::Result<Totals> {
         self.drain_once()?;
         for index in 0..self.segment.geometry.lane_count {
-            let state = self.lane(index).state.load(Ordering::Acquire);
+            let state = lane_state(self.lane(index).state.load(Ordering::Acquire));
             if state == LANE_ACTIVE || state == LANE_RETIRED {
                 self.open_stream(index)?;
                 self.drain_lane(index)?;
@@ -511,6 +591,23 @@ fn thread_alive(pid: u32, tid: u32) -> bool {
             None => true,
         },
         Err(_) => false,
+    }
+}
+
+/// How process `pid` ended, while it is a zombie (its parent has not reaped it yet): field 52
+/// of /proc/PID/stat is its wait status. (exit code, signal).
+fn zombie_exit(pid: u32) -> Option<(Option<i32>, Option<i32>)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();
+    // After the ')' the fields start at 3 (state); the wait status is field 52.
+    if fields.first() != Some(&"Z") {
+        return None;
+    }
+    let status: i32 = fields.get(52 - 3)?.parse().ok()?;
+    if status & 0x7f != 0 {
+        Some((None, Some(status & 0x7f)))
+    } else {
+        Some((Some((status >> 8) & 0xff), None))
     }
 }
 

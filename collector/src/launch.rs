@@ -63,7 +63,7 @@ pub fn setid_warning(program: &str) -> Option<String> {
 pub fn spawn(
     command: &[String],
     preload: &Path,
-    shm_name: &str,
+    shm_path: &Path,
     session: &str,
     extra_env: &[(&str, std::ffi::OsString)],
 ) -> Result<Child, String> {
@@ -78,7 +78,7 @@ pub fn spawn(
     let mut cmd = Command::new(&command[0]);
     cmd.args(&command[1..])
         .env("LD_PRELOAD", ld_preload)
-        .env("MLPROF_SHM", shm_name)
+        .env("MLPROF_SHM", shm_path)
         .env("MLPROF_SESSION", session);
     // mlprof is the ITT collector; one the user had chosen (VTune's) is chained behind it.
     let preload_os = preload.as_os_str();
@@ -102,6 +102,39 @@ pub fn spawn(
         });
     }
     cmd.spawn().map_err(|e| format!("cannot run {}: {e}", command[0]))
+}
+
+/// Runs `command` without profiling (no ring could be made: `why`), forwarding SIGTERM, and
+/// returns its exit status as the launcher's.
+pub fn run_unprofiled(command: &[String], why: &str) -> Result<std::process::ExitCode, String> {
+    eprintln!(
+        "mlprof-collect: error: {why}; running {} without profiling (no run file is written)",
+        command[0]
+    );
+    let mut cmd = Command::new(&command[0]);
+    cmd.args(&command[1..]);
+    // Safety: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    install_signal_handlers();
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", command[0]))?;
+    let pid = child.id();
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status;
+        }
+        forward_termination(pid);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let (code, signal) = describe(status);
+    Ok(std::process::ExitCode::from(
+        code.map(|c| c as u8).unwrap_or_else(|| 128u8.wrapping_add(signal.unwrap_or(0) as u8)),
+    ))
 }
 
 static TERMINATION: AtomicI32 = AtomicI32::new(0);

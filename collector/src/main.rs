@@ -116,12 +116,13 @@ fn run(args: Args) -> Result<ExitCode, String> {
     }
     // Safety: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
-    segment::sweep_stale_launcher_segments(uid);
+    let shm_dir = segment::shm_dir();
+    segment::sweep_stale_launcher_segments(&shm_dir, uid);
     let shm_name = if launching {
-        format!("/mlprof-{uid}-run-{}-{:x}", std::process::id(), timebase::realtime_ns() & 0xffff_ffff)
+        format!("mlprof-{uid}-run-{}-{:x}", std::process::id(), timebase::realtime_ns() & 0xffff_ffff)
     } else {
         let name = session_shm_name(uid, &session);
-        if let Some(pid) = segment::check_existing(&name).map_err(|e| e.to_string())? {
+        if let Some(pid) = segment::check_existing(&shm_dir, &name).map_err(|e| e.to_string())? {
             return Err(format!(
                 "session '{session}' is already served by mlprof-collect pid {pid}; choose another with --session"
             ));
@@ -136,8 +137,34 @@ fn run(args: Args) -> Result<ExitCode, String> {
         _ => timebase::tsc_usable(),
     };
     let timebase = Timebase::new(use_tsc);
-    let segment = Segment::create(&shm_name, geometry, timebase.source())
-        .map_err(|e| format!("cannot create shared memory {shm_name}: {e}"))?;
+    // The job must run even when its shared memory cannot hold a ring (a container's small
+    // /dev/shm): the launcher then runs it unprofiled and says why.
+    let free = segment::free_bytes(&shm_dir).map_err(|e| {
+        format!("cannot inspect {} ({e}); set MLPROF_SHM_DIR to a writable tmpfs", shm_dir.display())
+    })?;
+    let plan = match segment::plan(geometry, free, &shm_dir) {
+        Ok(plan) => plan,
+        Err(why) if launching => return launch::run_unprofiled(&args.command, &why),
+        Err(why) => return Err(why),
+    };
+    if let Some(note) = &plan.note
+        && !args.quiet
+    {
+        eprintln!("mlprof-collect: warning: {note}");
+    }
+    let check_period = timebase.ticks_for_ns(100_000_000);
+    let segment = match Segment::create(&shm_dir, &shm_name, &plan, timebase.source(), check_period) {
+        Ok(segment) => segment,
+        Err(e) => {
+            let why = format!("cannot create the ring {} ({e})", shm_dir.join(&shm_name).display());
+            if launching {
+                return launch::run_unprofiled(&args.command, &why);
+            }
+            return Err(why);
+        }
+    };
+    let geometry = plan.geometry;
+    let shm_path = shm_dir.join(&shm_name);
     let start_mono_ns = timebase::monotonic_ns();
     let start_realtime_ns = timebase::realtime_ns();
     let info = RunInfo {
@@ -154,7 +181,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
     };
     let writer = RunWriter::create(&args.out, &info)
         .map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;
-    let mut drainer = Drainer::new(segment, timebase, writer);
+    let mut drainer = Drainer::new(segment, timebase, writer, args.quiet);
     let mut sampler = (!args.no_energy).then(|| energy::Sampler::start(energy_config(&args)));
     launch::install_signal_handlers();
     let started = Instant::now();
@@ -163,21 +190,21 @@ fn run(args: Args) -> Result<ExitCode, String> {
         let torch_hook = if args.torch { Some(torch_hook::TorchHook::create()?) } else { None };
         let extra_env: Vec<(&str, std::ffi::OsString)> =
             torch_hook.iter().map(|hook| ("PYTHONPATH", hook.python_path())).collect();
-        let mut child = launch::spawn(&args.command, &preload, &shm_name, &session, &extra_env)?;
+        let mut child = launch::spawn(&args.command, &preload, &shm_path, &session, &extra_env)?;
         let child_pid = child.id();
         let status = loop {
-            let taken = drain(&mut drainer, &mut sampler)?;
+            let pass = drain(&mut drainer, &mut sampler)?;
             if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
                 break status;
             }
             launch::forward_termination(child_pid);
-            pause(taken);
+            pause(&drainer, pass);
         };
         // Children the command left behind (or that are still exiting) get a grace period.
         let deadline = Instant::now() + Duration::from_millis(args.linger_ms);
         while Instant::now() < deadline && drainer.has_live_lanes() {
-            let taken = drain(&mut drainer, &mut sampler)?;
-            pause(taken);
+            let pass = drain(&mut drainer, &mut sampler)?;
+            pause(&drainer, pass);
         }
         drop(torch_hook);
         let (code, signal) = launch::describe(status);
@@ -196,8 +223,8 @@ fn run(args: Args) -> Result<ExitCode, String> {
             eprintln!("mlprof-collect: session '{session}' ready");
         }
         while !launch::termination_requested() {
-            let taken = drain(&mut drainer, &mut sampler)?;
-            pause(taken);
+            let pass = drain(&mut drainer, &mut sampler)?;
+            pause(&drainer, pass);
         }
         0
     };
@@ -224,13 +251,15 @@ fn run(args: Args) -> Result<ExitCode, String> {
     Ok(ExitCode::from(exit_code))
 }
 
-/// One drain pass, then the energy samples that arrived meanwhile.
-fn drain(drainer: &mut Drainer, sampler: &mut Option<energy::Sampler>) -> Result<usize, String> {
+/// One drain pass, then the energy samples that arrived meanwhile. Returns the records taken
+/// and the producers' wake count as it was before the pass (see `pause`).
+fn drain(drainer: &mut Drainer, sampler: &mut Option<energy::Sampler>) -> Result<(usize, u32), String> {
+    let wake = drainer.segment().wake_count();
     let taken = drainer.drain_once().map_err(|e| e.to_string())?;
     if let Some(sampler) = sampler {
         sampler.write_pending(drainer.writer_mut()).map_err(|e| e.to_string())?;
     }
-    Ok(taken)
+    Ok((taken, wake))
 }
 
 fn energy_config(args: &Args) -> energy::EnergyConfig {
@@ -252,10 +281,11 @@ fn energy_config(args: &Args) -> energy::EnergyConfig {
     }
 }
 
-/// Polls every 0.5 ms while records flow (a lane of 65536 records lasts ~26 ms at 2.5 M
-/// records/s, and on a busy machine a wake-up can come late), backing off to 5 ms when idle.
-fn pause(taken: usize) {
-    std::thread::sleep(Duration::from_micros(if taken > 0 { 500 } else { 5000 }));
+/// Waits for the next pass: 0.5 ms while records flow (a lane of 65536 records lasts ~26 ms at
+/// 2.5 M records/s, and on a busy machine a wake-up can come late), 5 ms when idle, or until a
+/// producer wakes the collector (a thread found no free lane) since the pass began (`wake`).
+fn pause(drainer: &Drainer, (taken, wake): (usize, u32)) {
+    drainer.segment().sleep(wake, Duration::from_micros(if taken > 0 { 500 } else { 5000 }));
 }
 
 fn report(args: &Args, totals: &Totals, elapsed: Duration) {

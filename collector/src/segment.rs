@@ -1,95 +1,331 @@
-//! The shared-memory segment: created private to the user (0600), initialized, and unlinked when
-//! the collector finishes.
+//! The shared-memory segment: a file in the shm directory (`$MLPROF_SHM_DIR`, else `/dev/shm`,
+//! where `shm_open` puts its objects), private to the user (0600), created under a temporary
+//! name, initialized and renamed into place (so no producer ever maps half a header), and
+//! unlinked when the collector finishes.
+//!
+//! Memory is backed before anyone may write it: the header and lane blocks when the segment is
+//! made, each lane's slots (`fallocate`) before the lane is offered to producers. A producer
+//! writing into a sparse tmpfs page that the filesystem cannot back would be killed by SIGBUS
+//! (Docker gives /dev/shm 64 MiB); here a lane that cannot be backed is simply never offered,
+//! and the records of threads that find no lane are counted as dropped.
 
 use std::ffi::CString;
+use std::fs::File;
 use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
 use mlprof_format::ring::{
-    HEADER_BYTES, RING_CLOSED, RING_MAGIC, RING_SERVING, RingGeometry, RingHeader, RingView,
+    LANE_FREE, LANE_OPEN, LANE_UNBACKED, RING_CLOSED, RingGeometry, RingHeader, RingView, lane_state,
 };
 
+/// Where segments live: `$MLPROF_SHM_DIR`, else `/dev/shm`.
+pub fn shm_dir() -> PathBuf {
+    std::env::var_os("MLPROF_SHM_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/dev/shm".into())
+}
+
+/// Lanes kept backed and free beyond those in use, so that new threads find one at once (a
+/// thread that finds none backs an open lane itself, or, when memory is short, waits for the
+/// collector, its records counted as dropped meanwhile).
+const SPARE_LANES: u32 = 4;
+
+/// How the ring is sized for the memory the shm filesystem has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// The geometry to create.
+    pub geometry: RingGeometry,
+    /// At most this many lanes are backed (and so in use) at once.
+    pub max_backed_lanes: u32,
+    /// What was cut and how to avoid it, when the requested ring did not fit.
+    pub note: Option<String>,
+}
+
+/// Smallest lane the plan shrinks to (4096 records, 256 KiB): below it a busy thread fills its
+/// lane between two collector passes.
+const MIN_LANE_RECORDS: u32 = 4096;
+/// Lanes the plan tries to keep when it has to shrink them.
+const WANTED_LANES: u32 = 64;
+
+/// Sizes the ring for `free` bytes of shm filesystem: it may take a quarter of them (the job
+/// itself needs shared memory, e.g. for DataLoader tensors). Keeps the requested geometry when
+/// every lane fits; else makes lanes smaller (not below 4096 records) so that up to 64 fit,
+/// and limits how many are backed at once. `Err` when not even the header and one lane fit.
+pub fn plan(requested: RingGeometry, free: u64, dir: &Path) -> Result<Plan, String> {
+    let budget = free / 4;
+    let control = requested.slots_offset();
+    let lane_bytes = |capacity: u32| capacity as u64 * mlprof_format::record::RECORD_BYTES as u64;
+    let fits = |capacity: u32| budget.saturating_sub(control) / lane_bytes(capacity);
+    if fits(requested.lane_capacity) >= requested.lane_count as u64 {
+        return Ok(Plan { geometry: requested, max_backed_lanes: requested.lane_count, note: None });
+    }
+    let wanted = requested.lane_count.min(WANTED_LANES) as u64;
+    let mut capacity = requested.lane_capacity;
+    while capacity > MIN_LANE_RECORDS && fits(capacity) < wanted {
+        capacity /= 2;
+    }
+    let lanes = fits(capacity).min(requested.lane_count as u64) as u32;
+    let advice = "give the job more shared memory (docker run --shm-size=1g or --ipc=host; Kubernetes: \
+                  an emptyDir with medium: Memory mounted on /dev/shm) or point MLPROF_SHM_DIR at a \
+                  larger tmpfs";
+    if lanes == 0 {
+        return Err(format!(
+            "{} has {} free, too little for even one lane of the ring; {advice}",
+            dir.display(),
+            human_bytes(free)
+        ));
+    }
+    let geometry = RingGeometry { lane_count: requested.lane_count, lane_capacity: capacity };
+    let note = format!(
+        "{} has {} free: mlprof uses at most a quarter, so the ring holds {} record(s) per thread \
+         ({} each) and at most {lanes} thread(s) record at once; records of threads beyond that are \
+         counted as dropped. To avoid this, {advice}",
+        dir.display(),
+        human_bytes(free),
+        capacity,
+        human_bytes(lane_bytes(capacity)),
+    );
+    Ok(Plan { geometry, max_backed_lanes: lanes, note: Some(note) })
+}
+
+fn human_bytes(bytes: u64) -> String {
+    if bytes >= 1 << 30 {
+        format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{:.0} MiB", bytes as f64 / (1u64 << 20) as f64)
+    }
+}
+
+/// Free bytes of the filesystem holding `dir` (what an unprivileged user may still allocate).
+pub fn free_bytes(dir: &Path) -> io::Result<u64> {
+    let c_dir =
+        CString::new(dir.as_os_str().as_bytes()).map_err(|_| io::Error::other("path contains NUL"))?;
+    // Safety: statvfs writes into a zeroed struct; the path is a valid C string.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // Safety: as above.
+    if unsafe { libc::statvfs(c_dir.as_ptr(), &mut stat) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(stat.f_bavail as u64 * stat.f_frsize as u64)
+}
+
 pub struct Segment {
-    name: CString,
+    path: PathBuf,
+    file: File,
     base: *mut u8,
     len: usize,
     pub geometry: RingGeometry,
     view: RingView,
     unlinked: bool,
+    /// At most this many lanes are backed at once (the plan's limit).
+    max_backed: u32,
+    /// The filesystem has room for the whole ring: lanes not backed yet are open to producers
+    /// that back them themselves.
+    open_lanes: bool,
+    /// Backing a lane failed (the filesystem is full): said once, not retried until a lane is
+    /// freed.
+    backing_failed: bool,
 }
 
 impl Segment {
-    /// Creates the segment `name` (e.g. `/mlprof-1000-default`), failing if it exists.
-    pub fn create(name: &str, geometry: RingGeometry, clock_source: u32) -> io::Result<Segment> {
-        let c_name = CString::new(name).map_err(|_| io::Error::other("segment name contains NUL"))?;
+    /// Creates the segment `name` (e.g. `mlprof-1000-default`) in `dir`, failing if it exists,
+    /// with the header and lane blocks backed and a few lanes offered.
+    pub fn create(
+        dir: &Path,
+        name: &str,
+        plan: &Plan,
+        clock_source: u32,
+        check_period: u64,
+    ) -> io::Result<Segment> {
+        let geometry = plan.geometry;
+        let path = dir.join(name);
+        let temporary = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+        let _ = std::fs::remove_file(&temporary);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&temporary)?;
+        let unlink_temporary = |err: io::Error| {
+            let _ = std::fs::remove_file(&temporary);
+            err
+        };
         let len = geometry.total_bytes() as usize;
-        // Safety: plain libc calls on a fresh descriptor; errors are checked.
-        unsafe {
-            let fd = libc::shm_open(
-                c_name.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-                0o600,
-            );
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // The umask cannot widen 0600, but make the mode explicit anyway.
-            libc::fchmod(fd, 0o600);
-            if libc::ftruncate(fd, len as libc::off_t) != 0 {
-                let err = io::Error::last_os_error();
-                libc::close(fd);
-                libc::shm_unlink(c_name.as_ptr());
-                return Err(err);
-            }
-            let base = libc::mmap(
+        file.set_len(len as u64).map_err(unlink_temporary)?;
+        allocate(&file, 0, geometry.slots_offset()).map_err(unlink_temporary)?;
+        // Safety: a shared mapping of the whole file we just sized; unmapped in Drop.
+        let base = unsafe {
+            libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
-                fd,
+                file.as_raw_fd(),
                 0,
-            );
-            libc::close(fd);
-            if base == libc::MAP_FAILED {
-                let err = io::Error::last_os_error();
-                libc::shm_unlink(c_name.as_ptr());
-                return Err(err);
-            }
-            let base = base as *mut u8;
-            let segment = Segment {
-                name: c_name,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(unlink_temporary(io::Error::last_os_error()));
+        }
+        let base = base as *mut u8;
+        // Safety: the mapping is fresh, zero-filled, page aligned and sized for the geometry;
+        // nobody else can see it before the rename below.
+        let view = unsafe {
+            RingView::initialize(
                 base,
-                len,
                 geometry,
-                view: RingView::new(base, geometry),
-                unlinked: false,
-            };
-            segment.init_header(clock_source);
-            Ok(segment)
+                clock_source,
+                libc::geteuid(),
+                std::process::id(),
+                check_period,
+            );
+            RingView::new(base, geometry)
+        };
+        let mut segment = Segment {
+            path,
+            file,
+            base,
+            len,
+            geometry,
+            view,
+            unlinked: true,
+            max_backed: plan.max_backed_lanes,
+            open_lanes: plan.note.is_none(),
+            backing_failed: false,
+        };
+        segment.replenish();
+        if let Err(err) = rename_no_replace(&temporary, &segment.path) {
+            let _ = std::fs::remove_file(&temporary);
+            return Err(err);
         }
-    }
-
-    fn init_header(&self, clock_source: u32) {
-        // Safety: the mapping is fresh, zero-filled, page aligned and sized for the geometry.
-        unsafe {
-            RingView::initialize(self.base, self.geometry, clock_source, libc::geteuid(), std::process::id());
-        }
+        segment.unlinked = false;
+        Ok(segment)
     }
 
     pub fn view(&self) -> &RingView {
         &self.view
     }
 
+    /// Keeps `SPARE_LANES` lanes backed and free for new threads, backing more (up to the
+    /// plan's limit) as threads take them; with memory for the whole ring, every other lane is
+    /// left open for a thread that finds none free to back itself. Returns a message the first
+    /// time the filesystem refuses.
+    pub fn replenish(&mut self) -> Option<String> {
+        let (mut free, mut backed) = (0u32, 0u32);
+        for index in 0..self.geometry.lane_count {
+            let Some(lane) = self.view.lane(index) else { break };
+            match lane_state(lane.state.load(Ordering::Relaxed)) {
+                LANE_FREE => {
+                    free += 1;
+                    backed += 1;
+                }
+                LANE_UNBACKED | LANE_OPEN => {}
+                _ => backed += 1,
+            }
+        }
+        let mut message = None;
+        for index in 0..self.geometry.lane_count {
+            if free >= SPARE_LANES || backed >= self.max_backed || self.backing_failed {
+                break;
+            }
+            let Some(lane) = self.view.lane(index) else { break };
+            let state = lane_state(lane.state.load(Ordering::Relaxed));
+            // An open lane is taken back first (a producer may win it meanwhile: then skip it).
+            if !(state == LANE_UNBACKED || (state == LANE_OPEN && self.view.withdraw_open(index))) {
+                continue;
+            }
+            let Some((start, len)) = self.view.lane_slots(index) else { break };
+            if let Err(err) = allocate(&self.file, start as u64 - self.base as u64, len as u64) {
+                self.backing_failed = true;
+                message = Some(format!(
+                    "cannot back another lane in {} ({err}); {backed} thread(s) record at once, the records \
+                     of any more are counted as dropped",
+                    self.path.parent().unwrap_or(Path::new("/")).display(),
+                ));
+                break;
+            }
+            if self.view.offer(index) {
+                free += 1;
+                backed += 1;
+            }
+        }
+        if self.open_lanes {
+            for index in 0..self.geometry.lane_count {
+                let unbacked = self
+                    .view
+                    .lane(index)
+                    .is_some_and(|l| lane_state(l.state.load(Ordering::Relaxed)) == LANE_UNBACKED);
+                if unbacked && !self.backing_failed {
+                    self.view.open(index);
+                }
+            }
+        }
+        message
+    }
+
+    /// A lane was freed: backing may be retried if it had failed (memory came back).
+    pub fn lane_freed(&mut self) {
+        self.backing_failed = false;
+    }
+
+    /// Records the collector's clock in the header (producers use it to tell a dead collector).
+    pub fn heartbeat(&self, now: u64) {
+        self.header().heartbeat.store(now, Ordering::Relaxed);
+    }
+
+    /// The producers' wake counter (read it before a drain pass, pass it to [`Segment::sleep`]).
+    pub fn wake_count(&self) -> u32 {
+        self.header().wake.load(Ordering::SeqCst)
+    }
+
+    /// Sleeps up to `timeout`, or until a producer wakes the collector (a thread found no
+    /// lane), unless one did since `seen` was read.
+    pub fn sleep(&self, seen: u32, timeout: std::time::Duration) {
+        let header = self.header();
+        header.sleeping.store(1, Ordering::SeqCst);
+        // A producer bumps `wake`, then wakes us if `sleeping` is set: either it saw `sleeping`
+        // and wakes the futex (which then does not match `seen` or is woken), or its bump is
+        // visible here and we do not sleep.
+        if header.wake.load(Ordering::SeqCst) == seen {
+            let timeout = libc::timespec {
+                tv_sec: timeout.as_secs() as libc::time_t,
+                tv_nsec: timeout.subsec_nanos() as libc::c_long,
+            };
+            // Safety: a futex wait on an aligned u32 of our shared mapping (not private: the
+            // wakers are other processes), with a relative timeout.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    header.wake.as_ptr(),
+                    libc::FUTEX_WAIT,
+                    seen,
+                    &timeout as *const libc::timespec,
+                );
+            }
+        }
+        header.sleeping.store(0, Ordering::SeqCst);
+    }
+
+    fn header(&self) -> &RingHeader {
+        self.view.header()
+    }
+
     /// Stops accepting processes: new joiners see no segment, writers see the closed state.
     pub fn close(&mut self) {
-        self.view.header().state.store(RING_CLOSED, Ordering::Release);
+        self.header().state.store(RING_CLOSED, Ordering::Release);
         self.unlink();
     }
 
     fn unlink(&mut self) {
         if !self.unlinked {
-            // Safety: the name is a valid C string.
-            unsafe { libc::shm_unlink(self.name.as_ptr()) };
+            let _ = std::fs::remove_file(&self.path);
             self.unlinked = true;
         }
     }
@@ -103,13 +339,39 @@ impl Drop for Segment {
     }
 }
 
-/// Removes the launcher segments (`/mlprof-UID-run-PID-…`) that collectors of this user left
+/// Allocates `len` bytes of `file` at `offset`, so later writes there cannot fail for lack of
+/// space (`ENOSPC` now instead of SIGBUS later).
+fn allocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    // Safety: fallocate on our own descriptor; mode 0 allocates without changing the size.
+    let ret = unsafe { libc::fallocate(file.as_raw_fd(), 0, offset as libc::off_t, len as libc::off_t) };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Renames `from` to `to` unless `to` exists (then `AlreadyExists`).
+fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
+    let from =
+        CString::new(from.as_os_str().as_bytes()).map_err(|_| io::Error::other("path contains NUL"))?;
+    let to = CString::new(to.as_os_str().as_bytes()).map_err(|_| io::Error::other("path contains NUL"))?;
+    // Safety: renameat2 with valid C strings; RENAME_NOREPLACE makes it fail on an existing name.
+    let ret = unsafe {
+        libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::RENAME_NOREPLACE)
+    };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Removes the launcher segments (`mlprof-UID-run-PID-…`) that collectors of this user left
 /// behind when they were killed (SIGKILL gives no chance to unlink): their pages would stay in
 /// memory until reboot. A segment whose collector pid is alive is left alone. Returns how many
 /// were removed.
-pub fn sweep_stale_launcher_segments(uid: u32) -> usize {
+pub fn sweep_stale_launcher_segments(dir: &Path, uid: u32) -> usize {
     let prefix = format!("mlprof-{uid}-run-");
-    let Ok(entries) = std::fs::read_dir("/dev/shm") else { return 0 };
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
     let mut removed = 0;
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -118,50 +380,72 @@ pub fn sweep_stale_launcher_segments(uid: u32) -> usize {
         // Safety: signal 0 only checks that the process exists.
         let alive = pid > 0 && unsafe { libc::kill(pid, 0) } == 0;
         let ours = entry.metadata().map(|m| std::os::unix::fs::MetadataExt::uid(&m) == uid).unwrap_or(false);
-        if !alive
-            && ours
-            && let Ok(c_name) = CString::new(format!("/{name}"))
-        {
-            // Safety: unlinking a segment name of ours.
-            if unsafe { libc::shm_unlink(c_name.as_ptr()) } == 0 {
-                removed += 1;
-            }
+        if !alive && ours && std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
         }
     }
     removed
 }
 
-/// Whether an existing segment `name` is served by a live collector; removes it if stale.
-pub fn check_existing(name: &str) -> io::Result<Option<u32>> {
-    let c_name = CString::new(name).map_err(|_| io::Error::other("segment name contains NUL"))?;
-    // Safety: libc calls with checked results; the mapping is dropped before returning.
-    unsafe {
-        let fd = libc::shm_open(c_name.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0);
-        if fd < 0 {
-            return Ok(None);
-        }
-        let mut stat: libc::stat = std::mem::zeroed();
-        let mut owner = None;
-        if libc::fstat(fd, &mut stat) == 0 && stat.st_size as usize >= HEADER_BYTES {
-            let base =
-                libc::mmap(std::ptr::null_mut(), HEADER_BYTES, libc::PROT_READ, libc::MAP_SHARED, fd, 0);
-            if base != libc::MAP_FAILED {
-                let header = &*(base as *const RingHeader);
-                let pid = header.collector_pid;
-                if header.magic == RING_MAGIC
-                    && header.state.load(Ordering::Acquire) == RING_SERVING
-                    && pid != 0
-                    && libc::kill(pid as i32, 0) == 0
-                {
-                    owner = Some(pid);
-                }
-                libc::munmap(base, HEADER_BYTES);
-            }
-        }
-        libc::close(fd);
-        if owner.is_none() {
-            libc::shm_unlink(c_name.as_ptr());
-        }
-        Ok(owner)
+/// Whether an existing segment `name` in `dir` is served by a live collector (its pid); removes
+/// it when stale.
+pub fn check_existing(dir: &Path, name: &str) -> io::Result<Option<u32>> {
+    use std::io::Read;
+    let path = dir.join(name);
+    let Ok(mut file) = File::open(&path) else { return Ok(None) };
+    let mut header = [0u8; 64];
+    let owner = match file.read_exact(&mut header) {
+        Ok(()) => live_collector(&header),
+        Err(_) => None,
+    };
+    if owner.is_none() {
+        let _ = std::fs::remove_file(&path);
+    }
+    Ok(owner)
+}
+
+/// The collector pid a header's first bytes name, when the ring is ready, serving and its
+/// collector alive.
+fn live_collector(bytes: &[u8; 64]) -> Option<u32> {
+    let word = |at: usize| bytes.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    let magic_ok = bytes.get(..8) == Some(&mlprof_format::ring::RING_MAGIC[..]);
+    let pid = word(core::mem::offset_of!(RingHeader, collector_pid))?;
+    let state = word(core::mem::offset_of!(RingHeader, state))?;
+    // Safety: signal 0 only checks that the process exists.
+    let alive = pid != 0 && unsafe { libc::kill(pid as i32, 0) } == 0;
+    (magic_ok && state == mlprof_format::ring::RING_SERVING && alive).then_some(pid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn plenty_of_memory_keeps_the_requested_ring() {
+        let plan = plan(RingGeometry::DEFAULT, 16 << 30, Path::new("/dev/shm")).unwrap();
+        assert_eq!(plan.geometry, RingGeometry::DEFAULT);
+        assert_eq!(plan.max_backed_lanes, 256);
+        assert!(plan.note.is_none());
+    }
+
+    #[test]
+    fn a_docker_sized_shm_gets_smaller_lanes_and_a_note() {
+        // 64 MiB free: a quarter is 16 MiB, room for 63 lanes of 4096 records (256 KiB).
+        let plan = plan(RingGeometry::DEFAULT, 64 * MIB, Path::new("/dev/shm")).unwrap();
+        assert_eq!(plan.geometry.lane_capacity, 4096);
+        assert_eq!(plan.max_backed_lanes, 63);
+        let note = plan.note.unwrap();
+        assert!(note.contains("--shm-size") && note.contains("MLPROF_SHM_DIR"), "{note}");
+        // 8 MiB free: 2 MiB for us.
+        let plan = super::plan(RingGeometry::DEFAULT, 8 * MIB, Path::new("/dev/shm")).unwrap();
+        assert_eq!((plan.geometry.lane_capacity, plan.max_backed_lanes), (4096, 7));
+    }
+
+    #[test]
+    fn no_room_for_one_lane_is_an_error_that_says_what_to_do() {
+        let err = plan(RingGeometry::DEFAULT, MIB, Path::new("/dev/shm")).unwrap_err();
+        assert!(err.contains("--shm-size"), "{err}");
     }
 }

@@ -109,6 +109,19 @@ impl Timebase {
         }
     }
 
+    /// Now, in the ring's clock units (what producers stamp records with).
+    pub fn now(&self) -> u64 {
+        if self.source == CLOCK_TSC { rdtsc() } else { monotonic_ns() }
+    }
+
+    /// `ns` nanoseconds in the ring's clock units.
+    pub fn ticks_for_ns(&self, ns: u64) -> u64 {
+        if self.source != CLOCK_TSC || self.ns_per_tick <= 0.0 {
+            return ns;
+        }
+        (ns as f64 / self.ns_per_tick) as u64
+    }
+
     pub fn to_ns(&self, ticks: u64) -> u64 {
         if self.source != CLOCK_TSC {
             return ticks;

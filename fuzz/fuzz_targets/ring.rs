@@ -6,8 +6,9 @@
 //! 2. a consumer pass like the collector's (`collector/src/drain.rs`): lane states, then
 //!    `LaneConsumer::drain`, the consumer step the collector itself runs (head/tail sanity,
 //!    copy-out, string definitions with their payload slots, tail release), then `free`;
-//! 3. producer operations on the scribbled lanes (`claim`, `push`, `push_string`, `retire`,
-//!    `count_drop`, `aggregate_slot`) must stay inside the mapping (AddressSanitizer checks).
+//! 3. lane transitions and producer operations on the scribbled lanes (`offer`,
+//!    `reclaim_stale_claim`, `claim`, `push`, `push_string`, `retire`, the drop counters,
+//!    `aggregate_slot`) must stay inside the mapping (AddressSanitizer checks).
 #![no_main]
 
 use std::sync::atomic::Ordering;
@@ -95,7 +96,7 @@ fuzz_target!(|data: &[u8]| {
     let total = GEOMETRY.total_bytes() as usize;
     let mut mapping = Mapping::new(total);
     // Safety: zeroed, aligned, sized for the geometry, not shared.
-    unsafe { RingView::initialize(mapping.base, GEOMETRY, CLOCK_MONOTONIC, 0, 0) };
+    unsafe { RingView::initialize(mapping.base, GEOMETRY, CLOCK_MONOTONIC, 0, 0, 1000) };
 
     // data[0..4]: how many bytes go to header / lanes / slots, and an offset into the slots.
     let (ctl, rest) = data.split_at(4);
@@ -145,7 +146,15 @@ fuzz_target!(|data: &[u8]| {
 
     // 3. Producer operations on whatever the lanes now hold.
     let tid = u32::from_le_bytes([ctl[0], ctl[1], ctl[2], ctl[3]]);
-    if let Some(index) = view.claim(1, tid, 0) {
+    for index in 0..GEOMETRY.lane_count {
+        // Heap memory is backed; the scribble may have left lanes in any state, which `offer`
+        // must refuse or accept without harm.
+        view.offer(index);
+        let seen = view.lane(index).map_or(0, |lane| lane.state.load(Ordering::Relaxed));
+        view.reclaim_stale_claim(index, seen);
+    }
+    if let Some(claim) = view.claim(1, tid, 0, u64::from(tid)) {
+        let index = claim.index;
         let event = Event { kind: 20, tid, ..Event::default() };
         for _ in 0..70 {
             view.push(index, &event);
@@ -154,7 +163,9 @@ fuzz_target!(|data: &[u8]| {
         view.push_string(index, &definition, slots_part);
         let _ = view.aggregate_slot(index, ctl[0] as usize).map(|a| a.count_call());
         view.count_drop(index);
-        view.retire(index, 1, tid);
+        view.count_interrupted(index, 2);
+        view.count_no_lane_drop(tid);
+        view.retire(claim);
         drain_lane(&mut consumer, &view, index);
     }
     for index in 0..GEOMETRY.lane_count {

@@ -87,7 +87,15 @@ pub fn write(tag: &str) -> TempRun {
         timed_ns: 100,
     }])
     .unwrap();
-    w.write_drops(&[DropSample { stream: 1, pid: 11, tid: 11, time_ns: START + 9_600, dropped: 3 }]).unwrap();
+    w.write_drops(&[DropSample {
+        stream: 1,
+        pid: 11,
+        tid: 11,
+        time_ns: START + 9_600,
+        dropped: 3,
+        interrupted: 0,
+    }])
+    .unwrap();
     w.write_process_exit(&ProcessExit { pid: 11, time_ns: START + 11_000, exit_code: Some(0), signal: None })
         .unwrap();
     w.write_process_exit(&ProcessExit { pid: 10, time_ns: START + 12_000, exit_code: None, signal: Some(9) })

@@ -6,8 +6,9 @@
  * times, writes random bytes (xorshift, seeded) into it, pausing 100 us
  * between rounds so that the collector's drain passes see each state:
  *   - lane blocks: random bytes at random offsets, and every 4th round a
- *     lane set to ACTIVE or RETIRED with this process's pid and tid (so the
- *     collector drains it rather than freeing it) and random head/tail;
+ *     lane set to ACTIVE or RETIRED (random generation) with this process's
+ *     pid, tid and uid and a random image (so the collector drains it rather
+ *     than freeing it) and random head/tail;
  *   - slots: random bytes, sometimes shaped like string definitions with
  *     random lengths;
  *   - MODE all: also the header after its first 16 bytes (magic, version,
@@ -32,8 +33,8 @@ int main(int argc, char **argv) {
     int all = strcmp(arg_str(argc, argv, 3, "MODE"), "all") == 0;
     char name[256];
     ringpeek_name(name, sizeof name);
-    int fd = shm_open(name, O_RDWR, 0);
-    CHECK(fd >= 0, "shm_open %s", name);
+    int fd = ringpeek_open_fd(name, O_RDWR);
+    CHECK(fd >= 0, "open %s", name);
     struct stat st;
     CHECK(fstat(fd, &st) == 0 && st.st_size >= 4096, "fstat");
     size_t size = (size_t)st.st_size;
@@ -54,10 +55,12 @@ int main(int argc, char **argv) {
             uint64_t tail = next() % 2 ? head - next() % (capacity + 2) : next();
             __atomic_store_n((uint32_t *)(l + 4), pid, __ATOMIC_RELAXED);
             __atomic_store_n((uint32_t *)(l + 8), tid, __ATOMIC_RELAXED);
-            __atomic_store_n((uint32_t *)(l + 12), (uint32_t)next(), __ATOMIC_RELAXED);
+            __atomic_store_n((uint32_t *)(l + 12), (uint32_t)geteuid(), __ATOMIC_RELAXED);
+            __atomic_store_n((uint64_t *)(l + 16), next(), __ATOMIC_RELAXED);
             __atomic_store_n((uint64_t *)(l + 256), tail, __ATOMIC_RELAXED);
             __atomic_store_n((uint64_t *)(l + 128), head, __ATOMIC_RELAXED);
-            __atomic_store_n((uint32_t *)l, next() % 2 ? 2u : 3u, __ATOMIC_RELEASE);
+            uint32_t state = next() % 2 ? RINGPEEK_ACTIVE : RINGPEEK_RETIRED;
+            __atomic_store_n((uint32_t *)l, (uint32_t)(next() << 3) | state, __ATOMIC_RELEASE);
         } else if (pick == 1) {
             size_t at = lanes_at + next() % ((size_t)lanes * 768);
             size_t n = 1 + next() % 64;

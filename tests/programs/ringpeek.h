@@ -1,17 +1,19 @@
 /*
- * ringpeek.h - a read-only look at the mlprof ring (format/src/ring.rs,
- * RING_ABI_VERSION 2), for test programs that must wait for the collector
+ * ringpeek.h - a read-only look at the mlprof ring (format/src/ring/layout.rs,
+ * RING_ABI_VERSION 3), for test programs that must wait for the collector
  * instead of sleeping: "is a lane free", "has my lane been drained".
  *
  * Layout used: header (4096 bytes) with lane_count u32 at offset 16 and
  * lane_capacity u32 at 20; lanes of 768 bytes from offset 4096 with
- * state u32 at +0, pid u32 at +4, tid u32 at +8, head u64 at +128 and
- * tail u64 at +256.  Lane state FREE = 0.
+ * state u32 at +0 (low 3 bits: UNBACKED 0, FREE 1, CLAIMING 2, ACTIVE 3,
+ * RETIRED 4; the rest is the generation), pid u32 at +4, tid u32 at +8,
+ * head u64 at +128 and tail u64 at +256.
  *
- * The segment is MLPROF_SHM when set (launcher mode), else the session's
- * /mlprof-<euid>-<MLPROF_SESSION or default>.  shm_open is not hooked; the
- * mmap is (one recorded mmap call), and the descriptor is left open so that
- * no close is recorded.
+ * The segment is the file MLPROF_SHM when set (launcher mode), else the
+ * session's $MLPROF_SHM_DIR (default /dev/shm)/mlprof-<euid>-<MLPROF_SESSION
+ * or default>.  It is opened with the raw openat system call (not hooked);
+ * the mmap is hooked (one recorded mmap call), and the descriptor is left
+ * open so that no close is recorded.
  */
 #ifndef MLPROF_TEST_RINGPEEK_H
 #define MLPROF_TEST_RINGPEEK_H
@@ -21,6 +23,7 @@
 #include <stdint.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 struct ringpeek {
@@ -31,18 +34,30 @@ struct ringpeek {
 
 static inline void ringpeek_name(char *out, size_t len) {
     const char *shm = getenv("MLPROF_SHM");
+    const char *dir = getenv("MLPROF_SHM_DIR");
     const char *session = getenv("MLPROF_SESSION");
     if (shm && *shm)
         snprintf(out, len, "%s", shm);
     else
-        snprintf(out, len, "/mlprof-%u-%s", (unsigned)geteuid(), session && *session ? session : "default");
+        snprintf(out, len, "%s/mlprof-%u-%s", dir && *dir ? dir : "/dev/shm", (unsigned)geteuid(),
+                 session && *session ? session : "default");
 }
+
+/* The segment, opened with the raw system call (the open hooks would record it). */
+static inline int ringpeek_open_fd(const char *path, int flags) {
+    return (int)syscall(SYS_openat, AT_FDCWD, path, flags | O_CLOEXEC, 0);
+}
+
+#define RINGPEEK_STATE(word) ((word) & 7u)
+#define RINGPEEK_FREE 1u
+#define RINGPEEK_ACTIVE 3u
+#define RINGPEEK_RETIRED 4u
 
 static inline void ringpeek_open(struct ringpeek *r) {
     char name[256];
     ringpeek_name(name, sizeof name);
-    int fd = shm_open(name, O_RDONLY, 0);
-    CHECK(fd >= 0, "shm_open %s", name);
+    int fd = ringpeek_open_fd(name, O_RDONLY);
+    CHECK(fd >= 0, "open %s", name);
     struct stat st;
     CHECK(fstat(fd, &st) == 0 && st.st_size >= 4096, "fstat %s", name);
     void *base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
@@ -63,15 +78,15 @@ static inline uint64_t ringpeek_u64(const struct ringpeek *r, uint32_t lane, siz
 static inline uint32_t ringpeek_free_lanes(const struct ringpeek *r) {
     uint32_t n = 0;
     for (uint32_t i = 0; i < r->lanes; i++)
-        n += ringpeek_u32(r, i, 0) == 0;
+        n += RINGPEEK_STATE(ringpeek_u32(r, i, 0)) == RINGPEEK_FREE;
     return n;
 }
 
 /* Whether every lane owned by process `pid` has been drained (tail == head). */
 static inline int ringpeek_drained(const struct ringpeek *r, uint32_t pid) {
     for (uint32_t i = 0; i < r->lanes; i++) {
-        uint32_t state = ringpeek_u32(r, i, 0);
-        if ((state == 2 || state == 3) && ringpeek_u32(r, i, 4) == pid &&
+        uint32_t state = RINGPEEK_STATE(ringpeek_u32(r, i, 0));
+        if ((state == RINGPEEK_ACTIVE || state == RINGPEEK_RETIRED) && ringpeek_u32(r, i, 4) == pid &&
             ringpeek_u64(r, i, 256) != ringpeek_u64(r, i, 128))
             return 0;
     }

@@ -6,7 +6,9 @@
 
 use core::sync::atomic::Ordering;
 
-use super::layout::LANE_FREE;
+use super::layout::{
+    LANE_CLAIMING, LANE_FREE, LANE_OPEN, LANE_UNBACKED, Lane, lane_generation, lane_state, lane_word,
+};
 use super::view::RingView;
 use crate::record::{Event, KIND_STRING_DEF, MAX_STRING_BYTES, RECORD_BYTES, string_payload_slots};
 
@@ -61,23 +63,130 @@ impl RingView {
         }
     }
 
-    /// Zeroes a lane whose owner is gone and makes it claimable again.
+    /// Zeroes a lane whose owner is gone (drained, final counters taken) and makes it
+    /// claimable again, keeping its generation. Its slots stay backed.
     pub fn free(&self, index: u32) {
         let Some(lane) = self.lane(index) else { return };
-        lane.head.store(0, Ordering::Relaxed);
-        lane.cached_tail.store(0, Ordering::Relaxed);
-        lane.tail.store(0, Ordering::Relaxed);
-        lane.dropped.store(0, Ordering::Relaxed);
-        for slot in &lane.aggregates {
-            slot.count.store(0, Ordering::Relaxed);
-            slot.timed.store(0, Ordering::Relaxed);
-            slot.ticks.store(0, Ordering::Relaxed);
-        }
-        lane.pid.store(0, Ordering::Relaxed);
-        lane.tid.store(0, Ordering::Relaxed);
-        lane.uid.store(0, Ordering::Relaxed);
-        lane.state.store(LANE_FREE, Ordering::Release);
+        let word = lane.state.load(Ordering::Acquire);
+        clear(lane);
+        lane.state.store(lane_word(lane_generation(word), LANE_FREE), Ordering::Release);
+        self.header().lanes_offered.fetch_add(1, Ordering::Release);
     }
+
+    /// Offers an unbacked lane to producers (`UNBACKED → FREE`) once the collector has backed
+    /// its slots with memory; false if it was not unbacked.
+    pub fn offer(&self, index: u32) -> bool {
+        let Some(lane) = self.lane(index) else { return false };
+        let word = lane.state.load(Ordering::Acquire);
+        lane_state(word) == LANE_UNBACKED
+            && lane
+                .state
+                .compare_exchange(
+                    word,
+                    lane_word(lane_generation(word), LANE_FREE),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+    }
+
+    /// Opens an unbacked lane to producers that back it themselves (`UNBACKED → OPEN`, see
+    /// [`LANE_OPEN`](super::LANE_OPEN)); false if it was not unbacked.
+    pub fn open(&self, index: u32) -> bool {
+        let Some(lane) = self.lane(index) else { return false };
+        let word = lane.state.load(Ordering::Acquire);
+        let opened = lane_state(word) == LANE_UNBACKED
+            && lane
+                .state
+                .compare_exchange(
+                    word,
+                    lane_word(lane_generation(word), LANE_OPEN),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok();
+        if opened {
+            self.header().lanes_offered.fetch_add(1, Ordering::Release);
+        }
+        opened
+    }
+
+    /// Takes an open lane back from producers (`OPEN → UNBACKED`), so that the collector backs
+    /// it itself; false if a producer claimed it meanwhile.
+    pub fn withdraw_open(&self, index: u32) -> bool {
+        let Some(lane) = self.lane(index) else { return false };
+        let word = lane.state.load(Ordering::Acquire);
+        lane_state(word) == LANE_OPEN
+            && lane
+                .state
+                .compare_exchange(
+                    word,
+                    lane_word(lane_generation(word), LANE_UNBACKED),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+    }
+
+    /// Takes a free lane back from producers (`FREE → UNBACKED`), so that the collector may
+    /// release its memory; false if a producer claimed it meanwhile.
+    pub fn withdraw(&self, index: u32) -> bool {
+        let Some(lane) = self.lane(index) else { return false };
+        let word = lane.state.load(Ordering::Acquire);
+        lane_state(word) == LANE_FREE
+            && lane
+                .state
+                .compare_exchange(
+                    word,
+                    lane_word(lane_generation(word), LANE_UNBACKED),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+    }
+
+    /// Takes back a lane whose claimer died between winning it and finishing the claim: if the
+    /// lane still holds the very `CLAIMING` word the collector saw a liveness period ago, it
+    /// becomes `UNBACKED` (the claimer may have been backing it, half-way: the collector backs
+    /// it again before offering it), and a claimer that was only slow fails its own
+    /// compare-and-swap and claims another. Returns whether it did.
+    pub fn reclaim_stale_claim(&self, index: u32, seen: u32) -> bool {
+        let Some(lane) = self.lane(index) else { return false };
+        if lane_state(seen) != LANE_CLAIMING {
+            return false;
+        }
+        clear_identity(lane);
+        lane.state
+            .compare_exchange(
+                seen,
+                lane_word(lane_generation(seen), LANE_UNBACKED),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+}
+
+/// Zeroes everything a lane's owner leaves behind.
+fn clear(lane: &Lane) {
+    lane.head.store(0, Ordering::Relaxed);
+    lane.cached_tail.store(0, Ordering::Relaxed);
+    lane.tail.store(0, Ordering::Relaxed);
+    lane.dropped.store(0, Ordering::Relaxed);
+    lane.interrupted.store(0, Ordering::Relaxed);
+    for slot in &lane.aggregates {
+        slot.count.store(0, Ordering::Relaxed);
+        slot.timed.store(0, Ordering::Relaxed);
+        slot.ticks.store(0, Ordering::Relaxed);
+    }
+    clear_identity(lane);
+}
+
+fn clear_identity(lane: &Lane) {
+    lane.pid.store(0, Ordering::Relaxed);
+    lane.tid.store(0, Ordering::Relaxed);
+    lane.uid.store(0, Ordering::Relaxed);
+    lane.image.store(0, Ordering::Relaxed);
 }
 
 /// One item of a lane's records as the consumer reads them: an event or control record, or a
@@ -282,7 +391,7 @@ mod tests {
         let mapping = Mapping::new(GEOMETRY);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
-        let lane = view.claim(1, 1, 0).unwrap();
+        let lane = view.claim(1, 1, 0, 0, None).unwrap().index;
         assert_eq!(drain_all(&mut consumer, &view, lane), (Drained::Taken(0), vec![]));
         assert_eq!(drain_all(&mut consumer, &view, GEOMETRY.lane_count), (Drained::Taken(0), vec![]));
         // After a drain, the lane is empty again.
@@ -297,7 +406,7 @@ mod tests {
         let mapping = Mapping::new(GEOMETRY);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
-        let lane = view.claim(1, 1, 0).unwrap();
+        let lane = view.claim(1, 1, 0, 0, None).unwrap().index;
         // 60 records, drained: the next writes start 4 slots before the end of the array.
         for seq in 0..60 {
             assert!(view.push(lane, &record(seq, 1)));
@@ -326,7 +435,7 @@ mod tests {
         let mapping = Mapping::new(GEOMETRY);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
-        let lane_index = view.claim(1, 1, 0).unwrap();
+        let lane_index = view.claim(1, 1, 0, 0, None).unwrap().index;
         let lane = view.lane(lane_index).unwrap();
         // Tail ahead of head.
         lane.head.store(5, Ordering::Relaxed);
@@ -354,7 +463,7 @@ mod tests {
         let mapping = Mapping::new(GEOMETRY);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
-        let lane = view.claim(1, 1, 0).unwrap();
+        let lane = view.claim(1, 1, 0, 0, None).unwrap().index;
         // A record, then a definition claiming 4000 bytes (63 slots) with 2 slots after it.
         assert!(view.push(lane, &record(0, 1)));
         assert!(view.push(lane, &string_def(5, 4000)));
@@ -375,7 +484,7 @@ mod tests {
         let mapping = Mapping::new(GEOMETRY);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
-        let lane = view.claim(1, 1, 0).unwrap();
+        let lane = view.claim(1, 1, 0, 0, None).unwrap().index;
         assert!(view.push(lane, &record(0, 1)));
         assert!(view.push_string(lane, &string_def(3, 100), &[b'p'; 100]));
         assert!(view.push(lane, &record(1, 1)));
@@ -400,7 +509,7 @@ mod tests {
         let attempts = 100_000u64;
         let done = std::sync::atomic::AtomicBool::new(false);
         let producer_view = mapping.view();
-        let lane = producer_view.claim(1, 1, 0).unwrap();
+        let lane = producer_view.claim(1, 1, 0, 0, None).unwrap().index;
         let accepted = std::thread::scope(|scope| {
             let done = &done;
             let producer = scope.spawn(move || {

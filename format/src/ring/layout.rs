@@ -2,17 +2,30 @@
 //! consumer agree on, the geometry that sizes the segment, and the header check a producer runs
 //! before it writes anything. Any change here is a [`RING_ABI_VERSION`] bump.
 
-use core::sync::atomic::{AtomicU32, AtomicU64};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::func::AGG_SLOTS;
 use crate::record::RECORD_BYTES;
 
 /// The first 8 bytes of a ready ring; [`RingView::initialize`](super::RingView::initialize)
-/// writes them last, so a producer that maps the segment early sees "not a ring" rather than
-/// half a header.
+/// release-stores them last (as one `u64`, see [`RingHeader::magic`]), so a producer that maps
+/// the segment early sees "not a ring" rather than half a header.
 pub const RING_MAGIC: [u8; 8] = *b"MLPRING\0";
 /// Bumped on any change of the layout below; producers refuse a ring of another version.
-pub const RING_ABI_VERSION: u32 = 2;
+/// 3: lane states carry their generation and start unbacked; the image nonce, the interrupted
+/// count, the heartbeat, the check period, the wake word and spread no-lane counters.
+pub const RING_ABI_VERSION: u32 = 3;
+
+/// Per-cache-line counters of records that found no lane ([`RingHeader::no_lane_drops`]).
+pub const NO_LANE_COUNTERS: usize = 16;
+
+/// A counter alone on its 128-byte line pair (the adjacent-line prefetcher pulls pairs), so
+/// threads that add to different ones never contend.
+#[repr(C, align(128))]
+pub struct PaddedCounter {
+    /// The count.
+    pub value: AtomicU64,
+}
 
 /// Bytes reserved for [`RingHeader`] at the start of the segment; lane blocks start here.
 pub const HEADER_BYTES: usize = 4096;
@@ -34,8 +47,10 @@ pub const RING_CLOSED: u32 = 2;
 /// atomics is constant afterwards; producers check them with [`validate_header`].
 #[repr(C)]
 pub struct RingHeader {
-    /// [`RING_MAGIC`] once the header is complete (written last).
-    pub magic: [u8; 8],
+    /// [`RING_MAGIC`] (read as a little-endian `u64`) once the header is complete: the
+    /// collector release-stores it after every other field, producers acquire-load it before
+    /// reading any.
+    pub magic: AtomicU64,
     /// The collector's [`RING_ABI_VERSION`]; producers of another version do not write.
     pub abi_version: u32,
     /// [`HEADER_BYTES`]: bytes from the segment start to the first lane block.
@@ -65,25 +80,92 @@ pub struct RingHeader {
     /// Bytes the layout occupies ([`RingGeometry::total_bytes`]); the mapping is at least this
     /// large.
     pub total_bytes: u64,
-    /// Records dropped because every lane was taken (bumped by producers, any thread).
-    pub no_lane_drops: AtomicU64,
     /// [`RING_SERVING`] or [`RING_CLOSED`]; written by the collector only.
     pub state: AtomicU32,
-    /// Zero; pads the header to a multiple of 8 bytes.
+    /// Zero; keeps the 64-bit fields below 8-aligned.
     pub _reserved1: u32,
+    /// The collector's clock at its latest pass over the ring, in ring clock units (TSC ticks
+    /// or ns, as [`RingHeader::clock_source`] says): a producer that finds it older than
+    /// twenty check periods asks the kernel whether the collector still exists.
+    pub heartbeat: AtomicU64,
+    /// About 100 ms in ring clock units: how often a producer looks at `state` and `heartbeat`
+    /// (set before the magic; constant).
+    pub check_period: u64,
+    /// Futex word the collector may sleep on; a producer whose lane crosses its fill mark
+    /// increments it and wakes the collector when `sleeping` is set.
+    pub wake: AtomicU32,
+    /// Non-zero while the collector sleeps on `wake`.
+    pub sleeping: AtomicU32,
+    /// Bumped by the collector (release) each time a lane becomes `FREE`: a thread that found
+    /// no lane tries again only once this changed, which costs it one load per record meanwhile.
+    pub lanes_offered: AtomicU32,
+    /// Zero; keeps the layout 8-aligned.
+    pub _reserved2: u32,
+    /// Zero; places `no_lane_drops` at offset 1024.
+    pub _reserved3: [u8; 912],
+    /// Records dropped because no lane was free, spread over cache lines: a thread adds to
+    /// counter `tid % NO_LANE_COUNTERS` (with a locked add: any thread of any process may).
+    /// The total is their sum.
+    pub no_lane_drops: [PaddedCounter; NO_LANE_COUNTERS],
 }
 const _: () = assert!(core::mem::size_of::<RingHeader>() <= HEADER_BYTES);
+const _: () = assert!(core::mem::offset_of!(RingHeader, no_lane_drops) == 1024);
 
-/// [`Lane::state`]: nobody owns the lane; a producer may claim it (CAS to [`LANE_CLAIMING`]).
-pub const LANE_FREE: u32 = 0;
-/// [`Lane::state`]: a producer won the CAS and is filling in `pid`/`tid`/`uid`; the consumer
-/// leaves the lane alone.
-pub const LANE_CLAIMING: u32 = 1;
+impl RingHeader {
+    /// Whether the collector finished initializing the header (acquire: the other fields may
+    /// be read after a `true`).
+    pub fn is_ready(&self) -> bool {
+        self.magic.load(Ordering::Acquire) == u64::from_le_bytes(RING_MAGIC)
+    }
+
+    /// Records dropped so far because no lane was free.
+    pub fn no_lane_drops_total(&self) -> u64 {
+        self.no_lane_drops.iter().map(|c| c.value.load(Ordering::Relaxed)).fold(0, u64::wrapping_add)
+    }
+}
+
+/// [`Lane::state`] (low bits): the lane's slots may not be backed by memory yet (a fresh,
+/// zero-filled segment starts so); only the collector moves it on, to [`LANE_FREE`], once it
+/// has allocated the slots (so a producer can never fault writing into a full tmpfs).
+pub const LANE_UNBACKED: u32 = 0;
+/// [`Lane::state`]: backed, nobody owns it; a producer may claim it (CAS to [`LANE_CLAIMING`]).
+pub const LANE_FREE: u32 = 1;
+/// [`Lane::state`]: a producer won the CAS and is filling in `pid`/`tid`/`uid`/`image`; the
+/// consumer leaves the lane alone (unless it stays so for long: its claimer died, and the
+/// collector gives it back with a CAS to `FREE`).
+pub const LANE_CLAIMING: u32 = 2;
 /// [`Lane::state`]: the owner writes records; the consumer drains them.
-pub const LANE_ACTIVE: u32 = 2;
+pub const LANE_ACTIVE: u32 = 3;
 /// [`Lane::state`]: the owner thread exited; the consumer drains what is left, records the
 /// final counters and frees the lane.
-pub const LANE_RETIRED: u32 = 3;
+pub const LANE_RETIRED: u32 = 4;
+/// [`Lane::state`]: not backed yet, but the collector allows a producer that finds no `FREE`
+/// lane to claim it and back the slots itself (`MADV_POPULATE_WRITE`, which fails instead of
+/// faulting when memory runs out) before writing; the collector opens lanes only while the shm
+/// filesystem has room for the whole ring.
+pub const LANE_OPEN: u32 = 5;
+/// Bits of [`Lane::state`] that hold the state; the rest is the lane's generation.
+pub const LANE_STATE_BITS: u32 = 3;
+
+/// The state part of a [`Lane::state`] word (`LANE_UNBACKED` … `LANE_RETIRED`).
+#[inline(always)]
+pub const fn lane_state(word: u32) -> u32 {
+    word & ((1 << LANE_STATE_BITS) - 1)
+}
+
+/// The generation part of a [`Lane::state`] word: incremented by every claim, so owners are
+/// told apart and a stale compare-and-swap (a retire, a reclaim) fails instead of hitting the
+/// next owner's lane.
+#[inline(always)]
+pub const fn lane_generation(word: u32) -> u32 {
+    word >> LANE_STATE_BITS
+}
+
+/// A [`Lane::state`] word.
+#[inline(always)]
+pub const fn lane_word(generation: u32, state: u32) -> u32 {
+    (generation << LANE_STATE_BITS) | lane_state(state)
+}
 
 /// Exact per-thread counters for calls kept as aggregates (clock reads), updated by the lane's
 /// producer with plain relaxed stores and read by the collector at any time.
@@ -101,29 +183,37 @@ pub struct AggSlot {
 #[repr(C, align(128))]
 pub struct Lane {
     // Line 0: ownership, written at claim time.
-    /// One of `LANE_FREE`, `LANE_CLAIMING`, `LANE_ACTIVE`, `LANE_RETIRED`; the owner moves it
-    /// forward up to `RETIRED`, the consumer back to `FREE`.
+    /// The lane's generation and state, as [`lane_word`] packs them; every transition is one
+    /// compare-and-swap: `UNBACKED → FREE | OPEN`, `… → FREE` and a stale `CLAIMING → UNBACKED`
+    /// by the collector; `FREE | OPEN → CLAIMING` (generation + 1) → `ACTIVE` → `RETIRED` (or,
+    /// when backing an open lane fails, `CLAIMING → UNBACKED`) by the owner.
     pub state: AtomicU32,
     /// Process id of the owner (set while `CLAIMING`, valid once `ACTIVE`).
     pub pid: AtomicU32,
     /// Kernel thread id of the owner (set like `pid`).
     pub tid: AtomicU32,
-    /// Incremented on every claim, so the consumer tells successive owners apart.
-    pub generation: AtomicU32,
     /// The effective uid of the claiming process (checked against /proc while it lives).
     pub uid: AtomicU32,
+    /// The owner's process image: a nonce each image draws when it joins. A process that
+    /// execs keeps its pid; the collector frees the lanes of its old image (which can no longer
+    /// write) when the new image announces itself with another nonce.
+    pub image: AtomicU64,
     /// Zero; fills line 0.
-    pub _pad0: [u8; 108],
+    pub _pad0: [u8; 104],
     // Line 1: producer-owned.
     /// Position one past the last published record (a count since the claim, never wrapped by
     /// the capacity); written only by the owner, with a release store after the slots.
     pub head: AtomicU64,
     /// The producer's last view of `tail` (saves a shared-line read per record).
     pub cached_tail: AtomicU64,
-    /// Records the owner could not write (lane full, string too large), cumulative.
+    /// Records the owner could not write because the lane had no room (a record, or a string
+    /// the record needed), cumulative.
     pub dropped: AtomicU64,
+    /// Calls a signal handler made while the owner was writing a record (the lane has one
+    /// writer, so they cannot be recorded), cumulative.
+    pub interrupted: AtomicU64,
     /// Zero; fills line 1.
-    pub _pad1: [u8; 104],
+    pub _pad1: [u8; 96],
     // Line 2: consumer-owned.
     /// Position of the first record the consumer has not released; written only by the
     /// consumer, with a release store once the records are copied out. `head - tail` is at
@@ -138,6 +228,7 @@ pub struct Lane {
 /// Size of one [`Lane`] control block (six 128-byte lines).
 pub const LANE_BYTES: usize = 768;
 const _: () = assert!(core::mem::size_of::<Lane>() == LANE_BYTES);
+const _: () = assert!(core::mem::offset_of!(Lane, image) == 16);
 const _: () = assert!(core::mem::offset_of!(Lane, head) == 128);
 const _: () = assert!(core::mem::offset_of!(Lane, tail) == 256);
 const _: () = assert!(core::mem::offset_of!(Lane, aggregates) == 384);
@@ -189,7 +280,7 @@ impl RingGeometry {
 
 /// Checks a mapped header against what this build understands; `Err` says why not.
 pub fn validate_header(header: &RingHeader, mapped_bytes: u64) -> Result<RingGeometry, &'static str> {
-    if header.magic != RING_MAGIC {
+    if !header.is_ready() {
         return Err("not an mlprof ring (bad magic)");
     }
     if header.abi_version != RING_ABI_VERSION {
@@ -210,9 +301,9 @@ pub fn validate_header(header: &RingHeader, mapped_bytes: u64) -> Result<RingGeo
     Ok(geometry)
 }
 
-/// The shared-memory name of a per-user session, e.g. `/mlprof-1000-default`.
+/// The segment file name of a per-user session (in the shm directory), e.g. `mlprof-1000-default`.
 pub fn session_shm_name(uid: u32, session: &str) -> String {
-    format!("/mlprof-{uid}-{session}")
+    format!("mlprof-{uid}-{session}")
 }
 
 /// Whether a session name is usable in a shared-memory name.
@@ -253,6 +344,6 @@ mod tests {
         assert!(is_valid_session_name("run-1.a_b"));
         assert!(!is_valid_session_name("../x"));
         assert!(!is_valid_session_name(""));
-        assert_eq!(session_shm_name(7, "s"), "/mlprof-7-s");
+        assert_eq!(session_shm_name(7, "s"), "mlprof-7-s");
     }
 }

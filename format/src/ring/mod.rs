@@ -7,15 +7,19 @@
 //! [RingHeader, 4096 bytes][Lane; lane_count][slots: lane_count × lane_capacity × 64 bytes]
 //! ```
 //!
-//! Each producer thread claims one lane (CAS `FREE → CLAIMING`, then fills `pid`/`tid` and
-//! stores `ACTIVE`), so every lane has a single writer and the hot path needs no lock and no
+//! Lanes start `UNBACKED`; the collector backs a lane's slots with memory (so a producer can
+//! never fault on a full tmpfs) and offers it (`FREE`). Each producer thread claims one lane
+//! (CAS `FREE → CLAIMING` with the next generation, fills `pid`/`tid`/`image`, CAS to
+//! `ACTIVE`), so every lane has a single writer and the hot path needs no lock and no
 //! read-modify-write: the producer writes `slot[head % capacity]` and then publishes with a
 //! release store of `head + 1`. A full lane (`head - tail == capacity`) drops the record and
 //! bumps `dropped`; the producer never waits. A producer killed mid-write never published its
 //! record, so the consumer never sees a torn one. The consumer copies `tail..head` out and
-//! release-stores `tail`. When a thread exits it marks its lane `RETIRED`; the consumer drains
-//! it, records its final counters, zeroes it and stores `FREE`. Lanes of threads that died
-//! without retiring (SIGKILL, `_exit`) are found by a liveness check and treated the same way.
+//! release-stores `tail`. When a thread exits it marks its lane `RETIRED` (a CAS on the
+//! generation it claimed); the consumer drains it, records its final counters, zeroes it and
+//! stores `FREE`. Lanes of threads that died without retiring (SIGKILL, `_exit`), of a process
+//! image replaced by exec, and claims abandoned half-way are found by the collector's liveness
+//! check and treated the same way.
 //!
 //! The code is split by job, each part with its own unit tests (as Perfetto keeps its
 //! shared-memory ABI, producer and consumer validator apart):
@@ -36,7 +40,9 @@ mod view;
 pub use consumer::{Drained, LaneConsumer, LaneItem, LaneItems};
 pub use layout::{
     AggSlot, CLOCK_MONOTONIC, CLOCK_TSC, HEADER_BYTES, LANE_ACTIVE, LANE_BYTES, LANE_CLAIMING, LANE_FREE,
-    LANE_RETIRED, Lane, RING_ABI_VERSION, RING_CLOSED, RING_MAGIC, RING_SERVING, RingGeometry, RingHeader,
-    is_valid_session_name, session_shm_name, validate_header,
+    LANE_OPEN, LANE_RETIRED, LANE_STATE_BITS, LANE_UNBACKED, Lane, NO_LANE_COUNTERS, PaddedCounter,
+    RING_ABI_VERSION, RING_CLOSED, RING_MAGIC, RING_SERVING, RingGeometry, RingHeader, is_valid_session_name,
+    lane_generation, lane_state, lane_word, session_shm_name, validate_header,
 };
+pub use producer::{Claim, signal_safe_add};
 pub use view::RingView;

@@ -4,69 +4,122 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use super::layout::{AggSlot, LANE_ACTIVE, LANE_CLAIMING, LANE_FREE, LANE_RETIRED, Lane};
+use super::layout::{
+    AggSlot, LANE_ACTIVE, LANE_CLAIMING, LANE_FREE, LANE_OPEN, LANE_RETIRED, LANE_UNBACKED, Lane,
+    NO_LANE_COUNTERS, lane_generation, lane_state, lane_word,
+};
 use super::view::RingView;
 use crate::record::{Event, MAX_STRING_BYTES, RECORD_BYTES, string_payload_slots};
 
 impl AggSlot {
-    /// Counts one call (single writer: the lane's owner); returns the new count.
+    /// Counts one call; returns the new count. The owner thread is the only writer, but a
+    /// signal handler on that thread may count its own calls in the middle of this one: the
+    /// add is therefore a single instruction (see [`signal_safe_add`]), which a signal cannot
+    /// split, and no count is ever lost.
     #[inline(always)]
     pub fn count_call(&self) -> u64 {
-        let count = self.count.load(Ordering::Relaxed).wrapping_add(1);
-        self.count.store(count, Ordering::Relaxed);
-        count
+        signal_safe_add(&self.count, 1).wrapping_add(1)
     }
 
     /// Adds the measured duration of one of the counted calls, in ring clock ticks.
     #[inline(always)]
     pub fn add_timing(&self, ticks: u64) {
-        bump(&self.timed);
-        self.ticks.store(self.ticks.load(Ordering::Relaxed).wrapping_add(ticks), Ordering::Relaxed);
+        signal_safe_add(&self.timed, 1);
+        signal_safe_add(&self.ticks, ticks);
     }
 }
 
+/// A lane a producer claimed: its index and the generation it was claimed with (what its
+/// owner later retires it with).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Claim {
+    /// The lane's index.
+    pub index: u32,
+    /// The lane's generation for this claim.
+    pub generation: u32,
+}
+
 impl RingView {
-    /// Claims a free lane for thread `tid` of process `pid` (running as effective uid `uid`),
-    /// starting the search at a hash of the tid. `None` when every lane is taken (the record is
-    /// then counted in `no_lane_drops`).
-    pub fn claim(&self, pid: u32, tid: u32, uid: u32) -> Option<u32> {
+    /// Claims a lane for thread `tid` of process image `image` of process `pid` (running as
+    /// effective uid `uid`), starting the search at a hash of the tid: a `FREE` lane (backed by
+    /// the collector) if there is one, else, when `back` is given, an `OPEN` lane whose slots
+    /// `back(start, len)` backs with memory first (a lane it fails to back goes back to the
+    /// collector, `UNBACKED`, and the search goes on). `None` when no lane could be had (the
+    /// caller counts the record with [`RingView::count_no_lane_drop`]).
+    pub fn claim(
+        &self,
+        pid: u32,
+        tid: u32,
+        uid: u32,
+        image: u64,
+        back: Option<&dyn Fn(*mut u8, usize) -> bool>,
+    ) -> Option<Claim> {
+        self.claim_in(LANE_FREE, pid, tid, uid, image, None)
+            .or_else(|| back.and_then(|back| self.claim_in(LANE_OPEN, pid, tid, uid, image, Some(back))))
+    }
+
+    /// One pass over the lanes for a lane in state `wanted`.
+    fn claim_in(
+        &self,
+        wanted: u32,
+        pid: u32,
+        tid: u32,
+        uid: u32,
+        image: u64,
+        back: Option<&dyn Fn(*mut u8, usize) -> bool>,
+    ) -> Option<Claim> {
         let count = self.geometry().lane_count;
         let start = tid.wrapping_mul(2_654_435_761) % count;
         for step in 0..count {
             let index = (start + step) % count;
             let lane = self.lane(index)?;
-            if lane.state.load(Ordering::Relaxed) == LANE_FREE
-                && lane
-                    .state
-                    .compare_exchange(LANE_FREE, LANE_CLAIMING, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                lane.pid.store(pid, Ordering::Relaxed);
-                lane.tid.store(tid, Ordering::Relaxed);
-                lane.uid.store(uid, Ordering::Relaxed);
-                lane.generation.fetch_add(1, Ordering::Relaxed);
-                lane.state.store(LANE_ACTIVE, Ordering::Release);
-                return Some(index);
+            let word = lane.state.load(Ordering::Relaxed);
+            if lane_state(word) != wanted {
+                continue;
+            }
+            let generation = lane_generation(word).wrapping_add(1);
+            let claiming = lane_word(generation, LANE_CLAIMING);
+            if lane.state.compare_exchange(word, claiming, Ordering::Acquire, Ordering::Relaxed).is_err() {
+                continue;
+            }
+            if let Some(back) = back {
+                let backed = self.lane_slots(index).is_some_and(|(start, len)| back(start, len));
+                if !backed {
+                    let unbacked = lane_word(generation, LANE_UNBACKED);
+                    let _ =
+                        lane.state.compare_exchange(claiming, unbacked, Ordering::Release, Ordering::Relaxed);
+                    continue;
+                }
+            }
+            lane.pid.store(pid, Ordering::Relaxed);
+            lane.tid.store(tid, Ordering::Relaxed);
+            lane.uid.store(uid, Ordering::Relaxed);
+            lane.image.store(image, Ordering::Relaxed);
+            // Fails only when the collector took a claim it believed abandoned (this thread
+            // stalled for a whole liveness period between the two steps): look further.
+            let active = lane_word(generation, LANE_ACTIVE);
+            if lane.state.compare_exchange(claiming, active, Ordering::Release, Ordering::Relaxed).is_ok() {
+                return Some(Claim { index, generation });
             }
         }
-        self.header().no_lane_drops.fetch_add(1, Ordering::Relaxed);
         None
     }
 
-    /// Counts a record dropped because its thread has no lane.
-    pub fn count_no_lane_drop(&self) {
-        self.header().no_lane_drops.fetch_add(1, Ordering::Relaxed);
+    /// Counts a record dropped because thread `tid` has no lane.
+    pub fn count_no_lane_drop(&self, tid: u32) {
+        if let Some(counter) = self.header().no_lane_drops.get(tid as usize % NO_LANE_COUNTERS) {
+            counter.value.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
-    /// Marks lane `index` retired if `pid`/`tid` still own it (thread exit).
-    pub fn retire(&self, index: u32, pid: u32, tid: u32) {
-        let Some(lane) = self.lane(index) else { return };
-        if lane.pid.load(Ordering::Relaxed) == pid
-            && lane.tid.load(Ordering::Relaxed) == tid
-            && lane.state.load(Ordering::Relaxed) == LANE_ACTIVE
-        {
-            lane.state.store(LANE_RETIRED, Ordering::Release);
-        }
+    /// Marks the lane of `claim` retired (thread exit), if the claim still owns it: one
+    /// compare-and-swap of the whole state word, so a lane meanwhile reclaimed and claimed by
+    /// another thread is left alone.
+    pub fn retire(&self, claim: Claim) {
+        let Some(lane) = self.lane(claim.index) else { return };
+        let active = lane_word(claim.generation, LANE_ACTIVE);
+        let retired = lane_word(claim.generation, LANE_RETIRED);
+        let _ = lane.state.compare_exchange(active, retired, Ordering::Release, Ordering::Relaxed);
     }
 
     /// Room for `count` records in lane `index`: the head position to write at, or `None` (and
@@ -79,7 +132,7 @@ impl RingView {
             let tail = lane.tail.load(Ordering::Acquire);
             lane.cached_tail.store(tail, Ordering::Relaxed);
             if head.wrapping_add(count).wrapping_sub(tail) > capacity {
-                bump(&lane.dropped);
+                signal_safe_add(&lane.dropped, 1);
                 return None;
             }
         }
@@ -130,7 +183,14 @@ impl RingView {
     /// Counts `n` records the lane's owner could not write.
     pub fn count_drops(&self, index: u32, n: u64) {
         if let Some(lane) = self.lane(index) {
-            lane.dropped.store(lane.dropped.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+            signal_safe_add(&lane.dropped, n);
+        }
+    }
+
+    /// Counts `n` calls that a signal handler made while the lane's owner was writing.
+    pub fn count_interrupted(&self, index: u32, n: u64) {
+        if let Some(lane) = self.lane(index) {
+            signal_safe_add(&lane.interrupted, n);
         }
     }
 
@@ -156,10 +216,32 @@ fn prefetch_for_write(slot: *const u8) {
     let _ = slot;
 }
 
-/// Single-writer increment: a load and a store, no locked read-modify-write.
+/// Adds `n` to a counter that one thread writes, a signal handler on that thread included;
+/// returns the previous value. On x86-64 one `xadd` without a lock prefix: a single
+/// instruction (a signal arrives between instructions, never inside one) and no bus lock,
+/// since no other thread writes the counter (the collector only reads it, and an aligned
+/// 8-byte access is never torn). Elsewhere an atomic add, which is signal-safe too.
 #[inline(always)]
-fn bump(counter: &AtomicU64) {
-    counter.store(counter.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+pub fn signal_safe_add(counter: &AtomicU64, n: u64) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut value = n;
+        // Safety: `counter` is a valid, aligned u64 for the lifetime of the borrow; xadd
+        // exchanges `value` with the previous contents while adding.
+        unsafe {
+            core::arch::asm!(
+                "xadd qword ptr [{counter}], {value}",
+                counter = in(reg) counter.as_ptr(),
+                value = inout(reg) value,
+                options(nostack)
+            );
+        }
+        value
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        counter.fetch_add(n, Ordering::Relaxed)
+    }
 }
 
 #[cfg(test)]
@@ -173,7 +255,7 @@ mod tests {
         let geometry = RingGeometry { lane_count: 2, lane_capacity: 64 };
         let mapping = Mapping::new(geometry);
         let view = mapping.view();
-        let lane = view.claim(1, 7, 0).unwrap();
+        let lane = view.claim(1, 7, 0, 0, None).unwrap().index;
         let mut next = 0;
         let mut seq = 0;
         // Many laps around a 64-slot lane.
@@ -210,20 +292,98 @@ mod tests {
         let geometry = RingGeometry { lane_count: 3, lane_capacity: 64 };
         let mapping = Mapping::new(geometry);
         let view = mapping.view();
-        let claimed: Vec<u32> = (0..3).map(|t| view.claim(1, t, 0).unwrap()).collect();
-        let mut sorted = claimed.clone();
+        let claims: Vec<Claim> = (0..3).map(|t| view.claim(1, t, 0, 77, None).unwrap()).collect();
+        let mut sorted: Vec<u32> = claims.iter().map(|c| c.index).collect();
         sorted.sort();
         sorted.dedup();
         assert_eq!(sorted.len(), 3);
-        assert_eq!(view.claim(1, 99, 0), None);
-        assert_eq!(view.header().no_lane_drops.load(Ordering::Relaxed), 1);
-        view.retire(claimed[1], 1, 5); // not the owner: no effect
-        assert_eq!(view.lane(claimed[1]).unwrap().state.load(Ordering::Relaxed), LANE_ACTIVE);
-        view.retire(claimed[1], 1, 1);
-        assert_eq!(view.lane(claimed[1]).unwrap().state.load(Ordering::Relaxed), LANE_RETIRED);
-        view.free(claimed[1]);
-        assert_eq!(view.claim(2, 42, 0), Some(claimed[1]));
-        assert_eq!(view.lane(claimed[1]).unwrap().generation.load(Ordering::Relaxed), 2);
+        assert!(claims.iter().all(|c| c.generation == 1));
+        assert_eq!(view.lane(claims[0].index).unwrap().image.load(Ordering::Relaxed), 77);
+        assert_eq!(view.claim(1, 99, 0, 0, None), None);
+        view.count_no_lane_drop(99);
+        view.count_no_lane_drop(100);
+        assert_eq!(view.header().no_lane_drops_total(), 2);
+        let state = |index: u32| view.lane(index).unwrap().state.load(Ordering::Relaxed);
+        view.retire(Claim { generation: 7, ..claims[1] }); // another claim's generation: no effect
+        assert_eq!(state(claims[1].index), lane_word(1, LANE_ACTIVE));
+        view.retire(claims[1]);
+        assert_eq!(state(claims[1].index), lane_word(1, LANE_RETIRED));
+        view.free(claims[1].index);
+        assert_eq!(state(claims[1].index), lane_word(1, LANE_FREE));
+        let again = view.claim(2, 42, 0, 0, None).unwrap();
+        assert_eq!(again, Claim { index: claims[1].index, generation: 2 });
+        // The first owner's retire, arriving late, cannot touch the new owner's lane.
+        view.retire(claims[1]);
+        assert_eq!(state(again.index), lane_word(2, LANE_ACTIVE));
+    }
+
+    #[test]
+    fn an_unbacked_lane_is_never_claimed_and_an_abandoned_claim_is_taken_back() {
+        let geometry = RingGeometry { lane_count: 2, lane_capacity: 64 };
+        let mapping = Mapping::new(geometry);
+        let view = mapping.view();
+        assert!(view.withdraw(0), "a free lane can be taken back");
+        assert!(!view.withdraw(0));
+        let claim = view.claim(1, 5, 0, 0, None).unwrap();
+        assert_eq!(claim.index, 1, "lane 0 is unbacked");
+        assert_eq!(view.claim(1, 6, 0, 0, None), None);
+        assert!(view.offer(0));
+        assert!(!view.offer(0));
+        // A claimer killed between its two steps leaves the lane CLAIMING.
+        let lane = view.lane(0).unwrap();
+        let stuck = lane_word(4, LANE_CLAIMING);
+        lane.state.store(stuck, Ordering::Relaxed);
+        assert!(!view.reclaim_stale_claim(0, lane_word(3, LANE_CLAIMING)), "another claim than the one seen");
+        assert!(view.reclaim_stale_claim(0, stuck));
+        assert_eq!(
+            lane.state.load(Ordering::Relaxed),
+            lane_word(4, LANE_UNBACKED),
+            "backed again before reuse"
+        );
+        assert!(view.offer(0));
+        assert_eq!(view.claim(1, 6, 0, 0, None), Some(Claim { index: 0, generation: 5 }));
+    }
+
+    #[test]
+    fn an_open_lane_is_claimed_only_by_a_producer_that_backs_it() {
+        let geometry = RingGeometry { lane_count: 2, lane_capacity: 64 };
+        let mapping = Mapping::new(geometry);
+        let view = mapping.view();
+        assert!(view.withdraw(0) && view.withdraw(1));
+        assert!(view.open(0) && view.open(1));
+        assert_eq!(view.claim(1, 5, 0, 0, None), None, "without a way to back it, an open lane is not taken");
+        let backed = std::cell::Cell::new(Vec::new());
+        let fail_first = |start: *mut u8, len: usize| {
+            let mut seen = backed.take();
+            seen.push((start as usize, len));
+            let ok = seen.len() > 1;
+            backed.set(seen);
+            ok
+        };
+        let claim = view.claim(1, 5, 0, 0, Some(&fail_first)).unwrap();
+        let tries = backed.take();
+        assert_eq!(tries.len(), 2, "the first lane failed to back, the second did");
+        assert_eq!(tries[1], (view.lane_slots(claim.index).unwrap().0 as usize, 64 * 64));
+        let other = 1 - claim.index;
+        let state = view.lane(other).unwrap().state.load(Ordering::Relaxed);
+        assert_eq!(
+            state,
+            lane_word(1, LANE_UNBACKED),
+            "a lane that could not be backed goes back to the collector"
+        );
+    }
+
+    #[test]
+    fn counters_added_by_one_instruction_are_exact() {
+        let counter = AtomicU64::new(5);
+        assert_eq!(signal_safe_add(&counter, 3), 5);
+        assert_eq!(counter.load(Ordering::Relaxed), 8);
+        let slot = AggSlot { count: AtomicU64::new(0), timed: AtomicU64::new(0), ticks: AtomicU64::new(0) };
+        assert_eq!(slot.count_call(), 1);
+        assert_eq!(slot.count_call(), 2);
+        slot.add_timing(40);
+        slot.add_timing(2);
+        assert_eq!((slot.timed.load(Ordering::Relaxed), slot.ticks.load(Ordering::Relaxed)), (2, 42));
     }
 
     #[test]
@@ -238,7 +398,7 @@ mod tests {
                 let view = mapping.view();
                 let done = &done;
                 scope.spawn(move || {
-                    let lane = view.claim(1, tid, 0).unwrap();
+                    let lane = view.claim(1, tid, 0, 0, None).unwrap().index;
                     let mut seq = 0;
                     for _ in 0..per_producer {
                         // Sequence numbers only advance when accepted, so the consumer can

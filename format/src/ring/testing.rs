@@ -22,8 +22,14 @@ impl Mapping {
         let base = unsafe { std::alloc::alloc_zeroed(layout) };
         assert!(!base.is_null());
         // Safety: zeroed, aligned, sized for the geometry.
-        unsafe { RingView::initialize(base, geometry, CLOCK_MONOTONIC, 0, 0) };
-        Mapping { base, layout, geometry }
+        unsafe { RingView::initialize(base, geometry, CLOCK_MONOTONIC, 0, 0, 100_000_000) };
+        let mapping = Mapping { base, layout, geometry };
+        // Heap memory is backed: every lane may be offered at once.
+        let view = mapping.view();
+        for index in 0..geometry.lane_count {
+            view.offer(index);
+        }
+        mapping
     }
 
     pub(crate) fn base(&self) -> *mut u8 {

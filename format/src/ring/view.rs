@@ -40,9 +40,12 @@ impl RingView {
     }
 
     /// Writes a fresh header into a zeroed mapping (the collector's side). The magic goes last,
-    /// so a producer that maps the segment early sees "not a ring" rather than half a header.
-    /// `clock_source` is [`CLOCK_TSC`](super::CLOCK_TSC) or
-    /// [`CLOCK_MONOTONIC`](super::CLOCK_MONOTONIC).
+    /// with a release store that pairs with the producers' acquire load in
+    /// [`RingHeader::is_ready`], so a producer that maps the segment early sees "not a ring"
+    /// rather than half a header. `clock_source` is [`CLOCK_TSC`](super::CLOCK_TSC) or
+    /// [`CLOCK_MONOTONIC`](super::CLOCK_MONOTONIC); `check_period` is about 100 ms in that
+    /// clock's units. Every lane starts [`LANE_UNBACKED`](super::LANE_UNBACKED): the collector
+    /// offers a lane ([`RingView::offer`]) once its slots are backed.
     ///
     /// # Safety
     /// As for [`RingView::new`], and nobody else may be using the mapping yet.
@@ -52,6 +55,7 @@ impl RingView {
         clock_source: u32,
         owner_uid: u32,
         collector_pid: u32,
+        check_period: u64,
     ) {
         let header = base as *mut RingHeader;
         // Safety: guaranteed by the caller.
@@ -68,9 +72,9 @@ impl RingView {
             (*header).lanes_offset = geometry.lanes_offset();
             (*header).slots_offset = geometry.slots_offset();
             (*header).total_bytes = geometry.total_bytes();
+            (*header).check_period = check_period;
             (*header).state.store(super::RING_SERVING, Ordering::Relaxed);
-            core::sync::atomic::fence(Ordering::Release);
-            core::ptr::write_volatile(core::ptr::addr_of_mut!((*header).magic), RING_MAGIC);
+            (*header).magic.store(u64::from_le_bytes(RING_MAGIC), Ordering::Release);
         }
     }
 

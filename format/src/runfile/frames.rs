@@ -129,6 +129,11 @@ pub struct AggregateSample {
 
 /// Cumulative drop counters, as of `time_ns`: per stream, plus `stream == 0` for records that
 /// found no free lane. Last value per stream wins; the run total is the sum.
+///
+/// Why a record was lost: stream 0 counts calls that found no lane (every lane taken, or the
+/// shm filesystem could back no more); on a stream, `interrupted` counts calls a signal handler
+/// made while the thread was writing a record, and `dropped - interrupted` calls that found
+/// the lane full.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DropSample {
     /// The stream (lane claim), or 0 for records that found no lane.
@@ -139,8 +144,28 @@ pub struct DropSample {
     pub tid: u32,
     /// CLOCK_MONOTONIC ns when the counter was read.
     pub time_ns: u64,
-    /// Records lost, cumulative.
+    /// Records lost, cumulative, whatever the reason.
     pub dropped: u64,
+    /// Of `dropped`, the calls a signal handler made while its thread was writing a record
+    /// (appended in format 1.3; 0 when reading older files).
+    pub interrupted: u64,
+}
+
+/// [`DropSample`] as files before format 1.3 wrote it.
+#[derive(Deserialize)]
+pub(super) struct DropSampleV1_2 {
+    stream: u64,
+    pid: u32,
+    tid: u32,
+    time_ns: u64,
+    dropped: u64,
+}
+
+impl From<DropSampleV1_2> for DropSample {
+    fn from(old: DropSampleV1_2) -> DropSample {
+        let DropSampleV1_2 { stream, pid, tid, time_ns, dropped } = old;
+        DropSample { stream, pid, tid, time_ns, dropped, interrupted: 0 }
+    }
 }
 
 /// The name of a GPU function handle (a kernel) in process `pid`.

@@ -32,9 +32,11 @@ pub use writer::RunWriter;
 pub const FILE_MAGIC: [u8; 8] = *b"MLPROFRB";
 /// Incompatible changes; readers refuse a newer major.
 pub const FORMAT_MAJOR: u16 = 1;
-/// Compatible additions (new frame kinds, appended fields).
+/// Compatible additions (new frame kinds, appended fields). A reader decodes a metadata struct
+/// by the file's minor version, so a struct with appended fields still reads older files.
 /// 1.2: energy frames (kinds 10..=12).
-pub const FORMAT_MINOR: u16 = 2;
+/// 1.3: `DropSample::interrupted` (drops by reason).
+pub const FORMAT_MINOR: u16 = 3;
 /// Size of the header this version writes; readers skip the extra bytes of a larger one.
 const FILE_HEADER_BYTES: u32 = 16;
 
@@ -106,6 +108,36 @@ mod tests {
             last = events;
         }
         assert_eq!(read_all(&bytes).unwrap(), (100, false, true, 0));
+    }
+
+    #[test]
+    fn a_struct_with_appended_fields_still_reads_files_written_before_them() {
+        // A 1.2 file: its drop samples have no `interrupted`.
+        #[derive(serde::Serialize)]
+        struct Old {
+            stream: u64,
+            pid: u32,
+            tid: u32,
+            time_ns: u64,
+            dropped: u64,
+        }
+        let payload =
+            postcard::to_stdvec(&vec![Old { stream: 3, pid: 10, tid: 11, time_ns: 99, dropped: 7 }]).unwrap();
+        let mut bytes = FILE_MAGIC.to_vec();
+        bytes.extend_from_slice(&FORMAT_MAJOR.to_le_bytes());
+        bytes.extend_from_slice(&2u16.to_le_bytes());
+        bytes.extend_from_slice(&FILE_HEADER_BYTES.to_le_bytes());
+        bytes.extend_from_slice(&FRAME_DROPS.to_le_bytes());
+        bytes.extend_from_slice(&0u16.to_le_bytes());
+        bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&payload);
+        bytes.resize(bytes.len() + padding_for(payload.len() as u32), 0);
+        let mut reader = RunReader::new(&bytes[..]).unwrap();
+        let Some(Frame::Drops(samples)) = reader.next_frame().unwrap() else { panic!("a drops frame") };
+        assert_eq!(
+            samples,
+            vec![DropSample { stream: 3, pid: 10, tid: 11, time_ns: 99, dropped: 7, interrupted: 0 }]
+        );
     }
 
     #[test]

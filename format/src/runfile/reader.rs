@@ -259,7 +259,14 @@ impl<R: Read> RunReader<R> {
                 FRAME_PROCESS => Frame::Process(decode(payload).map_err(corrupt)?),
                 FRAME_PROCESS_EXIT => Frame::ProcessExit(decode(payload).map_err(corrupt)?),
                 FRAME_AGGREGATES => Frame::Aggregates(decode(payload).map_err(corrupt)?),
-                FRAME_DROPS => Frame::Drops(decode(payload).map_err(corrupt)?),
+                FRAME_DROPS if self.version.1 >= 3 => Frame::Drops(decode(payload).map_err(corrupt)?),
+                FRAME_DROPS => Frame::Drops(
+                    decode::<Vec<super::frames::DropSampleV1_2>>(payload)
+                        .map_err(corrupt)?
+                        .into_iter()
+                        .map(super::frames::DropSample::from)
+                        .collect(),
+                ),
                 FRAME_THREAD => Frame::Thread(decode(payload).map_err(corrupt)?),
                 FRAME_SYMBOL => Frame::Symbol(decode(payload).map_err(corrupt)?),
                 FRAME_ENERGY_DEVICE => Frame::EnergyDevice(decode(payload).map_err(corrupt)?),

@@ -48,6 +48,24 @@ pub fn monotonic_ns() -> u64 {
     (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
 }
 
+/// CLOCK_MONOTONIC_COARSE in ns: a memory read in the vDSO, a few ns, for decisions that need
+/// only about a millisecond of precision (when to try joining again).
+#[inline]
+pub fn coarse_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let ok = match GLIBC_CLOCK_GETTIME.load(Ordering::Relaxed) {
+        0 => read_without_glibc(&mut ts),
+        // Safety: only `resolve` stores here, the address of glibc's clock_gettime.
+        f => unsafe {
+            core::mem::transmute::<usize, ClockGettime>(f)(libc::CLOCK_MONOTONIC_COARSE, &mut ts) == 0
+        },
+    };
+    if !ok {
+        return 0;
+    }
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
 /// First use: resolves glibc's `clock_gettime` for next time and reads the clock with the
 /// system call meanwhile.
 #[cold]

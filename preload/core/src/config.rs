@@ -5,8 +5,12 @@ use core::ffi::CStr;
 
 /// What the environment asks of the library.
 pub struct Config {
-    shm_name: [u8; 128],
-    shm_name_len: usize,
+    shm_path: [u8; 256],
+    shm_path_len: usize,
+    /// The segment was named by the launcher (`MLPROF_SHM`): it belongs to one run, so once it
+    /// closes there is nothing to join again (a session's name, by contrast, is served again
+    /// by the next collector of the session).
+    pub launcher: bool,
     /// `MLPROF_CLOCK=events`: a record per clock read instead of counters.
     pub clock_events: bool,
     /// `MLPROF_QUIET`: no "no session" line.
@@ -41,17 +45,22 @@ impl Config {
     /// The options as `lookup` gives the variables.
     pub fn from_lookup<'a>(uid: u32, lookup: impl Fn(&CStr) -> Option<&'a [u8]>) -> Config {
         let mut config = Config {
-            shm_name: [0; 128],
-            shm_name_len: 0,
+            shm_path: [0; 256],
+            shm_path_len: 0,
+            launcher: false,
             clock_events: lookup(c"MLPROF_CLOCK") == Some(b"events"),
             quiet: is_on(lookup(c"MLPROF_QUIET")),
             disabled: is_on(lookup(c"MLPROF_DISABLE")),
             clock_timing_every: lookup(c"MLPROF_CLOCK_TIMING").map_or(64, parse_power_of_two),
         };
         match lookup(c"MLPROF_SHM") {
-            Some(name) if !name.is_empty() => config.push(name),
+            Some(path) if !path.is_empty() => {
+                config.launcher = true;
+                config.push(path);
+            }
             _ => {
                 let session = lookup(c"MLPROF_SESSION").filter(|s| !s.is_empty()).unwrap_or(b"default");
+                config.push(lookup(c"MLPROF_SHM_DIR").filter(|d| !d.is_empty()).unwrap_or(b"/dev/shm"));
                 config.push(b"/mlprof-");
                 let mut digits = [0u8; 10];
                 config.push(format_u32(uid, &mut digits));
@@ -62,20 +71,23 @@ impl Config {
         config
     }
 
-    /// Appends to the segment name, cutting what does not fit.
+    /// Appends to the segment path, cutting what does not fit (leaving room for a NUL).
     fn push(&mut self, bytes: &[u8]) {
-        let free = self.shm_name.get_mut(self.shm_name_len..).unwrap_or_default();
-        let take = bytes.len().min(free.len());
-        if let (Some(to), Some(from)) = (free.get_mut(..take), bytes.get(..take)) {
-            to.copy_from_slice(from);
-            self.shm_name_len += take;
-        }
+        let room = self.shm_path.len() - 1;
+        let free = self.shm_path.get_mut(self.shm_path_len..room).unwrap_or_default();
+        self.shm_path_len += crate::sys::copy_prefix(free, bytes);
     }
 
-    /// The shared-memory segment to join: `MLPROF_SHM`, else the session's
-    /// (`/mlprof-UID-SESSION`, session from `MLPROF_SESSION` or `default`).
-    pub fn shm_name(&self) -> &[u8] {
-        self.shm_name.get(..self.shm_name_len).unwrap_or_default()
+    /// The segment to join: `MLPROF_SHM` (the launcher's run), else the session's
+    /// (`$MLPROF_SHM_DIR/mlprof-UID-SESSION`, `/dev/shm` by default, session from
+    /// `MLPROF_SESSION` or `default`).
+    pub fn shm_path(&self) -> &[u8] {
+        self.shm_path.get(..self.shm_path_len).unwrap_or_default()
+    }
+
+    /// [`Config::shm_path`] with its NUL.
+    pub fn shm_path_c(&self) -> Option<&core::ffi::CStr> {
+        CStr::from_bytes_until_nul(self.shm_path.get(..=self.shm_path_len)?).ok()
     }
 }
 
@@ -119,18 +131,25 @@ mod tests {
 
     #[test]
     fn session_segment_name_comes_from_uid_and_session() {
-        assert_eq!(config(&[]).shm_name(), b"/mlprof-1000-default");
-        assert_eq!(config(&[(c"MLPROF_SESSION", b"exp1")]).shm_name(), b"/mlprof-1000-exp1");
-        assert_eq!(config(&[(c"MLPROF_SESSION", b"")]).shm_name(), b"/mlprof-1000-default");
-        let launcher = config(&[(c"MLPROF_SHM", b"/mlprof-1000-run-42-ab"), (c"MLPROF_SESSION", b"x")]);
-        assert_eq!(launcher.shm_name(), b"/mlprof-1000-run-42-ab");
+        assert_eq!(config(&[]).shm_path(), b"/dev/shm/mlprof-1000-default");
+        assert!(!config(&[]).launcher);
+        assert_eq!(config(&[(c"MLPROF_SESSION", b"exp1")]).shm_path(), b"/dev/shm/mlprof-1000-exp1");
+        assert_eq!(config(&[(c"MLPROF_SESSION", b"")]).shm_path(), b"/dev/shm/mlprof-1000-default");
+        let moved = config(&[(c"MLPROF_SHM_DIR", b"/big/tmpfs"), (c"MLPROF_SESSION", b"s")]);
+        assert_eq!(moved.shm_path(), b"/big/tmpfs/mlprof-1000-s");
+        let launcher =
+            config(&[(c"MLPROF_SHM", b"/dev/shm/mlprof-1000-run-42-ab"), (c"MLPROF_SESSION", b"x")]);
+        assert_eq!(launcher.shm_path(), b"/dev/shm/mlprof-1000-run-42-ab");
+        assert!(launcher.launcher);
+        assert_eq!(launcher.shm_path_c().unwrap().to_bytes(), launcher.shm_path());
     }
 
     #[test]
     fn a_name_too_long_is_cut_not_overflowed() {
         let long: &'static [u8] = &[b'x'; 300];
-        assert_eq!(config(&[(c"MLPROF_SHM", long)]).shm_name().len(), 128);
-        assert_eq!(config(&[(c"MLPROF_SESSION", long)]).shm_name().len(), 128);
+        assert_eq!(config(&[(c"MLPROF_SHM", long)]).shm_path().len(), 255);
+        assert_eq!(config(&[(c"MLPROF_SESSION", long)]).shm_path().len(), 255);
+        assert!(config(&[(c"MLPROF_SHM", long)]).shm_path_c().is_some());
     }
 
     #[test]

@@ -13,15 +13,19 @@ pub struct ThreadState {
     pub in_hook: Cell<bool>,
     /// Claimed lane index + 1; 0 = none yet.
     pub lane: Cell<u32>,
-    /// The pid the lane was claimed for: a fork child (even one made by `_Fork` or `clone`,
-    /// which skip atfork handlers) sees a different process pid and claims its own lane.
-    pub lane_pid: Cell<u32>,
+    /// The lane's generation at the claim (what the thread retires it with).
+    pub lane_generation: Cell<u32>,
+    /// Who the lane was claimed as (`session::identity()`: epoch and pid): a fork child sees
+    /// another pid, a process that joined a new collector another epoch, and both claim anew.
+    pub lane_owner: Cell<u64>,
     pub tid: Cell<u32>,
     /// This thread called vfork: until proven otherwise, we may be running in the vfork child,
     /// which shares this memory and must pass through.
     pub vfork_pending: Cell<bool>,
-    /// After a failed lane claim: records to drop before trying again.
-    pub no_lane_skips: Cell<u32>,
+    /// A lane claim failed: the thread drops its records until the collector offers a lane.
+    pub no_lane: Cell<bool>,
+    /// The ring's `lanes_offered` when the claim failed: the thread tries again once it moved.
+    pub no_lane_offered: Cell<u32>,
     /// The CUDA device this thread last selected with cudaSetDevice.
     pub device: Cell<i32>,
     /// Depth of recorded CUDA runtime calls in progress (driver calls inside are nested).
@@ -119,10 +123,12 @@ impl ThreadState {
         ThreadState {
             in_hook: Cell::new(false),
             lane: Cell::new(0),
-            lane_pid: Cell::new(0),
+            lane_generation: Cell::new(0),
+            lane_owner: Cell::new(0),
             tid: Cell::new(0),
             vfork_pending: Cell::new(false),
-            no_lane_skips: Cell::new(0),
+            no_lane: Cell::new(false),
+            no_lane_offered: Cell::new(0),
             device: Cell::new(0),
             gpu_depth: Cell::new(0),
             internal: Cell::new(false),

@@ -15,10 +15,22 @@ pub fn heap_ring(geometry: RingGeometry) -> RingView {
     assert!(!base.is_null());
     // Safety: zeroed, aligned, sized for the geometry, not yet shared.
     unsafe {
-        RingView::initialize(base, geometry, CLOCK_MONOTONIC, crate::sys::geteuid(), std::process::id())
+        RingView::initialize(
+            base,
+            geometry,
+            CLOCK_MONOTONIC,
+            crate::sys::geteuid(),
+            std::process::id(),
+            u64::MAX / 2,
+        )
     };
     // Safety: as above.
-    unsafe { RingView::new(base, geometry) }
+    let view = unsafe { RingView::new(base, geometry) };
+    // Heap memory is backed: every lane may be offered at once.
+    for index in 0..geometry.lane_count {
+        view.offer(index);
+    }
+    view
 }
 
 /// The ring this test process has joined as if a collector served it (one per test binary:
@@ -62,4 +74,11 @@ pub fn this_threads_drops() -> u64 {
     let state = crate::guard::current().unwrap();
     let index = state.lane.get().checked_sub(1).expect("a lane");
     joined_ring().lane(index).unwrap().dropped.load(Ordering::Relaxed)
+}
+
+/// This thread's lane's count of calls a signal handler made while it was writing.
+pub fn this_threads_interrupted() -> u64 {
+    let state = crate::guard::current().unwrap();
+    let index = state.lane.get().checked_sub(1).expect("a lane");
+    joined_ring().lane(index).unwrap().interrupted.load(Ordering::Relaxed)
 }

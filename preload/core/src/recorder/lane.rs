@@ -2,49 +2,79 @@
 //! fork child, which is a new identity), cached in the thread-local state, retired at thread
 //! exit. The ring protocol itself lives in `mlprof_format::ring::RingView`.
 
+use core::sync::atomic::Ordering;
+
 use mlprof_format::record::{Event, KIND_STRING_DEF};
 use mlprof_format::ring::RingView;
 
 use super::{lifecycle, session, strings};
 use crate::guard::ThreadState;
 
-/// After a failed claim (every lane taken), drop this many records before scanning again.
-const CLAIM_RETRY_INTERVAL: u32 = 1024;
-
-/// This thread's lane for process `pid`, claiming one on first use.
+/// This thread's lane for `owner` (`session::identity()`: epoch and pid), claiming one on
+/// first use.
 #[inline(always)]
-pub fn lane_of(ring: &RingView, thread: &ThreadState, pid: u32) -> Option<u32> {
+pub fn lane_of(ring: &RingView, thread: &ThreadState, owner: u64) -> Option<u32> {
     let lane = thread.lane.get();
-    if lane != 0 && thread.lane_pid.get() == pid {
+    if lane != 0 && thread.lane_owner.get() == owner {
         return Some(lane - 1);
     }
-    claim(ring, thread, pid)
+    claim(ring, thread, owner)
 }
 
 /// Runs with the guard held; calls no hooked function (see `lifecycle::remember_lane_for_thread_exit`).
 #[cold]
-fn claim(ring: &RingView, thread: &ThreadState, pid: u32) -> Option<u32> {
-    if thread.lane_pid.get() != pid {
-        // A new thread, or the first record of a fork child: a new identity.
+fn claim(ring: &RingView, thread: &ThreadState, owner: u64) -> Option<u32> {
+    let offered = ring.header().lanes_offered.load(Ordering::Acquire);
+    if thread.lane_owner.get() != owner {
+        // A new thread, the first record of a fork child, or a new collector: a new identity.
         thread.lane.set(0);
-        thread.lane_pid.set(pid);
+        thread.lane_owner.set(owner);
         thread.tid.set(crate::sys::gettid());
-        thread.no_lane_skips.set(0);
-    } else if thread.no_lane_skips.get() > 0 {
-        thread.no_lane_skips.set(thread.no_lane_skips.get() - 1);
-        ring.count_no_lane_drop();
+        thread.no_lane.set(false);
+    } else if thread.no_lane.get() && thread.no_lane_offered.get() == offered {
+        // No lane was offered since the last try: scanning again would find none.
+        ring.count_no_lane_drop(thread.tid.get());
         return None;
     }
-    match ring.claim(pid, thread.tid.get(), session::uid()) {
-        Some(index) => {
-            thread.lane.set(index + 1);
-            lifecycle::remember_lane_for_thread_exit(index);
-            Some(index)
+    let back: &dyn Fn(*mut u8, usize) -> bool = &back_lane;
+    let back = SELF_BACKING.load(Ordering::Relaxed).then_some(back);
+    match ring.claim(owner as u32, thread.tid.get(), session::uid(), session::image(), back) {
+        Some(claim) => {
+            thread.lane.set(claim.index + 1);
+            thread.lane_generation.set(claim.generation);
+            thread.no_lane.set(false);
+            lifecycle::remember_lane_for_thread_exit(claim.index);
+            Some(claim.index)
         }
         None => {
-            thread.no_lane_skips.set(CLAIM_RETRY_INTERVAL);
+            ring.count_no_lane_drop(thread.tid.get());
+            thread.no_lane.set(true);
+            thread.no_lane_offered.set(offered);
+            // The collector backs and offers more lanes when it runs: wake it now.
+            session::wake_collector(ring);
             None
         }
+    }
+}
+
+/// Whether this process may back an open lane itself (cleared when the kernel lacks
+/// `MADV_POPULATE_WRITE`, older than 5.14).
+static SELF_BACKING: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(true);
+
+/// Backs an open lane's slots before the thread writes them: `MADV_POPULATE_WRITE` allocates
+/// and maps every page now, and returns an error (not a SIGBUS) when the shm filesystem is full.
+/// Once per thread; it also spares the thread the page faults of its first lap over the lane.
+fn back_lane(start: *mut u8, len: usize) -> bool {
+    // Safety: the range is one lane's slots inside our shared mapping of the ring.
+    match unsafe {
+        rustix::mm::madvise(start as *mut core::ffi::c_void, len, rustix::mm::Advice::LinuxPopulateWrite)
+    } {
+        Ok(()) => true,
+        Err(rustix::io::Errno::INVAL) => {
+            SELF_BACKING.store(false, Ordering::Relaxed);
+            false
+        }
+        Err(_) => false,
     }
 }
 
@@ -86,6 +116,7 @@ mod tests {
         let thread = fresh_thread();
         let lane = lane_of(&ring, &thread, 100).unwrap();
         assert_eq!(lane_of(&ring, &thread, 100), Some(lane));
+        assert_eq!(thread.lane_generation.get(), 1);
         let owner = ring.lane(lane).unwrap();
         assert_eq!(owner.pid.load(core::sync::atomic::Ordering::Relaxed), 100);
         assert_eq!(owner.tid.load(core::sync::atomic::Ordering::Relaxed), crate::sys::gettid());
@@ -99,25 +130,31 @@ mod tests {
         // Same thread state (fork copies it), another pid: never the parent's lane.
         let child_lane = lane_of(&ring, &thread, 101).unwrap();
         assert_ne!(parent_lane, child_lane);
-        assert_eq!(thread.lane_pid.get(), 101);
+        assert_eq!(thread.lane_owner.get(), 101);
+        // Same pid in a later epoch (a new collector): a new lane too.
+        let rejoined = lane_of(&ring, &thread, 2 << 32 | 101).unwrap();
+        assert_ne!(rejoined, child_lane);
     }
 
     #[test]
-    fn with_every_lane_taken_records_are_counted_and_claims_retried_later() {
+    fn with_every_lane_taken_records_are_counted_until_a_lane_is_offered() {
         let ring = heap_ring(RingGeometry { lane_count: 1, lane_capacity: 64 });
         let first = fresh_thread();
         assert_eq!(lane_of(&ring, &first, 100), Some(0));
         let second = fresh_thread();
-        let no_lane = || ring.header().no_lane_drops.load(core::sync::atomic::Ordering::Relaxed);
+        let no_lane = || ring.header().no_lane_drops_total();
         assert_eq!(lane_of(&ring, &second, 100), None);
         assert_eq!(no_lane(), 1);
-        // The lane frees up, but the thread only scans again after CLAIM_RETRY_INTERVAL drops.
-        ring.free(0);
-        for expected in 2..=CLAIM_RETRY_INTERVAL as u64 + 1 {
+        // Until the collector offers a lane, the thread drops (and counts) without scanning.
+        for expected in 2..=5 {
             assert_eq!(lane_of(&ring, &second, 100), None);
             assert_eq!(no_lane(), expected);
         }
+        // The first thread exits; the collector frees its lane: the next record claims it.
+        ring.retire(mlprof_format::ring::Claim { index: 0, generation: first.lane_generation.get() });
+        ring.free(0);
         assert_eq!(lane_of(&ring, &second, 100), Some(0));
+        assert_eq!(no_lane(), 5);
     }
 
     #[test]

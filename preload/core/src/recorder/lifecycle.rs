@@ -7,6 +7,7 @@ use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use mlprof_format::record::{Event, KIND_PROCESS_EXIT, KIND_PROCESS_START, PROC_FORKED};
+use mlprof_format::ring::Claim;
 
 use super::{lane, session};
 use crate::clock;
@@ -22,10 +23,8 @@ static LANE_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 /// initialization, and call hooked functions, on this very thread).
 const KEYS_WITHOUT_ALLOCATION: u32 = 32;
 
-/// Right after the process joined: registers the fork and thread-exit handlers and announces
-/// the process image.
-pub(super) fn process_joined() {
-    register_process_hooks();
+/// Announces the process image to the collector it just joined.
+pub(super) fn announce_process() {
     send_process_start(0, false);
 }
 
@@ -34,7 +33,8 @@ unsafe extern "C" {
     fn on_exit(handler: extern "C" fn(libc::c_int, *mut c_void), arg: *mut c_void) -> libc::c_int;
 }
 
-fn register_process_hooks() {
+/// Registers the fork, exit and thread-exit handlers (once per process image).
+pub(super) fn register_process_hooks() {
     let mut key: libc::pthread_key_t = 0;
     // Safety: plain libc calls with valid arguments; done once per process image (atfork
     // handlers, keys and exit handlers are inherited by fork children).
@@ -72,10 +72,10 @@ extern "C" fn retire_lane_at_thread_exit(value: *mut c_void) {
     let Some(ring) = session::ring() else { return };
     let Some(thread) = guard::current() else { return };
     let index = (value as usize).wrapping_sub(1) as u32;
-    ring.retire(index, session::pid(), thread.tid.get());
-    if thread.lane.get() == index + 1 {
+    if thread.lane.get() == index + 1 && thread.lane_owner.get() == session::identity() {
+        ring.retire(Claim { index, generation: thread.lane_generation.get() });
         thread.lane.set(0);
-        thread.lane_pid.set(0);
+        thread.lane_owner.set(0);
     }
 }
 
@@ -99,7 +99,7 @@ fn send_process_start(parent: u32, forked: bool) {
     let Some(thread) = guard::current() else { return };
     let pid = session::pid();
     let ppid = if forked { parent } else { sys::getppid() };
-    let Some(lane) = lane::lane_of(ring, &thread, pid) else {
+    let Some(lane) = lane::lane_of(ring, &thread, session::identity()) else {
         return;
     };
     let mut cmdline = [0u8; mlprof_format::record::MAX_STRING_BYTES];
@@ -139,7 +139,7 @@ pub fn record_process_exit(status: i32) {
     let Some(ring) = session::ring() else { return };
     let pid = session::pid();
     let _ = guard::with_guard(|thread| {
-        if let Some(lane) = lane::lane_of(ring, &thread, pid) {
+        if let Some(lane) = lane::lane_of(ring, &thread, session::identity()) {
             ring.push(
                 lane,
                 &Event {

@@ -37,11 +37,11 @@ pub fn init_from_constructor() -> bool {
     !state.in_hook.get() && state.foreign(session::join)
 }
 
-/// Whether this process records, joining its session on first use (with the guard held: see
-/// `session::join`).
+/// Whether this process records, joining its session on first use, or again once its
+/// collector went away and a retry is due (with the guard held: see `session::join`).
 #[inline(always)]
 fn records(state: &ThreadRef) -> bool {
-    session::is_active_quick() || (session::is_unjoined() && state.foreign(session::join))
+    session::is_active_quick() || (session::may_join() && state.foreign(session::join))
 }
 
 /// The calling thread when its call is to be recorded; `None` when it must pass through: our
@@ -133,7 +133,7 @@ impl Span {
         let Some(ring) = session::ring() else { return };
         let pid = session::pid();
         state.in_hook.set(true);
-        if let Some(lane) = lane::lane_of(ring, &state, pid) {
+        if let Some(lane) = lane::lane_of(ring, &state, session::identity()) {
             event.kind = func as u16;
             event.pid = pid;
             event.tid = state.tid.get();
@@ -145,10 +145,11 @@ impl Span {
             ring.push(lane, &event);
             let nested = state.take_nested();
             if nested != 0 {
-                ring.count_drops(lane, nested as u64);
+                ring.count_interrupted(lane, nested as u64);
             }
         }
         state.in_hook.set(false);
+        session::check(end);
     }
 
     /// Names GPU function `handle` for the collector, once per handle per process: `resolve`
@@ -161,12 +162,13 @@ impl Span {
         let state = self.thread;
         let Some(ring) = session::ring() else { return };
         let pid = session::pid();
+        let owner = session::identity();
         let mut name = [0u8; 1024];
         let len = state.foreign(|| guard::keeping_errno(|| resolve(&mut name))).min(name.len());
         let name = name.get(..len).unwrap_or_default();
         state.in_hook.set(true);
         if !name.is_empty()
-            && let Some(lane) = lane::lane_of(ring, &state, pid)
+            && let Some(lane) = lane::lane_of(ring, &state, owner)
         {
             let id = mlprof_format::string_id(name);
             if lane::send_string(ring, lane, pid, state.tid.get(), id, name) {
@@ -246,7 +248,7 @@ fn send_path(state: &ThreadRef, path: Option<&[u8]>) -> PathSent {
     let (Some(bytes), Some(ring)) = (path, session::ring()) else { return PathSent::Unreadable };
     let pid = session::pid();
     let id = mlprof_format::string_id(bytes);
-    match lane::lane_of(ring, state, pid) {
+    match lane::lane_of(ring, state, session::identity()) {
         Some(lane) if !lane::send_string(ring, lane, pid, state.tid.get(), id, bytes) => {
             PathSent::NoRoom(lane)
         }
@@ -276,12 +278,24 @@ impl AggregateCall {
     /// Counts a call in this thread's aggregate `slot`; `None` when it passes through.
     #[inline(always)]
     pub fn begin(slot: usize) -> Option<AggregateCall> {
-        let state = recording_thread()?;
+        let state = guard::current()?;
+        if state.in_hook.get() {
+            count_reentered_clock_read(&state, slot);
+            return None;
+        }
+        if !records(&state) || (state.vfork_pending.get() && !lifecycle::vfork_parent_resumed(&state)) {
+            return None;
+        }
         let ring = session::ring()?;
         state.in_hook.set(true);
-        let lane = lane::lane_of(ring, &state, session::pid());
+        let lane = lane::lane_of(ring, &state, session::identity());
         state.in_hook.set(false);
-        let counters = ring.aggregate_slot(lane?, slot)?;
+        let lane = lane?;
+        let nested = state.take_nested();
+        if nested != 0 {
+            ring.count_interrupted(lane, nested as u64);
+        }
+        let counters = ring.aggregate_slot(lane, slot)?;
         let count = counters.count_call();
         let start = if count & session::timing_mask() == 0 { clock::now() } else { 0 };
         Some(AggregateCall { counters, start })
@@ -291,8 +305,30 @@ impl AggregateCall {
     #[inline(always)]
     pub fn finish(self) {
         if self.start != 0 {
-            self.counters.add_timing(clock::now().wrapping_sub(self.start));
+            let end = clock::now();
+            self.counters.add_timing(end.wrapping_sub(self.start));
+            session::check(end);
         }
+    }
+}
+
+/// A clock read that arrived while this thread held the guard: a signal handler's (our own
+/// code reads the clock without the hook). Counted in the thread's aggregate all the same when
+/// the thread has a lane: the counters are added to by single instructions, so the handler's
+/// count cannot tear the interrupted one; without a lane it counts as interrupted.
+#[cold]
+fn count_reentered_clock_read(state: &ThreadRef, slot: usize) {
+    if state.internal.get() {
+        return;
+    }
+    let lane = state.lane.get();
+    match session::ring().filter(|_| lane != 0 && state.lane_owner.get() == session::identity()) {
+        Some(ring) => {
+            if let Some(counters) = ring.aggregate_slot(lane - 1, slot) {
+                counters.count_call();
+            }
+        }
+        None => state.reentered(),
     }
 }
 
@@ -315,7 +351,7 @@ pub fn with_lane(f: impl FnOnce(&RingView, u32, u32, &ThreadState)) -> bool {
         }
         let Some(ring) = session::ring() else { return false };
         let pid = session::pid();
-        let Some(lane) = lane::lane_of(ring, &state, pid) else { return false };
+        let Some(lane) = lane::lane_of(ring, &state, session::identity()) else { return false };
         f(ring, lane, pid, &state);
         true
     })();

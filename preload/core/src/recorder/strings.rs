@@ -48,24 +48,36 @@ impl SeenSet {
 static SENT_STRINGS: SeenSet = SeenSet::new();
 static DEFINED_SYMBOLS: SeenSet = SeenSet::new();
 
-/// Whether string `id` was sent by this process (or its parent before a fork).
+/// The key of `id` in the current epoch: a process that joins a new collector must send its
+/// strings again, so keys are salted with the epoch instead of clearing the set (which other
+/// threads are reading). Never 0 (an empty slot).
+#[inline]
+fn key(id: u64) -> u64 {
+    let salted = id ^ (super::session::epoch() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    if salted == 0 { 1 } else { salted }
+}
+
+/// Whether string `id` was sent by this process (or its parent before a fork) to the current
+/// collector.
 #[inline]
 pub fn was_sent(id: u64) -> bool {
-    SENT_STRINGS.contains(id)
+    SENT_STRINGS.contains(key(id))
 }
 
+/// Remembers that string `id` was sent to the current collector.
 pub fn mark_sent(id: u64) {
-    SENT_STRINGS.insert(id)
+    SENT_STRINGS.insert(key(id))
 }
 
-/// Whether GPU function `handle` was named by this process already.
+/// Whether GPU function `handle` was named by this process to the current collector.
 #[inline]
 pub fn symbol_was_defined(handle: u64) -> bool {
-    DEFINED_SYMBOLS.contains(handle)
+    DEFINED_SYMBOLS.contains(key(handle))
 }
 
+/// Remembers that GPU function `handle` was named to the current collector.
 pub fn mark_symbol_defined(handle: u64) {
-    DEFINED_SYMBOLS.insert(handle)
+    DEFINED_SYMBOLS.insert(key(handle))
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@ use mlprof_format::record::{Event, FLAG_ERROR, FLAG_NESTED, GpuCall, IttSpan};
 
 use super::{AggregateCall, Span};
 use crate::guard;
-use crate::test_support::{joined_ring, take_this_threads_items, this_threads_drops};
+use crate::test_support::{
+    joined_ring, take_this_threads_items, this_threads_drops, this_threads_interrupted,
+};
 
 fn read_event(fd: i32, asked: u64, done: i64) -> Event {
     Event { fd, ret: done, arg: asked, arg2: done.max(0) as u64, ..Event::default() }
@@ -80,16 +82,17 @@ fn our_own_calls_pass_through_unrecorded_and_uncounted() {
 fn a_call_that_interrupts_a_record_is_counted_as_dropped() {
     joined_ring();
     Span::begin(Func::Write).unwrap().finish(read_event(1, 1, 1), Func::Write, false);
-    let before = this_threads_drops();
+    let before = this_threads_interrupted();
     // A signal handler's call arriving while this thread holds the guard for a record.
     let state = guard::current().unwrap();
     state.in_hook.set(true);
     assert!(Span::begin(Func::Write).is_none());
     assert!(Span::begin(Func::Read).is_none());
     state.in_hook.set(false);
-    // The next record of the thread adds them to its lane's drops.
+    // The next record of the thread adds them to its lane's count of interrupted calls.
     Span::begin(Func::Write).unwrap().finish(read_event(1, 1, 1), Func::Write, false);
-    assert_eq!(this_threads_drops(), before + 2);
+    assert_eq!(this_threads_interrupted(), before + 2);
+    assert_eq!(this_threads_drops(), 0, "not a full lane");
     assert_eq!(take_this_threads_items().0.len(), 2);
 }
 
@@ -162,4 +165,25 @@ fn itt_tasks_nest_by_depth_and_name_themselves_once() {
     let mut names: Vec<&[u8]> = strings.iter().map(|(_, bytes)| bytes.as_slice()).collect();
     names.sort();
     assert_eq!(names, vec![&b"inner"[..], b"outer", b"unit.domain"]);
+}
+
+#[test]
+fn a_signal_handlers_clock_read_during_a_record_is_counted_exactly() {
+    let ring = joined_ring();
+    AggregateCall::begin(AGG_SLOT_GETTIMEOFDAY).unwrap().finish();
+    let state = guard::current().unwrap();
+    // While the thread holds the guard (writing a record), a handler's clock reads.
+    state.in_hook.set(true);
+    for _ in 0..3 {
+        assert!(AggregateCall::begin(AGG_SLOT_GETTIMEOFDAY).is_none());
+    }
+    state.in_hook.set(false);
+    let lane = state.lane.get() - 1;
+    let count = ring
+        .aggregate_slot(lane, AGG_SLOT_GETTIMEOFDAY)
+        .unwrap()
+        .count
+        .load(core::sync::atomic::Ordering::Relaxed);
+    assert_eq!(count, 4, "counted, not lost");
+    assert_eq!(this_threads_interrupted(), 0);
 }
