@@ -1,0 +1,157 @@
+//! Running children: a clean environment, a watchdog that kills a hung process group, and the
+//! launcher (`mlprof-collect -- CMD`) and attach-mode (`LD_PRELOAD`) command lines.
+
+use std::ffi::OsStr;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use crate::locations::bins;
+
+/// Environment variables that steer libmlprof; removed from every child so
+/// that the tests do not depend on the environment they are started from.
+const MLPROF_ENV: &[&str] =
+    &["LD_PRELOAD", "MLPROF_SHM", "MLPROF_SESSION", "MLPROF_CLOCK", "MLPROF_QUIET", "MLPROF_PRELOAD"];
+
+/// Per-command time limit (`$MLPROF_TEST_TIMEOUT` seconds, default 120).
+pub fn default_timeout() -> Duration {
+    let secs = std::env::var("MLPROF_TEST_TIMEOUT").ok().and_then(|s| s.parse().ok()).unwrap_or(120);
+    Duration::from_secs(secs)
+}
+
+/// Removes the variables that steer libmlprof from `cmd`'s environment.
+pub fn clean_env(cmd: &mut Command) -> &mut Command {
+    for k in MLPROF_ENV {
+        cmd.env_remove(k);
+    }
+    cmd
+}
+
+/// Kills the process group `pgid` with SIGKILL unless `done` fires within `limit`.
+/// Returns the watchdog; join it to learn whether it fired.
+pub(crate) fn watchdog(pgid: u32, limit: Duration) -> (mpsc::Sender<()>, thread::JoinHandle<bool>) {
+    let (tx, rx) = mpsc::channel::<()>();
+    let h = thread::spawn(move || match rx.recv_timeout(limit) {
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            // SAFETY: kill(2) has no memory-safety preconditions.
+            unsafe { libc::kill(-(pgid as i32), libc::SIGKILL) };
+            true
+        }
+        _ => false,
+    });
+    (tx, h)
+}
+
+/// Kills a process group if it outlives a time limit; disarmed on drop.
+/// Use it around children the test drives by hand (pipes, signals), so a
+/// hung profiler fails the test instead of hanging it.
+pub struct Guard {
+    tx: Option<mpsc::Sender<()>>,
+    dog: Option<thread::JoinHandle<bool>>,
+}
+
+impl Guard {
+    /// Guards the process group `pgid` (spawn the child with `process_group(0)`).
+    pub fn new(pgid: u32, limit: Duration) -> Guard {
+        let (tx, dog) = watchdog(pgid, limit);
+        Guard { tx: Some(tx), dog: Some(dog) }
+    }
+
+    /// Disarms the guard; returns true when it had already fired.
+    pub fn fired(mut self) -> bool {
+        self.tx.take();
+        self.dog.take().map(|d| d.join().unwrap_or(false)).unwrap_or(false)
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(d) = self.dog.take() {
+            let _ = d.join();
+        }
+    }
+}
+
+/// Runs `cmd` in its own process group with stdout/stderr captured, killing
+/// the whole group if it runs longer than `limit`.  stdin is /dev/null.
+pub fn output_with_timeout(mut cmd: Command, limit: Duration) -> Output {
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+    let desc = format!("{cmd:?}");
+    let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {desc}: {e}"));
+    let (tx, dog) = watchdog(child.id(), limit);
+    let out = child.wait_with_output().expect("wait for child");
+    drop(tx);
+    if dog.join().unwrap_or(false) {
+        panic!(
+            "command timed out after {limit:?} and was killed: {desc}\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out
+}
+
+/// Describes an `Output` for assertion messages.
+pub fn describe(out: &Output) -> String {
+    format!(
+        "status: {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `mlprof-collect --out OUT ARGS... -- CMD...` (launcher mode) as a `Command`
+/// with a clean environment.
+pub fn collect_command<S: AsRef<OsStr>>(out: &Path, args: &[&str], cmd: &[S]) -> Command {
+    let mut c = Command::new(&bins().collect);
+    c.arg("--out").arg(out).args(args).arg("--").args(cmd);
+    clean_env(&mut c);
+    c
+}
+
+/// Runs `mlprof-collect --out OUT ARGS... -- CMD...` and returns its output.
+pub fn run_collect<S: AsRef<OsStr>>(out: &Path, args: &[&str], cmd: &[S]) -> Output {
+    output_with_timeout(collect_command(out, args, cmd), default_timeout())
+}
+
+/// Like [`run_collect`] with extra environment variables for the collector
+/// (and so for CMD, which inherits them).
+pub fn run_collect_env<S: AsRef<OsStr>>(
+    out: &Path,
+    args: &[&str],
+    cmd: &[S],
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> Output {
+    let mut c = collect_command(out, args, cmd);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    output_with_timeout(c, limit)
+}
+
+/// Runs `cmd` under the launcher and asserts that it exited 0 and wrote `out`.
+pub fn run_collect_ok<S: AsRef<OsStr>>(out: &Path, cmd: &[S]) -> Output {
+    let o = run_collect(out, &[], cmd);
+    assert!(o.status.success(), "mlprof-collect failed\n{}", describe(&o));
+    assert!(out.is_file(), "mlprof-collect did not write {}\n{}", out.display(), describe(&o));
+    o
+}
+
+/// A command that joins attach-mode session `session` through LD_PRELOAD.
+pub fn preloaded_command<S: AsRef<OsStr>>(program: S, session: &str) -> Command {
+    let mut c = Command::new(program);
+    clean_env(&mut c);
+    c.env("LD_PRELOAD", &bins().preload).env("MLPROF_SESSION", session);
+    c
+}
+
+/// The exit status as the shell reports it: the code, or 128 + signal.
+pub fn shell_status(st: ExitStatus) -> i32 {
+    st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
+}
