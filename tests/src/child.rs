@@ -2,6 +2,7 @@
 //! launcher (`mlprof-collect -- CMD`) and attach-mode (`LD_PRELOAD`) command lines.
 
 use std::ffi::OsStr;
+use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, ExitStatus, Output, Stdio};
@@ -78,10 +79,17 @@ impl Drop for Guard {
 
 /// Runs `cmd` in its own process group with stdout/stderr captured, killing
 /// the whole group if it runs longer than `limit`.  stdin is /dev/null.
-pub fn output_with_timeout(mut cmd: Command, limit: Duration) -> Output {
+pub fn output_with_timeout(cmd: Command, limit: Duration) -> Output {
+    let desc = format!("{cmd:?}");
+    try_output_with_timeout(cmd, limit).unwrap_or_else(|e| panic!("cannot start {desc}: {e}"))
+}
+
+/// Like [`output_with_timeout`], but a command that cannot be started is an error for the
+/// caller to judge (a missing tool can be a reason to skip); a timeout still fails the test.
+pub fn try_output_with_timeout(mut cmd: Command, limit: Duration) -> io::Result<Output> {
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
     let desc = format!("{cmd:?}");
-    let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {desc}: {e}"));
+    let child = cmd.spawn()?;
     let (tx, dog) = watchdog(child.id(), limit);
     let out = child.wait_with_output().expect("wait for child");
     drop(tx);
@@ -92,7 +100,7 @@ pub fn output_with_timeout(mut cmd: Command, limit: Duration) -> Output {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    out
+    Ok(out)
 }
 
 /// Describes an `Output` for assertion messages.

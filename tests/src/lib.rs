@@ -29,12 +29,14 @@
 //! | [`attach`] | the attach-mode collector |
 //! | [`summary`] | `mlprof summary --json` / `mlprof convert`, typed accessors |
 //! | [`expect`] | collected exact-count expectations |
+//! | [`skip`] | skips that are printed and counted; `require_*` checks that skip |
 
 pub mod attach;
 pub mod cc;
 pub mod child;
 pub mod expect;
 pub mod locations;
+pub mod skip;
 pub mod summary;
 pub mod tmp;
 
@@ -43,5 +45,6 @@ pub use cc::*;
 pub use child::*;
 pub use expect::*;
 pub use locations::*;
+pub use skip::*;
 pub use summary::*;
 pub use tmp::*;

@@ -2,10 +2,7 @@
 //! binaries and the Python interpreter for the Python tests.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
-
-use crate::child::{clean_env, default_timeout, output_with_timeout};
 
 /// `<workspace>` (the parent of this crate).
 pub fn workspace_root() -> PathBuf {
@@ -81,26 +78,4 @@ pub fn python() -> PathBuf {
         }
     }
     PathBuf::from("python3")
-}
-
-/// True when the test Python can import torch, torchvision and PIL; otherwise the test fails
-/// with a clear message, or (with `MLPROF_SKIP_TORCH=1`) says why and returns false to skip.
-pub fn torch_available() -> bool {
-    let py = python();
-    let mut c = Command::new(&py);
-    clean_env(&mut c).args(["-c", "import torch, torchvision, PIL"]);
-    let o = output_with_timeout(c, default_timeout());
-    if o.status.success() {
-        return true;
-    }
-    let why = format!(
-        "{} cannot import torch/torchvision/PIL (set MLPROF_TEST_PYTHON to a Python that has them):\n{}",
-        py.display(),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    if std::env::var("MLPROF_SKIP_TORCH").as_deref() == Ok("1") {
-        eprintln!("skipping the PyTorch test (MLPROF_SKIP_TORCH=1): {why}");
-        return false;
-    }
-    panic!("{why}\n(set MLPROF_SKIP_TORCH=1 to skip this test)");
 }

@@ -10,9 +10,11 @@ use std::path::{Path, PathBuf};
 use mlprof_tests::*;
 use serde_json::Value;
 
-/// The directory of the NVIDIA wheel library `file` (e.g. libcudart.so.13) in the Python
-/// environment's site-packages, or `$MLPROF_CUDA_LIB_DIR`.
-fn nvidia_library(prefixes: &[&str]) -> (PathBuf, String) {
+/// The directory and file name of the first NVIDIA wheel library named in `prefixes` (e.g.
+/// libcudart.so.13) in the Python environment's site-packages, or under
+/// `$MLPROF_CUDA_LIB_DIR`.  None when there is none: the test is skipped (with
+/// `MLPROF_SKIP_TORCH=1`) or has failed, and returns.
+fn nvidia_library(prefixes: &[&str]) -> Option<(PathBuf, String)> {
     let mut roots = Vec::new();
     if let Some(dir) = std::env::var_os("MLPROF_CUDA_LIB_DIR") {
         roots.push(PathBuf::from(dir));
@@ -24,13 +26,14 @@ fn nvidia_library(prefixes: &[&str]) -> (PathBuf, String) {
         if let Some(found) = find_file(root, prefixes, 0) {
             let dir = found.parent().unwrap().to_path_buf();
             let name = found.file_name().unwrap().to_string_lossy().into_owned();
-            return (dir, name);
+            return Some((dir, name));
         }
     }
-    panic!(
+    skip_without_venv(format_args!(
         "no {prefixes:?} under {roots:?}: install torch in the test environment (scripts/python-env.sh) \
          or point MLPROF_CUDA_LIB_DIR at the NVIDIA wheel's lib folder"
-    );
+    ));
+    None
 }
 
 fn find_file(dir: &Path, prefixes: &[&str], depth: usize) -> Option<PathBuf> {
@@ -115,7 +118,9 @@ const RUNTIME_CALLS: &[&str] = &[
 fn runtime_calls(linked: bool) {
     const THREADS: u64 = 4;
     const ITERATIONS: u64 = 50;
-    let (cudart_dir, cudart) = nvidia_library(&["libcudart.so.13", "libcudart.so.12"]);
+    let Some((cudart_dir, cudart)) = nvidia_library(&["libcudart.so.13", "libcudart.so.12"]) else {
+        return;
+    };
     let dir = TempDir::new(if linked { "cuda-linked" } else { "cuda-local" });
     let lib = dir.join("libcuda_calls.so").display().to_string();
     let rpath = format!("-Wl,-rpath,{}", cudart_dir.display());
@@ -272,7 +277,9 @@ fn cuda_driver_entry_points_are_wrapped() {
 #[test]
 fn nccl_calls() {
     const N: u64 = 20;
-    let (nccl_dir, nccl) = nvidia_library(&["libnccl.so.2"]);
+    let Some((nccl_dir, nccl)) = nvidia_library(&["libnccl.so.2"]) else {
+        return;
+    };
     let dir = TempDir::new("nccl");
     let main = dir.join("nccl_calls").display().to_string();
     let libdir = format!("-L{}", nccl_dir.display());
