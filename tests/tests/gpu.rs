@@ -3,9 +3,15 @@
 //! mlprof must record every call faithfully; the driver layer uses the libcuda test double in
 //! tests/doubles (there is no real driver here) to prove that cuGetProcAddress and dlsym on a
 //! libcuda handle hand back mlprof's wrappers.
+//!
+//! On a machine with an NVIDIA GPU (`nvidia-smi -L` lists one), the device check scripts in
+//! tests/gpu/ run too; elsewhere those two tests are skipped, said and counted.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Duration;
 
 use mlprof_tests::*;
 use serde_json::Value;
@@ -336,4 +342,42 @@ fn nccl_calls() {
     assert_eq!(all_reduce["args"]["op"], "sum");
     assert_eq!(all_reduce["args"]["datatype"], "float32");
     assert_eq!(all_reduce["cat"], "nccl");
+}
+
+/// The device checks share one GPU, and the energy check compares an idle phase with a burst:
+/// they run one at a time.
+static GPU: Mutex<()> = Mutex::new(());
+
+/// Runs `tests/gpu/SCRIPT` (which prints what it measured and exits non-zero on a failed
+/// check) with the test binaries and Python; skipped without a GPU.
+fn device_check(script: &str) {
+    if !require_gpu() || !require_torch() {
+        return;
+    }
+    let _one_at_a_time = GPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let python = python();
+    let mut c = Command::new("bash");
+    clean_env(&mut c)
+        .arg(tests_dir().join("gpu").join(script))
+        .env("PYTHON", &python)
+        .env("MLPROF_TEST_PYTHON", &python)
+        .env("MLPROF_BIN_DIR", &bins().dir);
+    let o = output_with_timeout(c, default_timeout().max(Duration::from_secs(600)));
+    eprintln!("{script}:\n{}", describe(&o));
+    assert!(o.status.success(), "{script} failed on this GPU\n{}", describe(&o));
+}
+
+/// tests/gpu/cuda_check.sh: a PyTorch CUDA training loop (and an NCCL all-reduce when NCCL
+/// starts) under mlprof-collect: named kernel launches, copies with bytes both ways,
+/// synchronizations with host-blocked time, nothing dropped.
+#[test]
+fn cuda_check_script_on_a_real_gpu() {
+    device_check("cuda_check.sh");
+}
+
+/// tests/gpu/energy_check.sh: GPU energy > 0, burst power above idle power, and mlprof's GPU
+/// energy within 5% of the NVML energy counter read around the run.
+#[test]
+fn energy_check_script_on_a_real_gpu() {
+    device_check("energy_check.sh");
 }
