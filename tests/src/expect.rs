@@ -8,7 +8,7 @@
 use std::fmt::Display;
 use std::thread;
 
-use crate::summary::{Calls, FileEntry, Summary};
+use crate::summary::{Calls, FileEntry, Proc, Summary};
 
 /// Collects failed expectations and reports them all at once, with the
 /// summary saved to a file for inspection.
@@ -79,6 +79,22 @@ impl<'a> Expect<'a> {
         self.eq(format_args!("file {p}: bytes_read"), f.bytes_read(), bytes_read);
         self.eq(format_args!("file {p}: bytes_written"), f.bytes_written(), bytes_written);
         self
+    }
+
+    /// Expects the process entry's `exit_code` to be exactly `want`; a missing code fails.
+    /// Use it where the code is guaranteed: the launcher records how its own child (CMD, the
+    /// last image of its pid) ended, and the exit hooks record the status a process passes to
+    /// `exit`/`_exit`/`_Exit`.  Elsewhere a code may be missing, and is not checked.
+    pub fn exit_code(&mut self, who: &str, p: Proc<'_>, want: i64) -> &mut Self {
+        let got = p.exit_code();
+        self.that(format_args!("{who}: exit_code {got:?}, want Some({want})"), got == Some(want))
+    }
+
+    /// Expects the process entry's `signal` to be exactly `want` (the launcher records the
+    /// signal that killed its child).
+    pub fn signal(&mut self, who: &str, p: Proc<'_>, want: i64) -> &mut Self {
+        let got = p.signal();
+        self.that(format_args!("{who}: signal {got:?}, want Some({want})"), got == Some(want))
     }
 
     /// Panics listing every failed expectation, or when nothing was checked at all.

@@ -89,6 +89,10 @@ impl<'a> Proc<'a> {
     pub fn exit_code(&self) -> Option<i64> {
         self.0.get("exit_code").and_then(Value::as_i64)
     }
+    /// The signal that ended the process, when one did.
+    pub fn signal(&self) -> Option<i64> {
+        self.0.get("signal").and_then(Value::as_i64)
+    }
     pub fn calls(&self) -> Calls<'a> {
         Calls(self.0.get("calls").unwrap_or(&Value::Null))
     }

@@ -88,9 +88,8 @@ fn program_sigkilled_while_writing_keeps_every_committed_record() {
         e.that(format_args!("{ctx}: run file complete (truncated: false)"), !s.truncated());
         let procs = s.procs_with_cmdline(&format!("{sub_s} {THREADS}"));
         e.eq(format_args!("{ctx}: process entries"), procs.len() as u64, 1);
-        if let Some(p) = procs.first() {
-            let signal = p.0.get("signal").and_then(serde_json::Value::as_i64);
-            e.that(format_args!("{ctx}: process signal {signal:?} == Some(9)"), signal == Some(9));
+        if let Some(&p) = procs.first() {
+            e.signal(&format!("{ctx}: process"), p, 9);
         }
         let mut recorded_total = 0;
         for (t, &c) in committed.iter().enumerate() {

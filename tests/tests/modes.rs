@@ -30,9 +30,7 @@ fn launcher_exit_status_passthrough() {
     let mut e = s.expect();
     e.calls("writer", p.calls(), &[("open", 1), ("write", 3), ("close", 1)], &[("write", 192)]);
     e.file(s.file(&path), 1, &[("write", 3)], 0, 192);
-    if let Some(code) = p.exit_code() {
-        e.that(format_args!("exit_code {code} == 7"), code == 7);
-    }
+    e.exit_code("writer", p, 7);
     e.finish();
 }
 
@@ -57,6 +55,7 @@ fn launcher_signal_status() {
     let mut e = s.expect();
     e.calls("writer", p.calls(), &[("open", 1), ("write", N), ("close", 1)], &[("write", 64 * N)]);
     e.file(s.file(&path), 1, &[("write", N)], 0, 64 * N);
+    e.signal("writer", p, 9);
     e.finish();
 }
 

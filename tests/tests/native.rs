@@ -16,13 +16,6 @@ fn argv(parts: &[&str]) -> Vec<String> {
     parts.iter().map(|s| s.to_string()).collect()
 }
 
-/// The root process exit code, when the collector recorded one, must be `want`.
-fn expect_exit(e: &mut Expect<'_>, who: &str, p: Proc<'_>, want: i64) {
-    if let Some(code) = p.exit_code() {
-        e.that(format_args!("{who}: exit_code {code}, want {want} (or null)"), code == want);
-    }
-}
-
 /// Threads in a process and in its forked child (forked while the parent's
 /// threads are running): open/write/pread/ioctl/close/clock_gettime counts
 /// per process, per file and for the whole tree.
@@ -60,7 +53,7 @@ fn threads_and_fork() {
             e.file(f, 1, &[("write", I), ("pread", I)], 50 * I, 100 * I);
         }
     }
-    expect_exit(&mut e, "parent", parent, 0);
+    e.exit_code("parent", parent, 0);
     e.finish();
 }
 
@@ -96,7 +89,7 @@ fn spawn_test(mode: &str, n: u64, m: u64) {
     );
     e.file(s.file(&dir.file("parent.dat")), 1, &[("write", n)], 0, 64 * n);
     e.file(s.file(&dir.file("child.dat")), 1, &[("write", m)], 0, 64 * m);
-    expect_exit(&mut e, "parent", parent, 0);
+    e.exit_code("parent", parent, 0);
     e.finish();
 }
 
@@ -128,7 +121,7 @@ fn exec_chain() {
         );
     }
     e.calls("tree", s.calls(), &[("open", 3), ("write", 6 * N), ("close", 3)], &[]);
-    expect_exit(&mut e, "image C", images[2], 0);
+    e.exit_code("image C", images[2], 0);
     e.finish();
 }
 
@@ -153,8 +146,8 @@ fn child_exit_without_handlers() {
     e.calls("child", child.calls(), &[("open", 1), ("write", N), ("close", 0)], &[("write", 64 * N)]);
     e.calls("parent", parent.calls(), &[("open", 0), ("write", 0), ("close", 0)], &[]);
     e.file(s.file(&dir.file("exit.dat")), 1, &[("write", N)], 0, 64 * N);
-    expect_exit(&mut e, "child", child, 3);
-    expect_exit(&mut e, "parent", parent, 0);
+    e.exit_code("child", child, 3);
+    e.exit_code("parent", parent, 0);
     e.finish();
 }
 
@@ -191,7 +184,7 @@ fn child_killed_by_sigkill_keeps_committed_writes() {
     );
     e.calls("parent", parent.calls(), &[("close", 1), ("read", 1)], &[("read", 1)]);
     e.file(s.file(&dir.file("killed.dat")), 1, &[("write", N)], 0, 64 * N);
-    expect_exit(&mut e, "parent", parent, 0);
+    e.exit_code("parent", parent, 0);
     e.finish();
 }
 
@@ -224,6 +217,7 @@ fn stdio_calls() {
     );
     // Assumption: a successful fopen counts as one of the file's "opens".
     e.file(s.file(&dir.file("stdio.dat")), 2, &[("fwrite", N), ("fread", N)], 40 * N, 40 * N);
+    e.exit_code("stdio", p, 0);
     e.finish();
 }
 
@@ -270,6 +264,7 @@ fn vectored_and_misc_file_calls() {
     let b = s.file_where("b.dat", |p| p == b_abs || p == "b.dat");
     e.file(b, 1, &[("pwrite", 1), ("readv", N), ("preadv", N)], 60 * N, 4096);
     e.eq(format_args!("file {d}: opens"), s.file(&d).opens(), 1);
+    e.exit_code("fileops", p, 0);
     e.finish();
 }
 
@@ -357,5 +352,6 @@ fn errors_counted_and_errno_preserved() {
             e.eq(format_args!("{who}: calls.{f}.bytes"), calls.bytes(f), bytes);
         }
     }
+    e.exit_code("errors", p, 0);
     e.finish();
 }
