@@ -29,6 +29,7 @@
 //! | [`attach`] | the attach-mode collector |
 //! | [`summary`] | `mlprof summary --json` / `mlprof convert`, typed accessors |
 //! | [`expect`] | collected exact-count expectations |
+//! | [`program`] | a test program run under the launcher; the fork-test opening |
 //! | [`skip`] | skips that are printed and counted; `require_*` checks that skip |
 
 pub mod attach;
@@ -36,6 +37,7 @@ pub mod cc;
 pub mod child;
 pub mod expect;
 pub mod locations;
+pub mod program;
 pub mod skip;
 pub mod summary;
 pub mod tmp;
@@ -45,6 +47,7 @@ pub use cc::*;
 pub use child::*;
 pub use expect::*;
 pub use locations::*;
+pub use program::*;
 pub use skip::*;
 pub use summary::*;
 pub use tmp::*;

@@ -23,17 +23,10 @@ fn argv(parts: &[&str]) -> Vec<String> {
 fn threads_and_fork() {
     const T: u64 = 4;
     const I: u64 = 300;
-    let dir = TempDir::new("threads-fork");
-    let prog = compile("threads_fork", &dir);
-    let d = dir.str();
-    let s = launch(&dir, &argv(&[&prog, &d, &T.to_string(), &I.to_string()]));
-
-    let cmd = format!("{prog} {d} {T} {I}");
-    let parent = s.root_exact(&cmd);
-    let child = s.child_of(parent.pid());
+    let run = run_program("threads_fork", &[&T.to_string(), &I.to_string()]);
+    let (s, dir) = (&run.summary, &run.dir);
     let mut e = s.expect();
-    e.that(format_args!("parent cmdline {:?} == {cmd:?}", parent.cmdline()), parent.cmdline() == cmd);
-    e.that(format_args!("child cmdline {:?} == {cmd:?}", child.cmdline()), child.cmdline() == cmd);
+    let (parent, child) = run.parent_and_forked_child(&mut e);
     let per_proc = [
         ("open", T),
         ("write", T * I),
@@ -98,11 +91,8 @@ fn spawn_test(mode: &str, n: u64, m: u64) {
 #[test]
 fn exec_chain() {
     const N: u64 = 7;
-    let dir = TempDir::new("exec-chain");
-    let prog = compile("exec_chain", &dir);
-    let d = dir.str();
-    let s = launch(&dir, &argv(&[&prog, &d, "A", &N.to_string()]));
-
+    let run = run_program("exec_chain", &["A", &N.to_string()]);
+    let (s, dir, prog, d) = (&run.summary, &run.dir, &run.prog, run.dir.str());
     let mut e = s.expect();
     let images: Vec<_> =
         ["A", "B", "C"].iter().map(|st| s.proc_exact(&format!("{prog} {d} {st} {N}"))).collect();
@@ -130,19 +120,10 @@ fn exec_chain() {
 #[test]
 fn child_exit_without_handlers() {
     const N: u64 = 500;
-    let dir = TempDir::new("exit-child");
-    let prog = compile("exit_child", &dir);
-    let d = dir.str();
-    let s = launch(&dir, &argv(&[&prog, &d, &N.to_string()]));
-
-    let cmd = format!("{prog} {d} {N}");
-    let parent = s.root_exact(&cmd);
-    let child = s.child_of(parent.pid());
+    let run = run_program("exit_child", &[&N.to_string()]);
+    let (s, dir) = (&run.summary, &run.dir);
     let mut e = s.expect();
-    e.that(
-        format_args!("forked child cmdline {:?} == parent's {cmd:?}", child.cmdline()),
-        child.cmdline() == cmd,
-    );
+    let (parent, child) = run.parent_and_forked_child(&mut e);
     e.calls("child", child.calls(), &[("open", 1), ("write", N), ("close", 0)], &[("write", 64 * N)]);
     e.calls("parent", parent.calls(), &[("open", 0), ("write", 0), ("close", 0)], &[]);
     e.file(s.file(&dir.file("exit.dat")), 1, &[("write", N)], 0, 64 * N);
@@ -156,19 +137,10 @@ fn child_exit_without_handlers() {
 #[test]
 fn child_killed_by_sigkill_keeps_committed_writes() {
     const N: u64 = 400;
-    let dir = TempDir::new("sigkill-child");
-    let prog = compile("sigkill_child", &dir);
-    let d = dir.str();
-    let s = launch(&dir, &argv(&[&prog, &d, &N.to_string()]));
-
-    let cmd = format!("{prog} {d} {N}");
-    let parent = s.root_exact(&cmd);
-    let child = s.child_of(parent.pid());
+    let run = run_program("sigkill_child", &[&N.to_string()]);
+    let (s, dir) = (&run.summary, &run.dir);
     let mut e = s.expect();
-    e.that(
-        format_args!("forked child cmdline {:?} == parent's {cmd:?}", child.cmdline()),
-        child.cmdline() == cmd,
-    );
+    let (parent, child) = run.parent_and_forked_child(&mut e);
     e.calls("killed child", child.calls(), &[("close", 1), ("open", 1)], &[]);
     // The N file writes returned before the child signalled the parent, so all
     // N are committed.  The signalling pipe write itself races with the
@@ -193,12 +165,9 @@ fn child_killed_by_sigkill_keeps_committed_writes() {
 #[test]
 fn stdio_calls() {
     const N: u64 = 250;
-    let dir = TempDir::new("stdio");
-    let prog = compile("stdio", &dir);
-    let d = dir.str();
-    let s = launch(&dir, &argv(&[&prog, &d, &N.to_string()]));
-
-    let p = s.proc_exact(&format!("{prog} {d} {N}"));
+    let run = run_program("stdio", &[&N.to_string()]);
+    let (s, dir) = (&run.summary, &run.dir);
+    let p = s.proc_exact(&run.cmdline);
     let mut e = s.expect();
     e.calls(
         "stdio",
@@ -226,12 +195,9 @@ fn stdio_calls() {
 #[test]
 fn vectored_and_misc_file_calls() {
     const N: u64 = 60;
-    let dir = TempDir::new("fileops");
-    let prog = compile("fileops", &dir);
-    let d = dir.str();
-    let s = launch(&dir, &argv(&[&prog, &d, &N.to_string()]));
-
-    let p = s.proc_exact(&format!("{prog} {d} {N}"));
+    let run = run_program("fileops", &[&N.to_string()]);
+    let (s, dir, d) = (&run.summary, &run.dir, run.dir.str());
+    let p = s.proc_exact(&run.cmdline);
     let mut e = s.expect();
     e.calls(
         "fileops",
