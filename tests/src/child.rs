@@ -2,10 +2,10 @@
 //! launcher (`mlprof-collect -- CMD`) and attach-mode (`LD_PRELOAD`) command lines.
 
 use std::ffi::OsStr;
-use std::io;
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Command, ExitStatus, Output, Stdio};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -74,6 +74,69 @@ impl Drop for Guard {
         if let Some(d) = self.dog.take() {
             let _ = d.join();
         }
+    }
+}
+
+/// A child the test drives by hand: stdout and stderr piped, stdin piped or /dev/null, its
+/// own process group under a [`Guard`].  The program says where it is on stdout ("ready",
+/// "paused", ...), the test acts (signals, kills the collector) and answers on stdin.
+pub struct Driven {
+    pub child: Child,
+    stdout: BufReader<ChildStdout>,
+    guard: Guard,
+}
+
+/// How a [`Driven`] child ended.
+pub struct Finished {
+    pub status: ExitStatus,
+    /// stdout after the lines read with [`Driven::expect_line`].
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Driven {
+    /// Starts `cmd` (stdin piped when `stdin`, else /dev/null), killed with its process group
+    /// if it outlives `limit`.
+    pub fn spawn(mut cmd: Command, stdin: bool, limit: Duration) -> Driven {
+        cmd.stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        let guard = Guard::new(child.id(), limit);
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        Driven { child, stdout, guard }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Reads one line of stdout and asserts that it is `want` (with its newline).
+    pub fn expect_line(&mut self, want: &str, what: &str) {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap_or_else(|e| panic!("{what}: read stdout: {e}"));
+        assert_eq!(line, want, "{what}");
+    }
+
+    /// Writes `bytes` to stdin and closes it.
+    pub fn send(&mut self, bytes: &[u8]) {
+        let mut stdin = self.child.stdin.take().expect("stdin piped and not yet closed");
+        stdin.write_all(bytes).expect("write to the child's stdin");
+    }
+
+    /// Reads stdout and stderr to their end (the end of every process holding them), waits for
+    /// the child and returns how it ended.  Fails with `hung` when the watchdog had to kill it.
+    pub fn finish(mut self, hung: &str) -> Finished {
+        let mut stdout = String::new();
+        self.stdout.read_to_string(&mut stdout).expect("read the child's stdout");
+        let mut stderr = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            e.read_to_string(&mut stderr).expect("read the child's stderr");
+        }
+        let status = self.child.wait().expect("wait for the child");
+        assert!(!self.guard.fired(), "{hung}; stdout {stdout:?}; stderr:\n{stderr}");
+        Finished { status, stdout, stderr }
     }
 }
 

@@ -5,10 +5,7 @@
 
 use mlprof_tests::*;
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// `mtwriter DIR THREADS WRITES 8 MODE` under the launcher with `args`; asserts exit `code`.
@@ -69,24 +66,14 @@ fn ring_full_with_stopped_collector_drops_exactly() {
     let mut collector = AttachCollector::start_with_args(&out, &session, &["--lane-records", "64"]);
     let mut c = preloaded_command(&prog, &session);
     c.arg(dir.path()).args(["2", &WRITES.to_string(), "8", "stopped"]);
-    c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
-    let mut child = c.spawn().expect("start mtwriter");
-    let guard = Guard::new(child.id(), Duration::from_secs(60));
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    assert_eq!(line, "ready\n", "mtwriter did not see its lane drained");
+    let mut writer = Driven::spawn(c, true, Duration::from_secs(60));
+    writer.expect_line("ready\n", "mtwriter did not see its lane drained");
     let stopped = Stopped::new(collector.pid());
     let started = Instant::now();
-    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    let mut rest = String::new();
-    stdout.read_to_string(&mut rest).unwrap();
-    let status = child.wait().unwrap();
+    writer.send(b"go\n");
+    let Finished { status, stdout: rest, stderr: err } = writer.finish("the program blocked on a full ring");
     let elapsed = started.elapsed();
     drop(stopped);
-    assert!(!guard.fired(), "the program blocked on a full ring");
-    let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     assert!(status.success(), "mtwriter status {status:?}; stderr:\n{err}");
     assert_eq!(rest, format!("done {}\n", 2 * WRITES));
     assert!(elapsed < Duration::from_secs(10), "2000 writes on a full ring took {elapsed:?}");
