@@ -12,21 +12,19 @@ use std::time::Duration;
 
 use crate::locations::bins;
 
-/// Environment variables that steer libmlprof; removed from every child so
-/// that the tests do not depend on the environment they are started from.
-const MLPROF_ENV: &[&str] =
-    &["LD_PRELOAD", "MLPROF_SHM", "MLPROF_SESSION", "MLPROF_CLOCK", "MLPROF_QUIET", "MLPROF_PRELOAD"];
-
 /// Per-command time limit (`$MLPROF_TEST_TIMEOUT` seconds, default 120).
 pub fn default_timeout() -> Duration {
     let secs = std::env::var("MLPROF_TEST_TIMEOUT").ok().and_then(|s| s.parse().ok()).unwrap_or(120);
     Duration::from_secs(secs)
 }
 
-/// Removes the variables that steer libmlprof from `cmd`'s environment.
+/// Removes the variables that steer mlprof from `cmd`'s environment (`LD_PRELOAD` and every
+/// variable of the option table, `format/src/options.rs`), so that the tests do not depend on
+/// the environment they are started from.  A test sets what it needs afterwards.
 pub fn clean_env(cmd: &mut Command) -> &mut Command {
-    for k in MLPROF_ENV {
-        cmd.env_remove(k);
+    cmd.env_remove("LD_PRELOAD");
+    for option in mlprof_format::options::ENV_OPTIONS {
+        cmd.env_remove(option.name);
     }
     cmd
 }
