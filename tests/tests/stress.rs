@@ -160,16 +160,17 @@ fn compile_plugin(dir: &TempDir) {
     gcc(&["-O1", "-shared", "-fPIC", "-Wall", "-o", &out, &src]);
 }
 
-/// Read events of the trace: the errno of each.  (Their `ret` is not checked: read/write
-/// records carry the byte count in `arg2` and leave `ret` at 0, so a failed read shows
-/// `"ret":0` in the trace; see RELIABILITY.md.)
-fn read_events(trace: &Value) -> Vec<i64> {
+/// Read events of the trace: `(ret, errno)` of each (a missing field reads as `i64::MIN`).
+fn read_events(trace: &Value) -> Vec<(i64, i64)> {
     trace["traceEvents"]
         .as_array()
         .expect("traceEvents")
         .iter()
         .filter(|ev| ev["ph"] == "X" && ev["name"] == "read")
-        .map(|ev| ev["args"]["errno"].as_i64().unwrap_or(0))
+        .map(|ev| {
+            let arg = |k: &str| ev["args"][k].as_i64().unwrap_or(i64::MIN);
+            (arg("ret"), arg("errno"))
+        })
         .collect()
 }
 
@@ -177,7 +178,7 @@ fn read_events(trace: &Value) -> Vec<i64> {
 /// each; half of them exit through pthread_exit while the others write), a reader thread whose
 /// 4 blocking reads are interrupted by SIGUSR1 (EINTR), one vfork+exec child, one posix_spawn
 /// child and 5 dlopen/dlclose rounds of a library that writes.  Every process, file and count
-/// is exact, every interrupted read is recorded as an error with errno EINTR, nothing is
+/// is exact, every interrupted read is recorded as an error with ret -1 and errno EINTR, nothing is
 /// dropped (no thread writes more than a lane holds), and the run ends in bounded time.
 #[test]
 fn process_tree_stress_counts_are_exact() {
@@ -233,14 +234,14 @@ fn process_tree_stress_counts_are_exact() {
         e.finish();
         let reads = read_events(&convert_trace(&out));
         assert_eq!(reads.len() as u64, 4 * PROCS, "read events in the trace");
-        assert!(reads.iter().all(|&r| r == libc::EINTR as i64), "errno of the reads: {reads:?}");
+        assert!(reads.iter().all(|&r| r == (-1, libc::EINTR as i64)), "(ret, errno) of the reads: {reads:?}");
         checked += total_writes + 4 * PROCS;
     }
     eprintln!("process tree stress: {rounds} rounds, {checked} records checked");
 }
 
 /// A read on an empty pipe interrupted by SIGALRM (handler without SA_RESTART) returns -1/EINTR
-/// to the program and is recorded as a failed read with errno EINTR, 5 times.
+/// to the program and is recorded as a failed read with ret -1 and errno EINTR, 5 times.
 #[test]
 fn eintr_reaches_the_program_and_the_record() {
     let dir = TempDir::new("eintr");
@@ -254,7 +255,7 @@ fn eintr_reaches_the_program_and_the_record() {
     e.eq("read errors", s.calls().errors("read"), 5);
     e.finish();
     let reads = read_events(&convert_trace(&out));
-    assert_eq!(reads, vec![libc::EINTR as i64; 5], "errno of the read events");
+    assert_eq!(reads, vec![(-1, libc::EINTR as i64); 5], "(ret, errno) of the read events");
 }
 
 /// A SIGALRM every 20 us whose handler makes a hooked write() while the main thread writes in a
