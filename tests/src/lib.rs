@@ -25,12 +25,12 @@
 //! | [`locations`] | the workspace, test programs and scripts, the binaries, the Python |
 //! | [`tmp`] | unique session names, per-test temporary directories |
 //! | [`cc`] | compiling C with gcc |
-//! | [`child`] | running children: clean environment, watchdog, launcher and preload commands |
+//! | [`child`] | children: clean environment, watchdog, `Driven` (pipes), launcher and preload commands |
 //! | [`attach`] | the attach-mode collector |
 //! | [`summary`] | `mlprof summary --json` / `mlprof convert`, typed accessors |
 //! | [`expect`] | collected exact-count expectations |
 //! | [`program`] | a test program run under the launcher; the fork-test opening |
-//! | [`skip`] | skips that are printed and counted; `require_*` checks that skip |
+//! | [`skip`](mod@skip) | skips that are printed and counted; `require_*` checks that skip |
 
 pub mod attach;
 pub mod cc;
