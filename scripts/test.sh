@@ -21,11 +21,34 @@ cargo clippy --manifest-path fuzz/Cargo.toml --all-targets -- -D warnings
 python3 scripts/msrv.py
 cargo build --release
 log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
-cargo test --workspace --release 2>&1 | tee "$log"
+skips="$(mktemp)"
+trap 'rm -f "$log" "$skips"' EXIT
+# A test that cannot run here (not root, no GPU, MLPROF_SKIP_TORCH=1 without torch) appends
+# one `SKIPPED <file>::<test>: <reason>` line to this file (tests/src/skip.rs): it is counted
+# as skipped, not passed.
+export MLPROF_SKIP_LOG="$skips"
+# One line with the totals of every test binary (cargo prints one result line per binary):
+# passed excludes the skipped tests; skipped counts them and the #[ignore]d ones (a test that
+# skipped and then failed counts as failed only).
+totals() {
+    awk '
+        FNR == NR {
+            if ($0 ~ /^test result:/) { p += $4; f += $6; i += $8 }
+            else if ($1 == "test" && $NF == "FAILED") failed[$2] = 1
+            next
+        }
+        /^SKIPPED / { name = $2; sub(/^.*::/, "", name); sub(/:$/, "", name); if (!(name in failed)) s++ }
+        END { printf "tests: %d passed, %d failed, %d skipped\n", p - s, f, s + i }
+    ' "$log" "$skips"
+}
+status=0
+cargo test --workspace --release --no-fail-fast 2>&1 | tee "$log" || status=$?
+if [ "$status" -ne 0 ]; then
+    totals
+    exit "$status"
+fi
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
     cargo install --quiet --locked cargo-fuzz
 fi
 fuzz/run.sh "${MLPROF_FUZZ_SECONDS:-30}"
-# One line with the totals of every test binary (cargo prints one result line per binary).
-awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+totals

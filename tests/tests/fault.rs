@@ -4,10 +4,7 @@
 //! and every outcome is checked exactly against the program's own committed counters.
 
 use mlprof_tests::*;
-use std::io::{BufRead, BufReader, Read};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// xorshift64*: small, seeded, good enough to pick kill delays.
@@ -88,9 +85,8 @@ fn program_sigkilled_while_writing_keeps_every_committed_record() {
         e.that(format_args!("{ctx}: run file complete (truncated: false)"), !s.truncated());
         let procs = s.procs_with_cmdline(&format!("{sub_s} {THREADS}"));
         e.eq(format_args!("{ctx}: process entries"), procs.len() as u64, 1);
-        if let Some(p) = procs.first() {
-            let signal = p.0.get("signal").and_then(serde_json::Value::as_i64);
-            e.that(format_args!("{ctx}: process signal {signal:?} == Some(9)"), signal == Some(9));
+        if let Some(&p) = procs.first() {
+            e.signal(&format!("{ctx}: process"), p, 9);
         }
         let mut recorded_total = 0;
         for (t, &c) in committed.iter().enumerate() {
@@ -163,24 +159,15 @@ fn collector_sigkilled_under_heavy_writing() {
         std::fs::create_dir(&sub).unwrap();
         let killed = dir.join(format!("killed{round}.bin"));
         let mut collector = AttachCollector::start(&killed, &session);
-        let mut c = writer_command(&prog, &session, &sub, THREADS, WRITES, &format!("progress:{progress}"));
-        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+        let c = writer_command(&prog, &session, &sub, THREADS, WRITES, &format!("progress:{progress}"));
         let started = Instant::now();
-        let mut child = c.spawn().expect("start mtwriter");
-        let guard = Guard::new(child.id(), Duration::from_secs(60));
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("read mtwriter stdout");
-        assert_eq!(line, "writing\n", "{ctx}: mtwriter did not report progress");
+        let mut writer = Driven::spawn(c, false, Duration::from_secs(60));
+        writer.expect_line("writing\n", &format!("{ctx}: mtwriter did not report progress"));
         let st = collector.kill9();
         assert_eq!(st.code(), None, "{ctx}: collector should have died of SIGKILL: {st:?}");
-        let mut rest = String::new();
-        stdout.read_to_string(&mut rest).expect("read mtwriter stdout");
-        let mut err = String::new();
-        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-        let status = child.wait().unwrap();
+        let Finished { status, stdout: rest, stderr: err } =
+            writer.finish(&format!("{ctx}: the program hung after the collector was killed"));
         let elapsed = started.elapsed();
-        assert!(!guard.fired(), "{ctx}: the program hung after the collector was killed");
         assert_eq!(status.code(), Some(3), "{ctx}: program status; stdout {rest:?}; stderr:\n{err}");
         assert_eq!(rest, format!("done {}\n", THREADS as u64 * WRITES), "{ctx}: stderr:\n{err}");
         assert!(err.is_empty(), "{ctx}: the program printed on stderr:\n{err}");
@@ -228,26 +215,16 @@ fn launcher_sigkilled_command_finishes() {
         "16".into(),
         "progress:1000".into(),
     ];
-    let mut c = collect_command(&out, &[], &cmd);
-    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
     let started = Instant::now();
-    let mut collector = c.spawn().expect("start mlprof-collect");
-    let collector_pid = collector.id();
-    let guard = Guard::new(collector.id(), Duration::from_secs(60));
-    let mut stdout = BufReader::new(collector.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("read stdout");
-    assert_eq!(line, "writing\n");
+    let mut collector = Driven::spawn(collect_command(&out, &[], &cmd), false, Duration::from_secs(60));
+    let collector_pid = collector.pid();
+    collector.expect_line("writing\n", "the command did not report progress");
     // SAFETY: kill(2) on our own unreaped child.
-    unsafe { libc::kill(collector.id() as i32, libc::SIGKILL) };
-    let st = collector.wait().unwrap();
+    unsafe { libc::kill(collector_pid as i32, libc::SIGKILL) };
+    // The orphan holds the pipes: their end means it exited.
+    let Finished { status: st, stdout: rest, stderr: err } =
+        collector.finish("the command hung after its collector was killed");
     assert_eq!(shell_status(st), 128 + 9);
-    // The orphan holds the pipes: EOF means it exited.
-    let mut rest = String::new();
-    stdout.read_to_string(&mut rest).expect("read stdout");
-    let mut err = String::new();
-    collector.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    assert!(!guard.fired(), "the command hung after its collector was killed");
     assert_eq!(rest, format!("done {}\n", THREADS as u64 * WRITES), "stderr:\n{err}");
     assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
     assert_all_written(dir.path(), THREADS, WRITES, "launcher killed");

@@ -3,16 +3,24 @@
 //! mlprof must record every call faithfully; the driver layer uses the libcuda test double in
 //! tests/doubles (there is no real driver here) to prove that cuGetProcAddress and dlsym on a
 //! libcuda handle hand back mlprof's wrappers.
+//!
+//! On a machine with an NVIDIA GPU (`nvidia-smi -L` lists one), the device check scripts in
+//! tests/gpu/ run too; elsewhere those two tests are skipped, said and counted.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Duration;
 
 use mlprof_tests::*;
 use serde_json::Value;
 
-/// The directory of the NVIDIA wheel library `file` (e.g. libcudart.so.13) in the Python
-/// environment's site-packages, or `$MLPROF_CUDA_LIB_DIR`.
-fn nvidia_library(prefixes: &[&str]) -> (PathBuf, String) {
+/// The directory and file name of the first NVIDIA wheel library named in `prefixes` (e.g.
+/// libcudart.so.13) in the Python environment's site-packages, or under
+/// `$MLPROF_CUDA_LIB_DIR`.  None when there is none: the test is skipped (with
+/// `MLPROF_SKIP_TORCH=1`) or has failed, and returns.
+fn nvidia_library(prefixes: &[&str]) -> Option<(PathBuf, String)> {
     let mut roots = Vec::new();
     if let Some(dir) = std::env::var_os("MLPROF_CUDA_LIB_DIR") {
         roots.push(PathBuf::from(dir));
@@ -24,13 +32,14 @@ fn nvidia_library(prefixes: &[&str]) -> (PathBuf, String) {
         if let Some(found) = find_file(root, prefixes, 0) {
             let dir = found.parent().unwrap().to_path_buf();
             let name = found.file_name().unwrap().to_string_lossy().into_owned();
-            return (dir, name);
+            return Some((dir, name));
         }
     }
-    panic!(
+    skip_without_venv(format_args!(
         "no {prefixes:?} under {roots:?}: install torch in the test environment (scripts/python-env.sh) \
          or point MLPROF_CUDA_LIB_DIR at the NVIDIA wheel's lib folder"
-    );
+    ));
+    None
 }
 
 fn find_file(dir: &Path, prefixes: &[&str], depth: usize) -> Option<PathBuf> {
@@ -115,7 +124,9 @@ const RUNTIME_CALLS: &[&str] = &[
 fn runtime_calls(linked: bool) {
     const THREADS: u64 = 4;
     const ITERATIONS: u64 = 50;
-    let (cudart_dir, cudart) = nvidia_library(&["libcudart.so.13", "libcudart.so.12"]);
+    let Some((cudart_dir, cudart)) = nvidia_library(&["libcudart.so.13", "libcudart.so.12"]) else {
+        return;
+    };
     let dir = TempDir::new(if linked { "cuda-linked" } else { "cuda-local" });
     let lib = dir.join("libcuda_calls.so").display().to_string();
     let rpath = format!("-Wl,-rpath,{}", cudart_dir.display());
@@ -272,7 +283,9 @@ fn cuda_driver_entry_points_are_wrapped() {
 #[test]
 fn nccl_calls() {
     const N: u64 = 20;
-    let (nccl_dir, nccl) = nvidia_library(&["libnccl.so.2"]);
+    let Some((nccl_dir, nccl)) = nvidia_library(&["libnccl.so.2"]) else {
+        return;
+    };
     let dir = TempDir::new("nccl");
     let main = dir.join("nccl_calls").display().to_string();
     let libdir = format!("-L{}", nccl_dir.display());
@@ -329,4 +342,42 @@ fn nccl_calls() {
     assert_eq!(all_reduce["args"]["op"], "sum");
     assert_eq!(all_reduce["args"]["datatype"], "float32");
     assert_eq!(all_reduce["cat"], "nccl");
+}
+
+/// The device checks share one GPU, and the energy check compares an idle phase with a burst:
+/// they run one at a time.
+static GPU: Mutex<()> = Mutex::new(());
+
+/// Runs `tests/gpu/SCRIPT` (which prints what it measured and exits non-zero on a failed
+/// check) with the test binaries and Python; skipped without a GPU.
+fn device_check(script: &str) {
+    if !require_gpu() || !require_torch() {
+        return;
+    }
+    let _one_at_a_time = GPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let python = python();
+    let mut c = Command::new("bash");
+    clean_env(&mut c)
+        .arg(tests_dir().join("gpu").join(script))
+        .env("PYTHON", &python)
+        .env("MLPROF_TEST_PYTHON", &python)
+        .env("MLPROF_BIN_DIR", &bins().dir);
+    let o = output_with_timeout(c, default_timeout().max(Duration::from_secs(600)));
+    eprintln!("{script}:\n{}", describe(&o));
+    assert!(o.status.success(), "{script} failed on this GPU\n{}", describe(&o));
+}
+
+/// tests/gpu/cuda_check.sh: a PyTorch CUDA training loop (and an NCCL all-reduce when NCCL
+/// starts) under mlprof-collect: named kernel launches, copies with bytes both ways,
+/// synchronizations with host-blocked time, nothing dropped.
+#[test]
+fn cuda_check_script_on_a_real_gpu() {
+    device_check("cuda_check.sh");
+}
+
+/// tests/gpu/energy_check.sh: GPU energy > 0, burst power above idle power, and mlprof's GPU
+/// energy within 5% of the NVML energy counter read around the run.
+#[test]
+fn energy_check_script_on_a_real_gpu() {
+    device_check("energy_check.sh");
 }

@@ -4,9 +4,7 @@
 use mlprof_tests::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// CMD exiting 7 makes mlprof-collect exit 7; CMD's stdout passes through;
 /// the collector's own stderr lines start with `mlprof-collect:`.
@@ -30,9 +28,7 @@ fn launcher_exit_status_passthrough() {
     let mut e = s.expect();
     e.calls("writer", p.calls(), &[("open", 1), ("write", 3), ("close", 1)], &[("write", 192)]);
     e.file(s.file(&path), 1, &[("write", 3)], 0, 192);
-    if let Some(code) = p.exit_code() {
-        e.that(format_args!("exit_code {code} == 7"), code == 7);
-    }
+    e.exit_code("writer", p, 7);
     e.finish();
 }
 
@@ -57,6 +53,7 @@ fn launcher_signal_status() {
     let mut e = s.expect();
     e.calls("writer", p.calls(), &[("open", 1), ("write", N), ("close", 1)], &[("write", 64 * N)]);
     e.file(s.file(&path), 1, &[("write", N)], 0, 64 * N);
+    e.signal("writer", p, 9);
     e.finish();
 }
 
@@ -161,30 +158,16 @@ fn collector_killed_mid_run() {
 
     let path = dir.file("w1.dat");
     let mut c = preloaded_command(&prog, &session);
-    c.args([path.as_str(), &N.to_string(), "6", &PAUSE.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let mut child = c.spawn().expect("start writer");
-    let guard = Guard::new(child.id(), default_timeout());
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("read writer stdout");
-    assert_eq!(line, "paused\n", "writer did not reach its pause point");
+    c.args([path.as_str(), &N.to_string(), "6", &PAUSE.to_string()]);
+    let mut writer = Driven::spawn(c, true, default_timeout());
+    writer.expect_line("paused\n", "writer did not reach its pause point");
 
     let st = collector.kill9();
     assert_eq!(st.code(), None, "collector should have died of SIGKILL: {st:?}");
 
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"go\n").expect("resume writer");
-    drop(stdin);
-    let mut rest = String::new();
-    stdout.read_to_string(&mut rest).expect("read writer stdout");
-    let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    let status = child.wait().unwrap();
-    assert!(!guard.fired(), "writer hung after the collector was killed");
+    writer.send(b"go\n");
+    let Finished { status, stdout: rest, stderr: err } =
+        writer.finish("writer hung after the collector was killed");
     assert_eq!(
         status.code(),
         Some(6),

@@ -16,13 +16,6 @@ fn argv(parts: &[&str]) -> Vec<String> {
     parts.iter().map(|s| s.to_string()).collect()
 }
 
-/// The root process exit code, when the collector recorded one, must be `want`.
-fn expect_exit(e: &mut Expect<'_>, who: &str, p: Proc<'_>, want: i64) {
-    if let Some(code) = p.exit_code() {
-        e.that(format_args!("{who}: exit_code {code}, want {want} (or null)"), code == want);
-    }
-}
-
 /// Threads in a process and in its forked child (forked while the parent's
 /// threads are running): open/write/pread/ioctl/close/clock_gettime counts
 /// per process, per file and for the whole tree.
@@ -30,17 +23,10 @@ fn expect_exit(e: &mut Expect<'_>, who: &str, p: Proc<'_>, want: i64) {
 fn threads_and_fork() {
     const T: u64 = 4;
     const I: u64 = 300;
-    let dir = TempDir::new("threads-fork");
-    let prog = compile("threads_fork", &dir);
-    let d = dir.str();
-    let s = launch(&dir, &argv(&[&prog, &d, &T.to_string(), &I.to_string()]));
-
-    let cmd = format!("{prog} {d} {T} {I}");
-    let parent = s.root_exact(&cmd);
-    let child = s.child_of(parent.pid());
+    let run = run_program("threads_fork", &[&T.to_string(), &I.to_string()]);
+    let (s, dir) = (&run.summary, &run.dir);
     let mut e = s.expect();
-    e.that(format_args!("parent cmdline {:?} == {cmd:?}", parent.cmdline()), parent.cmdline() == cmd);
-    e.that(format_args!("child cmdline {:?} == {cmd:?}", child.cmdline()), child.cmdline() == cmd);
+    let (parent, child) = run.parent_and_forked_child(&mut e);
     let per_proc = [
         ("open", T),
         ("write", T * I),
@@ -60,7 +46,7 @@ fn threads_and_fork() {
             e.file(f, 1, &[("write", I), ("pread", I)], 50 * I, 100 * I);
         }
     }
-    expect_exit(&mut e, "parent", parent, 0);
+    e.exit_code("parent", parent, 0);
     e.finish();
 }
 
@@ -96,7 +82,7 @@ fn spawn_test(mode: &str, n: u64, m: u64) {
     );
     e.file(s.file(&dir.file("parent.dat")), 1, &[("write", n)], 0, 64 * n);
     e.file(s.file(&dir.file("child.dat")), 1, &[("write", m)], 0, 64 * m);
-    expect_exit(&mut e, "parent", parent, 0);
+    e.exit_code("parent", parent, 0);
     e.finish();
 }
 
@@ -105,11 +91,8 @@ fn spawn_test(mode: &str, n: u64, m: u64) {
 #[test]
 fn exec_chain() {
     const N: u64 = 7;
-    let dir = TempDir::new("exec-chain");
-    let prog = compile("exec_chain", &dir);
-    let d = dir.str();
-    let s = launch(&dir, &argv(&[&prog, &d, "A", &N.to_string()]));
-
+    let run = run_program("exec_chain", &["A", &N.to_string()]);
+    let (s, dir, prog, d) = (&run.summary, &run.dir, &run.prog, run.dir.str());
     let mut e = s.expect();
     let images: Vec<_> =
         ["A", "B", "C"].iter().map(|st| s.proc_exact(&format!("{prog} {d} {st} {N}"))).collect();
@@ -128,7 +111,7 @@ fn exec_chain() {
         );
     }
     e.calls("tree", s.calls(), &[("open", 3), ("write", 6 * N), ("close", 3)], &[]);
-    expect_exit(&mut e, "image C", images[2], 0);
+    e.exit_code("image C", images[2], 0);
     e.finish();
 }
 
@@ -137,24 +120,15 @@ fn exec_chain() {
 #[test]
 fn child_exit_without_handlers() {
     const N: u64 = 500;
-    let dir = TempDir::new("exit-child");
-    let prog = compile("exit_child", &dir);
-    let d = dir.str();
-    let s = launch(&dir, &argv(&[&prog, &d, &N.to_string()]));
-
-    let cmd = format!("{prog} {d} {N}");
-    let parent = s.root_exact(&cmd);
-    let child = s.child_of(parent.pid());
+    let run = run_program("exit_child", &[&N.to_string()]);
+    let (s, dir) = (&run.summary, &run.dir);
     let mut e = s.expect();
-    e.that(
-        format_args!("forked child cmdline {:?} == parent's {cmd:?}", child.cmdline()),
-        child.cmdline() == cmd,
-    );
+    let (parent, child) = run.parent_and_forked_child(&mut e);
     e.calls("child", child.calls(), &[("open", 1), ("write", N), ("close", 0)], &[("write", 64 * N)]);
     e.calls("parent", parent.calls(), &[("open", 0), ("write", 0), ("close", 0)], &[]);
     e.file(s.file(&dir.file("exit.dat")), 1, &[("write", N)], 0, 64 * N);
-    expect_exit(&mut e, "child", child, 3);
-    expect_exit(&mut e, "parent", parent, 0);
+    e.exit_code("child", child, 3);
+    e.exit_code("parent", parent, 0);
     e.finish();
 }
 
@@ -163,19 +137,10 @@ fn child_exit_without_handlers() {
 #[test]
 fn child_killed_by_sigkill_keeps_committed_writes() {
     const N: u64 = 400;
-    let dir = TempDir::new("sigkill-child");
-    let prog = compile("sigkill_child", &dir);
-    let d = dir.str();
-    let s = launch(&dir, &argv(&[&prog, &d, &N.to_string()]));
-
-    let cmd = format!("{prog} {d} {N}");
-    let parent = s.root_exact(&cmd);
-    let child = s.child_of(parent.pid());
+    let run = run_program("sigkill_child", &[&N.to_string()]);
+    let (s, dir) = (&run.summary, &run.dir);
     let mut e = s.expect();
-    e.that(
-        format_args!("forked child cmdline {:?} == parent's {cmd:?}", child.cmdline()),
-        child.cmdline() == cmd,
-    );
+    let (parent, child) = run.parent_and_forked_child(&mut e);
     e.calls("killed child", child.calls(), &[("close", 1), ("open", 1)], &[]);
     // The N file writes returned before the child signalled the parent, so all
     // N are committed.  The signalling pipe write itself races with the
@@ -191,7 +156,7 @@ fn child_killed_by_sigkill_keeps_committed_writes() {
     );
     e.calls("parent", parent.calls(), &[("close", 1), ("read", 1)], &[("read", 1)]);
     e.file(s.file(&dir.file("killed.dat")), 1, &[("write", N)], 0, 64 * N);
-    expect_exit(&mut e, "parent", parent, 0);
+    e.exit_code("parent", parent, 0);
     e.finish();
 }
 
@@ -200,12 +165,9 @@ fn child_killed_by_sigkill_keeps_committed_writes() {
 #[test]
 fn stdio_calls() {
     const N: u64 = 250;
-    let dir = TempDir::new("stdio");
-    let prog = compile("stdio", &dir);
-    let d = dir.str();
-    let s = launch(&dir, &argv(&[&prog, &d, &N.to_string()]));
-
-    let p = s.proc_exact(&format!("{prog} {d} {N}"));
+    let run = run_program("stdio", &[&N.to_string()]);
+    let (s, dir) = (&run.summary, &run.dir);
+    let p = s.proc_exact(&run.cmdline);
     let mut e = s.expect();
     e.calls(
         "stdio",
@@ -224,6 +186,7 @@ fn stdio_calls() {
     );
     // Assumption: a successful fopen counts as one of the file's "opens".
     e.file(s.file(&dir.file("stdio.dat")), 2, &[("fwrite", N), ("fread", N)], 40 * N, 40 * N);
+    e.exit_code("stdio", p, 0);
     e.finish();
 }
 
@@ -232,12 +195,9 @@ fn stdio_calls() {
 #[test]
 fn vectored_and_misc_file_calls() {
     const N: u64 = 60;
-    let dir = TempDir::new("fileops");
-    let prog = compile("fileops", &dir);
-    let d = dir.str();
-    let s = launch(&dir, &argv(&[&prog, &d, &N.to_string()]));
-
-    let p = s.proc_exact(&format!("{prog} {d} {N}"));
+    let run = run_program("fileops", &[&N.to_string()]);
+    let (s, dir, d) = (&run.summary, &run.dir, run.dir.str());
+    let p = s.proc_exact(&run.cmdline);
     let mut e = s.expect();
     e.calls(
         "fileops",
@@ -270,6 +230,7 @@ fn vectored_and_misc_file_calls() {
     let b = s.file_where("b.dat", |p| p == b_abs || p == "b.dat");
     e.file(b, 1, &[("pwrite", 1), ("readv", N), ("preadv", N)], 60 * N, 4096);
     e.eq(format_args!("file {d}: opens"), s.file(&d).opens(), 1);
+    e.exit_code("fileops", p, 0);
     e.finish();
 }
 
@@ -357,5 +318,6 @@ fn errors_counted_and_errno_preserved() {
             e.eq(format_args!("{who}: calls.{f}.bytes"), calls.bytes(f), bytes);
         }
     }
+    e.exit_code("errors", p, 0);
     e.finish();
 }

@@ -3,7 +3,7 @@
 //! checkpoint.
 //!
 //! Needs torch + torchvision in the test Python.  Without them the test
-//! fails, unless MLPROF_SKIP_TORCH=1, in which case it prints why and passes.
+//! fails, unless MLPROF_SKIP_TORCH=1, in which case it is skipped (said and counted).
 
 use mlprof_tests::*;
 use serde_json::Value;
@@ -34,7 +34,7 @@ fn image_files(root: &Path) -> BTreeMap<String, u64> {
 
 #[test]
 fn pytorch_dataloader_workers() {
-    if !torch_available() {
+    if !require_torch() {
         return;
     }
     let limit = default_timeout().max(Duration::from_secs(600));

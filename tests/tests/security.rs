@@ -2,7 +2,8 @@
 //! over the ring cannot crash the collector or make it write elsewhere, setuid programs are
 //! not profiled (and the launcher says so), other users' processes cannot join or are refused.
 //! The tests that need a second user run when the suite runs as root (they switch to
-//! `nobody`, uid 65534, with setpriv or in the program); otherwise they say so and pass.
+//! `nobody`, uid 65534, with setpriv or in the program); otherwise they are skipped (said and
+//! counted, see `mlprof_tests::skip`).
 
 use mlprof_tests::*;
 use std::collections::BTreeSet;
@@ -11,11 +12,6 @@ use std::path::Path;
 use std::process::Command;
 
 const NOBODY: u32 = 65534;
-
-fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
 
 fn euid() -> u32 {
     // SAFETY: geteuid cannot fail.
@@ -111,8 +107,7 @@ fn garbage_producer_cannot_crash_the_collector() {
 /// line saying it cannot be profiled.  Needs root (to chown); skipped otherwise.
 #[test]
 fn setuid_program_is_not_profiled_and_the_launcher_says_so() {
-    if !is_root() {
-        eprintln!("skipped: needs root to make a setuid program of another user");
+    if !require_root("to make a setuid program of another user") {
         return;
     }
     let dir = TempDir::new("setuid");
@@ -141,18 +136,15 @@ fn setuid_program_is_not_profiled_and_the_launcher_says_so() {
     assert_eq!(clean_summary(&out).calls().count("write"), 10);
 }
 
-fn setpriv_available() -> bool {
-    Command::new("setpriv").arg("--version").output().is_ok_and(|o| o.status.success())
-}
-
 /// Another user's process cannot join: as `nobody`, pointed at root's session segment with
 /// MLPROF_SHM (or at the session by name, which resolves to nobody's own, absent, segment), the
 /// program runs normally and libmlprof prints exactly one `mlprof: no session` line; nothing of
 /// it is in the run.  Needs root and setpriv; skipped otherwise.
 #[test]
 fn other_users_process_cannot_join() {
-    if !is_root() || !setpriv_available() {
-        eprintln!("skipped: needs root and setpriv to run a program as nobody");
+    if !require_root("to run a program as nobody")
+        || !require_program("setpriv", "to run a program as nobody")
+    {
         return;
     }
     let dir = TempDir::new("other-user");
@@ -200,8 +192,7 @@ fn other_users_process_cannot_join() {
 /// Needs root; skipped otherwise.
 #[test]
 fn records_of_another_users_process_are_refused() {
-    if !is_root() {
-        eprintln!("skipped: needs root to switch a process to nobody");
+    if !require_root("to switch a process to nobody") {
         return;
     }
     let dir = TempDir::new("refuse");

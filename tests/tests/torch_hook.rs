@@ -4,7 +4,7 @@
 //! torch.profiler.itt ranges and marks are recorded exactly.
 //!
 //! Needs torch + torchvision in the test Python. Without them the tests fail, unless
-//! MLPROF_SKIP_TORCH=1, in which case they print why and pass.
+//! MLPROF_SKIP_TORCH=1, in which case they are skipped (said and counted).
 
 use mlprof_tests::*;
 use serde_json::Value;
@@ -70,7 +70,7 @@ fn spans<'a>(all: &'a [Slice], domain: &str, name: &str) -> Vec<&'a Slice> {
 
 #[test]
 fn torch_ops_phases_and_data_pipeline() {
-    if !torch_available() {
+    if !require_torch() {
         return;
     }
     let dir = TempDir::new("torch-hook");
@@ -210,7 +210,7 @@ fn torch_ops_phases_and_data_pipeline() {
 
 #[test]
 fn user_sitecustomize_still_runs_under_torch() {
-    if !torch_available() {
+    if !require_torch() {
         return;
     }
     let dir = TempDir::new("torch-site");
@@ -248,7 +248,7 @@ fn user_sitecustomize_still_runs_under_torch() {
 
 #[test]
 fn torch_itt_ranges_and_marks_without_torch_option() {
-    if !torch_available() {
+    if !require_torch() {
         return;
     }
     const N: u64 = 200;
