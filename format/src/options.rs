@@ -36,7 +36,13 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         name: "MLPROF_SHM",
         read_by: ReadBy::Preload,
         default: "(set by the launcher)",
-        meaning: "shared-memory segment to write to; when unset, the session's segment",
+        meaning: "the ring segment (a file path) to write to; when unset, the session's segment in MLPROF_SHM_DIR",
+    },
+    EnvOption {
+        name: "MLPROF_SHM_DIR",
+        read_by: ReadBy::Preload,
+        default: "/dev/shm",
+        meaning: "where ring segments live (a tmpfs); mlprof-collect also reads it: set the same value for both, e.g. a larger tmpfs than a container's /dev/shm",
     },
     EnvOption {
         name: "MLPROF_SESSION",

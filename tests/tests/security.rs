@@ -44,7 +44,7 @@ fn segment_and_run_file_are_private() {
     assert!(!shm.exists(), "segment left behind after the collector finished");
 
     let out2 = dir.join("launched.bin");
-    let o = run_collect(&out2, &[], &["/bin/sh", "-c", "stat -c '%a %u' /dev/shm$MLPROF_SHM"]);
+    let o = run_collect(&out2, &[], &["/bin/sh", "-c", "stat -c '%a %u' \"$MLPROF_SHM\""]);
     assert!(o.status.success(), "{}", describe(&o));
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), format!("600 {}", euid()), "launcher segment");
     assert_eq!(mode_of(&out2) & 0o777, 0o600, "launcher run file mode {:o}", mode_of(&out2));
@@ -156,7 +156,7 @@ fn other_users_process_cannot_join() {
     let session = unique_session("other");
     let out = dir.join("run.bin");
     let mut collector = AttachCollector::start(&out, &session);
-    let segment = format!("/mlprof-{}-{session}", euid());
+    let segment = format!("/dev/shm/mlprof-{}-{session}", euid());
     for (what, shm) in [("MLPROF_SHM of root's segment", Some(segment.as_str())), ("MLPROF_SESSION", None)] {
         let mut c = Command::new("setpriv");
         clean_env(&mut c);
