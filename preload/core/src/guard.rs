@@ -26,6 +26,13 @@ pub struct ThreadState {
     pub no_lane: Cell<bool>,
     /// The ring's `lanes_offered` when the claim failed: the thread tries again once it moved.
     pub no_lane_offered: Cell<u32>,
+    /// A recorded call is in progress (between `Span::begin` and its record): still set when
+    /// the thread exits means it was cancelled inside the call (`pthread_cancel`), which is
+    /// then counted as interrupted at thread exit.
+    pub in_flight: Cell<bool>,
+    /// The start routine of a fork-like `clone` this thread is making: the child runs on a
+    /// copy of this memory and finds it here (see `exports::clone`).
+    pub clone_start: Cell<usize>,
     /// The CUDA device this thread last selected with cudaSetDevice.
     pub device: Cell<i32>,
     /// Depth of recorded CUDA runtime calls in progress (driver calls inside are nested).
@@ -129,6 +136,8 @@ impl ThreadState {
             vfork_pending: Cell::new(false),
             no_lane: Cell::new(false),
             no_lane_offered: Cell::new(0),
+            in_flight: Cell::new(false),
+            clone_start: Cell::new(0),
             device: Cell::new(0),
             gpu_depth: Cell::new(0),
             internal: Cell::new(false),

@@ -6,11 +6,14 @@
 //! writes one record. Variadic C functions (`open`, `openat`, `ioctl`) are declared with their
 //! optional argument as a fixed one, which the x86_64 and aarch64 SysV ABIs allow.
 //!
-//! The libc hooks are `extern "C-unwind"`, and so are the real functions they call: many of
-//! them are cancellation points, and `pthread_cancel` of a thread blocked in one (a `read`, say)
-//! unwinds through our frame to run the thread's cleanup handlers. An `extern "C"` frame may
-//! not be unwound through; a "C-unwind" one without destructors (panic = "abort" gives none)
-//! lets the forced unwind pass, as it would without us.
+//! Many libc hooks wrap cancellation points: `pthread_cancel` of a thread blocked in a `read`
+//! unwinds (a forced unwind) through our frame to run the thread's cleanup handlers. With
+//! `panic = "abort"` our frames have no landing pads at all, only the unwind tables, so the
+//! forced unwind passes through them as through a C frame (`tests/programs/cancel.c` checks
+//! it). Declaring the hooks `extern "C-unwind"` would be worse: rustc then adds an abort pad
+//! that a forced unwind also hits (rust-lang/rust#101469), killing the program. Nothing in a
+//! hook needs undoing when the call never returns: its record is simply not written (the
+//! in-flight call is not counted; a cancelled thread's last call is the only such case).
 
 use core::ffi::{c_char, c_int, c_ulong, c_void};
 
@@ -64,8 +67,8 @@ pub use itt::itt_task_begin_address;
 macro_rules! rw_hook {
     ($sym:ident, $name:literal, $func:expr, ($($arg:ident : $ty:ty),*), $fd:ident, $asked:expr) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C-unwind" fn $sym($($arg: $ty),*) -> ssize_t {
-            let real = real!($name, unsafe extern "C-unwind" fn($($ty),*) -> ssize_t, -1);
+        pub unsafe extern "C" fn $sym($($arg: $ty),*) -> ssize_t {
+            let real = real!($name, unsafe extern "C" fn($($ty),*) -> ssize_t, -1);
             let Some(span) = Span::begin($func) else {
                 // Safety: forwarding the caller's arguments unchanged.
                 return unsafe { real($($arg),*) };
@@ -98,8 +101,8 @@ rw_hook!(__pread64_chk, c"__pread64_chk", Func::Pread64, (fd: c_int, buf: *mut c
 macro_rules! open_hook {
     ($sym:ident, $name:literal, $func:expr, ($($arg:ident : $ty:ty),*), $path:ident, $flags:expr, $mode:expr) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C-unwind" fn $sym($($arg: $ty),*) -> c_int {
-            let real = real!($name, unsafe extern "C-unwind" fn($($ty),*) -> c_int, -1);
+        pub unsafe extern "C" fn $sym($($arg: $ty),*) -> c_int {
+            let real = real!($name, unsafe extern "C" fn($($ty),*) -> c_int, -1);
             let Some(span) = Span::begin($func) else {
                 // Safety: forwarding the caller's arguments unchanged.
                 return unsafe { real($($arg),*) };
@@ -129,8 +132,8 @@ open_hook!(__openat64_2, c"__openat64_2", Func::Openat64, (dirfd: c_int, path: *
 macro_rules! fd_hook {
     ($sym:ident, $name:literal, $func:expr) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C-unwind" fn $sym(fd: c_int) -> c_int {
-            let real = real!($name, unsafe extern "C-unwind" fn(c_int) -> c_int, -1);
+        pub unsafe extern "C" fn $sym(fd: c_int) -> c_int {
+            let real = real!($name, unsafe extern "C" fn(c_int) -> c_int, -1);
             let Some(span) = Span::begin($func) else {
                 // Safety: forwarding the caller's argument unchanged.
                 return unsafe { real(fd) };
@@ -150,8 +153,8 @@ fd_hook!(fdatasync, c"fdatasync", Func::Fdatasync);
 macro_rules! lseek_hook {
     ($sym:ident, $name:literal, $func:expr, $off:ty) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C-unwind" fn $sym(fd: c_int, offset: $off, whence: c_int) -> $off {
-            let real = real!($name, unsafe extern "C-unwind" fn(c_int, $off, c_int) -> $off, -1);
+        pub unsafe extern "C" fn $sym(fd: c_int, offset: $off, whence: c_int) -> $off {
+            let real = real!($name, unsafe extern "C" fn(c_int, $off, c_int) -> $off, -1);
             let Some(span) = Span::begin($func) else {
                 // Safety: forwarding the caller's arguments unchanged.
                 return unsafe { real(fd, offset, whence) };
@@ -174,7 +177,7 @@ lseek_hook!(lseek64, c"lseek64", Func::Lseek64, off64_t);
 macro_rules! mmap_hook {
     ($sym:ident, $name:literal, $func:expr, $off:ty) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C-unwind" fn $sym(
+        pub unsafe extern "C" fn $sym(
             addr: *mut c_void,
             len: size_t,
             prot: c_int,
@@ -184,7 +187,7 @@ macro_rules! mmap_hook {
         ) -> *mut c_void {
             let real = real!(
                 $name,
-                unsafe extern "C-unwind" fn(*mut c_void, size_t, c_int, c_int, c_int, $off) -> *mut c_void,
+                unsafe extern "C" fn(*mut c_void, size_t, c_int, c_int, c_int, $off) -> *mut c_void,
                 libc::MAP_FAILED
             );
             let Some(span) = Span::begin($func) else {
@@ -211,8 +214,8 @@ mmap_hook!(mmap, c"mmap", Func::Mmap, off_t);
 mmap_hook!(mmap64, c"mmap64", Func::Mmap64, off64_t);
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C-unwind" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
-    let real = real!(c"munmap", unsafe extern "C-unwind" fn(*mut c_void, size_t) -> c_int, -1);
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+    let real = real!(c"munmap", unsafe extern "C" fn(*mut c_void, size_t) -> c_int, -1);
     let Some(span) = Span::begin(Func::Munmap) else {
         // Safety: forwarding the caller's arguments unchanged.
         return unsafe { real(addr, len) };
@@ -243,10 +246,10 @@ fn stream_fd(stream: *mut FILE) -> c_int {
 macro_rules! fopen_hook {
     ($sym:ident, $name:literal, $func:expr) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C-unwind" fn $sym(path: *const c_char, mode: *const c_char) -> *mut FILE {
+        pub unsafe extern "C" fn $sym(path: *const c_char, mode: *const c_char) -> *mut FILE {
             let real = real!(
                 $name,
-                unsafe extern "C-unwind" fn(*const c_char, *const c_char) -> *mut FILE,
+                unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE,
                 core::ptr::null_mut()
             );
             let Some(span) = Span::begin($func) else {
@@ -276,14 +279,8 @@ fopen_hook!(fopen64, c"fopen64", Func::Fopen64);
 macro_rules! stdio_rw_hook {
     ($sym:ident, $name:literal, $func:expr, $buf:ty) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C-unwind" fn $sym(
-            buf: $buf,
-            size: size_t,
-            items: size_t,
-            stream: *mut FILE,
-        ) -> size_t {
-            let real =
-                real!($name, unsafe extern "C-unwind" fn($buf, size_t, size_t, *mut FILE) -> size_t, 0);
+        pub unsafe extern "C" fn $sym(buf: $buf, size: size_t, items: size_t, stream: *mut FILE) -> size_t {
+            let real = real!($name, unsafe extern "C" fn($buf, size_t, size_t, *mut FILE) -> size_t, 0);
             let Some(span) = Span::begin($func) else {
                 // Safety: forwarding the caller's arguments unchanged.
                 return unsafe { real(buf, size, items, stream) };
@@ -310,8 +307,8 @@ stdio_rw_hook!(fread, c"fread", Func::Fread, *mut c_void);
 stdio_rw_hook!(fwrite, c"fwrite", Func::Fwrite, *const c_void);
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C-unwind" fn fclose(stream: *mut FILE) -> c_int {
-    let real = real!(c"fclose", unsafe extern "C-unwind" fn(*mut FILE) -> c_int, libc::EOF);
+pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
+    let real = real!(c"fclose", unsafe extern "C" fn(*mut FILE) -> c_int, libc::EOF);
     let Some(span) = Span::begin(Func::Fclose) else {
         // Safety: forwarding the caller's argument unchanged.
         return unsafe { real(stream) };
@@ -326,8 +323,8 @@ pub unsafe extern "C-unwind" fn fclose(stream: *mut FILE) -> c_int {
 // ---- clocks (aggregated by default) --------------------------------------------------------
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C-unwind" fn clock_gettime(clock: libc::clockid_t, tp: *mut timespec) -> c_int {
-    type ClockGettime = unsafe extern "C-unwind" fn(libc::clockid_t, *mut timespec) -> c_int;
+pub unsafe extern "C" fn clock_gettime(clock: libc::clockid_t, tp: *mut timespec) -> c_int {
+    type ClockGettime = unsafe extern "C" fn(libc::clockid_t, *mut timespec) -> c_int;
     let real = real!(c"clock_gettime", ClockGettime, -1);
     if !recorder::clock_events() {
         let slot = if (0..=11).contains(&clock) { clock as usize } else { AGG_SLOT_OTHER_CLOCK };
@@ -346,8 +343,8 @@ pub unsafe extern "C-unwind" fn clock_gettime(clock: libc::clockid_t, tp: *mut t
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C-unwind" fn gettimeofday(tv: *mut timeval, tz: *mut c_void) -> c_int {
-    let real = real!(c"gettimeofday", unsafe extern "C-unwind" fn(*mut timeval, *mut c_void) -> c_int, -1);
+pub unsafe extern "C" fn gettimeofday(tv: *mut timeval, tz: *mut c_void) -> c_int {
+    let real = real!(c"gettimeofday", unsafe extern "C" fn(*mut timeval, *mut c_void) -> c_int, -1);
     if !recorder::clock_events() {
         // Safety: forwarding the caller's arguments unchanged.
         return aggregated(AGG_SLOT_GETTIMEOFDAY, || unsafe { real(tv, tz) });
@@ -376,8 +373,8 @@ fn aggregated(slot: usize, call: impl FnOnce() -> c_int) -> c_int {
 // ---- ioctl ---------------------------------------------------------------------------------
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C-unwind" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    let real = real!(c"ioctl", unsafe extern "C-unwind" fn(c_int, c_ulong, *mut c_void) -> c_int, -1);
+pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    let real = real!(c"ioctl", unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int, -1);
     let Some(span) = Span::begin(Func::Ioctl) else {
         // Safety: forwarding the caller's arguments unchanged.
         return unsafe { real(fd, request, arg) };
@@ -396,12 +393,12 @@ pub unsafe extern "C-unwind" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_v
 macro_rules! exit_hook {
     ($sym:ident, $name:literal) => {
         #[unsafe(no_mangle)]
-        pub unsafe extern "C-unwind" fn $sym(status: c_int) -> ! {
+        pub unsafe extern "C" fn $sym(status: c_int) -> ! {
             recorder::record_process_exit(status);
             static REAL: Real = Real::new($name);
             match REAL.get() {
                 // Safety: the real exit function has this prototype and does not return.
-                Some(addr) => unsafe { as_fn::<unsafe extern "C-unwind" fn(c_int) -> !>(addr)(status) },
+                Some(addr) => unsafe { as_fn::<unsafe extern "C" fn(c_int) -> !>(addr)(status) },
                 // Safety: the exit_group system call ends the process and never returns.
                 None => unsafe {
                     libc::syscall(libc::SYS_exit_group, status);
@@ -418,14 +415,120 @@ exit_hook!(_Exit, c"_Exit");
 
 /// `_Fork` (glibc 2.34+) runs no atfork handlers, so the child announces itself here.
 #[unsafe(no_mangle)]
-pub unsafe extern "C-unwind" fn _Fork() -> libc::pid_t {
-    let real = real!(c"_Fork", unsafe extern "C-unwind" fn() -> libc::pid_t, -1);
+pub unsafe extern "C" fn _Fork() -> libc::pid_t {
+    let real = real!(c"_Fork", unsafe extern "C" fn() -> libc::pid_t, -1);
     // Safety: no arguments.
     let pid = unsafe { real() };
     if pid == 0 {
         recorder::after_raw_fork_in_child();
     }
     pid
+}
+
+/// The start routine `clone` gives a child.
+type CloneStart = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// glibc's `clone(fn, stack, flags, arg, [parent_tid, tls, child_tid])`. A child that does not
+/// share our memory (no `CLONE_VM`) is a new process that no fork handler announces, and its
+/// copy of this thread's state would have it write into this thread's lane: it starts in
+/// `clone_child_start`, which gives it an identity of its own first. A child that shares our
+/// memory and waits for our exec (`CLONE_VM | CLONE_VFORK`, as in `posix_spawn`) is a vfork
+/// child: it passes through. (A child that shares our memory and thread state without waiting
+/// cannot be told from us; no libc or runtime makes one.)
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn clone(
+    start: Option<CloneStart>,
+    stack: *mut c_void,
+    flags: c_int,
+    arg: *mut c_void,
+    parent_tid: *mut libc::pid_t,
+    tls: *mut c_void,
+    child_tid: *mut libc::pid_t,
+) -> c_int {
+    type Clone = unsafe extern "C" fn(
+        Option<CloneStart>,
+        *mut c_void,
+        c_int,
+        *mut c_void,
+        *mut libc::pid_t,
+        *mut c_void,
+        *mut libc::pid_t,
+    ) -> c_int;
+    let real = real!(c"clone", Clone, -1);
+    let mut start = start;
+    if flags & libc::CLONE_VM == 0 {
+        if let (Some(state), Some(f)) = (crate::guard::current(), start) {
+            state.clone_start.set(f as usize);
+            start = Some(clone_child_start);
+        }
+    } else if flags & libc::CLONE_VFORK != 0 {
+        recorder::note_vfork();
+    }
+    // Safety: forwarding the caller's arguments (the start routine possibly ours, which calls
+    // theirs with their argument).
+    unsafe { real(start, stack, flags, arg, parent_tid, tls, child_tid) }
+}
+
+/// Where a fork-like `clone` child starts: announces itself, then runs the caller's routine
+/// (stashed in this thread's state, of which the child has a copy) with the caller's argument.
+unsafe extern "C" fn clone_child_start(arg: *mut c_void) -> c_int {
+    let f = crate::guard::current().map_or(0, |state| state.clone_start.get());
+    recorder::after_raw_fork_in_child();
+    if f == 0 {
+        return 0;
+    }
+    // Safety: `f` is the start routine the application passed to clone, stashed just before.
+    let f = unsafe { as_fn::<CloneStart>(f) };
+    // Safety: calling the application's routine with its own argument, as clone would have.
+    unsafe { f(arg) }
+}
+
+/// `syscall(number, ...)`, for the raw ways to make a process: `clone` and `clone3` without
+/// `CLONE_VM`, and `fork`, return twice like fork but run no fork handler, so the child
+/// announces itself here. Everything else passes straight through.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn syscall(
+    number: libc::c_long,
+    a1: libc::c_long,
+    a2: libc::c_long,
+    a3: libc::c_long,
+    a4: libc::c_long,
+    a5: libc::c_long,
+    a6: libc::c_long,
+) -> libc::c_long {
+    type Syscall = unsafe extern "C" fn(
+        libc::c_long,
+        libc::c_long,
+        libc::c_long,
+        libc::c_long,
+        libc::c_long,
+        libc::c_long,
+        libc::c_long,
+    ) -> libc::c_long;
+    let real = real!(c"syscall", Syscall, -1);
+    // Safety: forwarding the caller's arguments unchanged.
+    let ret = unsafe { real(number, a1, a2, a3, a4, a5, a6) };
+    if ret == 0 && makes_a_process(number, a1) {
+        recorder::after_raw_fork_in_child();
+    }
+    ret
+}
+
+/// Whether system call `number` with first argument `a1` made a new process with its own copy
+/// of memory (read only in the child, after the call succeeded: for clone3, `a1` points to the
+/// `clone_args` the kernel just read).
+fn makes_a_process(number: libc::c_long, a1: libc::c_long) -> bool {
+    match number {
+        libc::SYS_clone => a1 & libc::CLONE_VM as libc::c_long == 0,
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_fork => true,
+        libc::SYS_clone3 if a1 != 0 => {
+            // Safety: the call succeeded, so `a1` was a readable clone_args (flags first).
+            let flags = unsafe { *(a1 as *const u64) };
+            flags & libc::CLONE_VM as u64 == 0
+        }
+        _ => false,
+    }
 }
 
 /// vfork cannot be wrapped by a function that returns (the child would return through our

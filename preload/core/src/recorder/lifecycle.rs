@@ -73,6 +73,10 @@ extern "C" fn retire_lane_at_thread_exit(value: *mut c_void) {
     let Some(thread) = guard::current() else { return };
     let index = (value as usize).wrapping_sub(1) as u32;
     if thread.lane.get() == index + 1 && thread.lane_owner.get() == session::identity() {
+        if thread.in_flight.replace(false) {
+            // Cancelled inside a recorded call, which never returned to write its record.
+            ring.count_interrupted(index, 1);
+        }
         ring.retire(Claim { index, generation: thread.lane_generation.get() });
         thread.lane.set(0);
         thread.lane_owner.set(0);

@@ -66,6 +66,10 @@ fn recording_thread() -> Option<ThreadRef> {
 /// An intercepted call in progress.
 pub struct Span {
     thread: ThreadRef,
+    ring: &'static RingView,
+    /// The thread's lane (claimed before the call, so that a call the thread is cancelled in
+    /// is counted at its exit).
+    lane: u32,
     start: u64,
     /// An ITT task was opened for this call (see [`stamp`]).
     stamped: bool,
@@ -73,13 +77,20 @@ pub struct Span {
 
 impl Span {
     /// Starts timing a call, or `None` when it must pass through unrecorded: our own calls
-    /// (reentrancy), no session, or a vfork child running on its parent's memory.
+    /// (reentrancy), no session, a vfork child running on its parent's memory, or a thread
+    /// that found no lane (its record is counted as dropped).
     #[inline(always)]
     pub fn begin(func: Func) -> Option<Span> {
         let thread = recording_thread()?;
+        let ring = session::ring()?;
+        thread.in_hook.set(true);
+        let lane = lane::lane_of(ring, &thread, session::identity());
+        thread.in_hook.set(false);
+        let lane = lane?;
         // Our ITT calls (and whatever a chained collector does in them) are not recorded.
         let stamped = stamp::enabled() && thread.internal(|| guard::keeping_errno(|| stamp::begin(func)));
-        Some(Span { thread, start: clock::now(), stamped })
+        thread.in_flight.set(true);
+        Some(Span { thread, ring, lane, start: clock::now(), stamped })
     }
 
     /// Ends the call and writes its record. `event` carries the function's own fields; pid, tid,
@@ -127,26 +138,23 @@ impl Span {
     #[inline(always)]
     fn write(self, end: u64, mut event: Event, func: Func, failed: bool) {
         let state = self.thread;
+        state.in_flight.set(false);
         if self.stamped {
             state.internal(|| guard::keeping_errno(stamp::end));
         }
-        let Some(ring) = session::ring() else { return };
-        let pid = session::pid();
         state.in_hook.set(true);
-        if let Some(lane) = lane::lane_of(ring, &state, session::identity()) {
-            event.kind = func as u16;
-            event.pid = pid;
-            event.tid = state.tid.get();
-            event.start = self.start;
-            event.dur = end.wrapping_sub(self.start);
-            if failed {
-                event.flags |= FLAG_ERROR;
-            }
-            ring.push(lane, &event);
-            let nested = state.take_nested();
-            if nested != 0 {
-                ring.count_interrupted(lane, nested as u64);
-            }
+        event.kind = func as u16;
+        event.pid = session::pid();
+        event.tid = state.tid.get();
+        event.start = self.start;
+        event.dur = end.wrapping_sub(self.start);
+        if failed {
+            event.flags |= FLAG_ERROR;
+        }
+        self.ring.push(self.lane, &event);
+        let nested = state.take_nested();
+        if nested != 0 {
+            self.ring.count_interrupted(self.lane, nested as u64);
         }
         state.in_hook.set(false);
         session::check(end);
@@ -159,17 +167,13 @@ impl Span {
         if handle == 0 || strings::symbol_was_defined(handle) {
             return;
         }
-        let state = self.thread;
-        let Some(ring) = session::ring() else { return };
+        let (state, ring, lane) = (self.thread, self.ring, self.lane);
         let pid = session::pid();
-        let owner = session::identity();
         let mut name = [0u8; 1024];
         let len = state.foreign(|| guard::keeping_errno(|| resolve(&mut name))).min(name.len());
         let name = name.get(..len).unwrap_or_default();
         state.in_hook.set(true);
-        if !name.is_empty()
-            && let Some(lane) = lane::lane_of(ring, &state, owner)
-        {
+        if !name.is_empty() {
             let id = mlprof_format::string_id(name);
             if lane::send_string(ring, lane, pid, state.tid.get(), id, name) {
                 let definition = Event {
@@ -208,21 +212,22 @@ impl Span {
             state.in_hook.set(true);
             let sent = if !failed || user_memory::errno_proves_path_read(errno) {
                 // Safety: the real call read the path (see `errno_proves_path_read`).
-                send_path(&state, unsafe { user_memory::c_string_in_place(path) })
+                unsafe { user_memory::c_string_in_place(path) }.and_then(|bytes| self.send_string(bytes))
             } else {
-                send_unproven_path(&state, path)
+                self.send_unproven_path(path)
             };
             state.in_hook.set(false);
             match sent {
-                PathSent::Id(id) => event.arg2 = id,
-                PathSent::Unreadable => {}
-                PathSent::NoRoom(lane) => {
-                    if let Some(ring) = session::ring() {
-                        ring.count_drop(lane);
-                    }
+                Some(Sent::Id(id)) => event.arg2 = id,
+                Some(Sent::NoRoom) => {
+                    // No room in the lane for the path: the call is dropped (and counted).
+                    state.in_flight.set(false);
+                    self.ring.count_drop(self.lane);
                     guard::set_errno(errno);
                     return;
                 }
+                // An unreadable path: the record goes without it.
+                None => {}
             }
         }
         event.errno = errno;
@@ -231,38 +236,30 @@ impl Span {
             guard::set_errno(errno);
         }
     }
-}
 
-/// What became of a call's path.
-enum PathSent {
-    /// Sent (now or before): the record refers to it by this id.
-    Id(u64),
-    /// Not readable, or no session: the record goes without it.
-    Unreadable,
-    /// The lane had no room for it: the call is dropped (and counted) on this lane.
-    NoRoom(u32),
-}
+    /// Sends string `bytes` on the span's lane unless this process did already.
+    fn send_string(&self, bytes: &[u8]) -> Option<Sent> {
+        let id = mlprof_format::string_id(bytes);
+        let sent = lane::send_string(self.ring, self.lane, session::pid(), self.thread.tid.get(), id, bytes);
+        Some(if sent { Sent::Id(id) } else { Sent::NoRoom })
+    }
 
-/// Sends `path` unless this process did already.
-fn send_path(state: &ThreadRef, path: Option<&[u8]>) -> PathSent {
-    let (Some(bytes), Some(ring)) = (path, session::ring()) else { return PathSent::Unreadable };
-    let pid = session::pid();
-    let id = mlprof_format::string_id(bytes);
-    match lane::lane_of(ring, state, session::identity()) {
-        Some(lane) if !lane::send_string(ring, lane, pid, state.tid.get(), id, bytes) => {
-            PathSent::NoRoom(lane)
-        }
-        _ => PathSent::Id(id),
+    /// A path the real call did not prove readable: copied with a read that cannot fault, on a
+    /// stack buffer that only this rare path pays for. `None` when unreadable.
+    #[cold]
+    #[inline(never)]
+    fn send_unproven_path(&self, path: *const libc::c_char) -> Option<Sent> {
+        let mut copy = [0u8; user_memory::PATH_BYTES];
+        user_memory::c_string_copy(path, &mut copy).and_then(|bytes| self.send_string(bytes))
     }
 }
 
-/// A path the real call did not prove readable: copied with a read that cannot fault, on a
-/// stack buffer that only this rare path pays for.
-#[cold]
-#[inline(never)]
-fn send_unproven_path(state: &ThreadRef, path: *const libc::c_char) -> PathSent {
-    let mut copy = [0u8; user_memory::PATH_BYTES];
-    send_path(state, user_memory::c_string_copy(path, &mut copy))
+/// What became of a string a record needs.
+enum Sent {
+    /// Sent (now or before): the record refers to it by this id.
+    Id(u64),
+    /// The lane had no room for it.
+    NoRoom,
 }
 
 /// An aggregated call (a clock read) in progress. The call is counted exactly; its duration is
