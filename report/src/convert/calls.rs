@@ -43,7 +43,11 @@ pub(super) fn write<W: TraceWriter>(
         dimensions = [call.grid(), call.block()].map(|(x, y, z)| [x, y, z].map(u64::from));
         gpu_args(c, func, event, &call, &dimensions, &mut args);
     }
-    let slice = Slice { start_ns: event.start, dur_ns: event.dur, name, category, args: args.as_slice() };
+    // A call encloses nothing recorded after it unless its thread has spans (ITT tasks, or GPU
+    // calls that wrap driver calls) that may arrive later around it.
+    let outermost = !c.meta.span_threads.contains(&(event.pid, event.tid));
+    let slice =
+        Slice { start_ns: event.start, dur_ns: event.dur, name, category, args: args.as_slice(), outermost };
     c.out.slice(thread, &slice)
 }
 
