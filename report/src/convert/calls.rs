@@ -31,8 +31,18 @@ pub(super) fn write<W: TraceWriter>(
         Api::Nccl => "nccl",
         Api::Itt => unreachable!("ITT records are annotations, written by convert::itt"),
     };
-    let name = c.text(Text::Function(func));
-    let category = c.text(Text::Literal(category));
+    let (name, category) = match c.function_texts.get(event.kind as usize).copied().flatten() {
+        Some(texts) => texts,
+        None => {
+            let texts = (c.text(Text::Function(func)), c.text(Text::Literal(category)));
+            let kind = event.kind as usize;
+            if c.function_texts.len() <= kind {
+                c.function_texts.resize(kind + 1, None);
+            }
+            c.function_texts[kind] = Some(texts);
+            texts
+        }
+    };
     let mut args = ArgList::<MAX_ARGS>::new();
     // A launch's grid and block dimensions: declared here to outlive the list that borrows them.
     let dimensions;
@@ -79,7 +89,7 @@ fn libc_args<W: TraceWriter>(
         _ => {}
     }
     let meta = c.meta;
-    if let Some(path) = meta.fds.path_of(meta, event) {
+    if let Some(path) = meta.fds.path_of_cached(meta, event, &mut c.fd_cache) {
         args.push("path", ArgValue::Interned(c.text(Text::Run(path))));
     }
 }

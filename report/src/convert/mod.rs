@@ -23,7 +23,7 @@ use mlprof_format::runfile::{AggregateSample, DropSample, Frame};
 use rustc_hash::FxHashMap;
 
 use crate::energy::tracks::EnergyTracks;
-use crate::run::{self, Image, RunMeta};
+use crate::run::{self, FdCache, Image, RunMeta};
 use crate::trace::{
     CounterHandle, CounterUnit, CounterValue, ProcessHandle, StringHandle, ThreadHandle, TraceWriter,
 };
@@ -265,7 +265,14 @@ struct Converter<'a, W: TraceWriter> {
     energy: EnergyTracks,
     /// The energy devices described so far, described again in each part.
     devices: Vec<EnergyDevice>,
+    /// (name, category) of each function, by id: two handles looked up per call otherwise.
+    function_texts: Vec<Option<(StringHandle, StringHandle)>>,
+    /// Recent thread handles, by a hash of (pid, tid).
+    thread_cache: Box<[(u64, Option<ThreadHandle>); THREAD_CACHE_SLOTS]>,
+    fd_cache: FdCache,
 }
+
+const THREAD_CACHE_SLOTS: usize = 256;
 
 impl<'a, W: TraceWriter> Converter<'a, W> {
     fn new(meta: &'a RunMeta, options: &'a Options<'a>, out: W) -> Self {
@@ -279,6 +286,9 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
             counters: Default::default(),
             energy: Default::default(),
             devices: Vec::new(),
+            function_texts: Vec::new(),
+            thread_cache: Box::new([(0, None); THREAD_CACHE_SLOTS]),
+            fd_cache: FdCache::default(),
         }
     }
 
@@ -287,6 +297,8 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         self.processes.clear();
         self.threads.clear();
         self.texts.clear();
+        self.function_texts.clear();
+        self.thread_cache.fill((0, None));
         self.counters.clear();
         self.energy = EnergyTracks::default();
         self.declare_named_tracks()?;
@@ -329,7 +341,15 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
     }
 
     fn thread(&mut self, pid: u32, tid: u32) -> io::Result<ThreadHandle> {
+        let key = u64::from(pid) << 32 | u64::from(tid);
+        let slot = (tid ^ pid.rotate_left(7)) as usize % THREAD_CACHE_SLOTS;
+        if let (cached, Some(thread)) = self.thread_cache[slot]
+            && cached == key
+        {
+            return Ok(thread);
+        }
         if let Some(&thread) = self.threads.get(&(pid, tid)) {
+            self.thread_cache[slot] = (key, Some(thread));
             return Ok(thread);
         }
         let process = self.process(pid)?;

@@ -5,7 +5,7 @@ mod calls;
 mod fds;
 
 pub use calls::{bytes_moved, demangle, nccl_datatype_bytes, nccl_datatype_name, nccl_op_name};
-pub use fds::FdIntervals;
+pub use fds::{FdCache, FdIntervals};
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -133,6 +133,8 @@ const COMPRESS_BATCH: usize = 400 << 10;
 /// Bytes gathered before an uncompressed write.
 const WRITE_BATCH: usize = 1 << 20;
 
+const ANNOTATION_CACHE_SLOTS: usize = 64;
+
 const METADATA_SEQUENCE: u32 = 1;
 const COUNTER_SEQUENCE: u32 = 2;
 
@@ -177,12 +179,18 @@ impl Interned {
     fn insert(&mut self, table: Table, id: usize) -> bool {
         let bits = &mut self.0[table as usize];
         let (word, bit) = (id / 64, 1u64 << (id % 64));
-        if word >= bits.len() {
-            bits.resize(word + 1, 0);
+        match bits.get_mut(word) {
+            Some(w) if *w & bit != 0 => false,
+            Some(w) => {
+                *w |= bit;
+                true
+            }
+            None => {
+                bits.resize(word + 1, 0);
+                bits[word] |= bit;
+                true
+            }
         }
-        let new = bits[word] & bit == 0;
-        bits[word] |= bit;
-        new
     }
 }
 
@@ -312,6 +320,8 @@ pub struct PerfettoWriter<W: Write> {
     annotation_ids: FxHashMap<(usize, usize), u32>,
     annotation_by_text: FxHashMap<&'static str, u32>,
     annotation_names: Vec<&'static str>,
+    /// Recent (address, length) → id of annotation keys.
+    annotation_cache: [((usize, usize), u32); ANNOTATION_CACHE_SLOTS],
     /// (pid, track uuid) of each process handle.
     processes: Vec<(u32, u64)>,
     /// Process track uuid by pid: a pid declared again keeps its track.
@@ -354,6 +364,7 @@ impl<W: Write> PerfettoWriter<W> {
             annotation_ids: FxHashMap::default(),
             annotation_by_text: FxHashMap::default(),
             annotation_names: Vec::new(),
+            annotation_cache: [((0, 0), 0); ANNOTATION_CACHE_SLOTS],
             processes: Vec::new(),
             process_uuids: FxHashMap::default(),
             sequences: Vec::new(),
@@ -392,7 +403,12 @@ impl<W: Write> PerfettoWriter<W> {
     #[inline]
     fn annotation_id(&mut self, key: &'static str) -> u32 {
         let address = (key.as_ptr() as usize, key.len());
+        let slot = &self.annotation_cache[(address.0 >> 3 ^ address.1) % ANNOTATION_CACHE_SLOTS];
+        if slot.0 == address {
+            return slot.1;
+        }
         if let Some(&id) = self.annotation_ids.get(&address) {
+            self.annotation_cache[(address.0 >> 3 ^ address.1) % ANNOTATION_CACHE_SLOTS] = (address, id);
             return id;
         }
         // The same text at another address (another call site) keeps one id.
@@ -410,6 +426,29 @@ impl<W: Write> PerfettoWriter<W> {
         let seq = &mut self.sequences[index];
         let upto = seq.ready;
         if upto == 0 {
+            return;
+        }
+        const END_HEAD: [u8; 2] = [(EVENT_TYPE << 3) as u8, TYPE_SLICE_END as u8];
+        if upto == 1 && seq.pending.len() == 1 {
+            // One slice, no children: the common case of threads without spans.
+            let e = seq.pending[0];
+            let begin_end = (e.offset + e.begin_len) as usize;
+            self.output.event(
+                seq.id,
+                &mut seq.last_ts,
+                e.start,
+                &[],
+                &seq.arena[e.offset as usize..begin_end],
+            );
+            if !e.instant {
+                let end = begin_end..begin_end + e.end_len as usize;
+                self.output.event(seq.id, &mut seq.last_ts, e.end, &END_HEAD, &seq.arena[end]);
+            }
+            seq.last_root = (e.start, e.end);
+            self.pending_total -= seq.arena.len();
+            seq.arena.clear();
+            seq.pending.clear();
+            seq.ready = 0;
             return;
         }
         // Emission order of the forest pending[..upto), depth first: built backwards from the
@@ -433,7 +472,6 @@ impl<W: Write> PerfettoWriter<W> {
         while let Some(top) = stack.pop() {
             order.push(top << 1);
         }
-        const END_HEAD: [u8; 2] = [(EVENT_TYPE << 3) as u8, TYPE_SLICE_END as u8];
         for &item in order.iter().rev() {
             let e = seq.pending[(item >> 1) as usize];
             let begin = e.offset as usize..(e.offset + e.begin_len) as usize;
