@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Speed and memory of `mlprof convert` and `mlprof summary --json` on long runs (python3 standard
-library only).
+"""Speed, output size and memory of `mlprof convert` (Perfetto protobuf and Chrome JSON) and
+`mlprof summary --json` on long runs (python3 standard library only).
 
 Generates synthetic run.bin files of N events with the mlprof-format example `synth_run`
 (RunWriter only, no collector: several processes and threads, opens with paths, reads and
 writes on those fds, closes, mmaps, clock aggregates), then times
 
-    mlprof convert RUN -o TRACE.json
+    mlprof convert RUN -o TRACE.pftrace      (convert-perfetto)
+    mlprof convert RUN -o TRACE.json         (convert-chrome)
     mlprof summary --json RUN
 
 --repeat times each, interleaved, and measures their peak resident memory (`/usr/bin/time -v`
@@ -14,7 +15,8 @@ writes on those fds, closes, mmaps, clock aggregates), then times
 process), to show the events/s and whether memory grows with the run's length. The big files
 are removed at the end.
 
-    python3 bench/convert_bench.py [--n 1000000,10000000] [--repeat 3] [--tmp-dir /tmp] [--out FILE.md]
+    python3 bench/convert_bench.py [--n 1000000,10000000] [--repeat 3] [--tools convert-perfetto,...]
+                                   [--tmp-dir /tmp] [--out FILE.md]
 """
 
 import argparse
@@ -36,9 +38,11 @@ log = common.log
 md_table = common.md_table
 BenchError = common.BenchError
 
-# Estimated bytes per event on disk: run.bin (64 B records + metadata) and the Chrome JSON.
+# Estimated bytes per event on disk: run.bin (64 B records + metadata) and the traces.
 RUN_BYTES_PER_EVENT = 66
 JSON_BYTES_PER_EVENT = 260
+PERFETTO_BYTES_PER_EVENT = 80
+TOOLS = ("convert-perfetto", "convert-chrome", "summary")
 
 # Runs a command in a child and prints the child's peak RSS (KiB) as JSON: the fallback when
 # /usr/bin/time is missing (RUSAGE_CHILDREN of a fresh process is exactly that one child).
@@ -115,7 +119,8 @@ def build_synth(verbose):
 
 
 def fits(n, free, with_json):
-    need = n * (RUN_BYTES_PER_EVENT + (JSON_BYTES_PER_EVENT if with_json else 0))
+    # One trace at a time is on disk (each is removed once measured).
+    need = n * (RUN_BYTES_PER_EVENT + (JSON_BYTES_PER_EVENT if with_json else PERFETTO_BYTES_PER_EVENT))
     return need * 1.2 + (1 << 30) < free
 
 
@@ -125,6 +130,7 @@ def main():
     )
     ap.add_argument("--n", default="1000000,10000000", help="comma list of run lengths in events")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs of each tool per N (interleaved)")
+    ap.add_argument("--tools", default=",".join(TOOLS), help=f"comma list of {', '.join(TOOLS)}")
     ap.add_argument("--threads", type=int, default=4, help="synth_run threads per process")
     ap.add_argument("--procs", type=int, default=3, help="synth_run processes (1 trainer + workers)")
     ap.add_argument("--tmp-dir", default=tempfile.gettempdir(), help="where the runs and traces go")
@@ -142,6 +148,9 @@ def main():
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     sizes = common.csv_list(args.n, lambda s: int(float(s)))
+    tools = common.csv_list(args.tools, str)
+    if not tools or any(t not in TOOLS for t in tools):
+        ap.error(f"--tools takes {', '.join(TOOLS)}")
     if not sizes or min(sizes) < 1 or args.repeat < 1:
         ap.error("--n values and --repeat must be >= 1")
 
@@ -186,7 +195,8 @@ def main():
         for n in sizes:
             free = shutil.disk_usage(work).free
             m = n
-            while m > 1000 and not fits(m, free, not args.json_to_null):
+            with_json = "convert-chrome" in tools and not args.json_to_null
+            while m > 1000 and not fits(m, free, with_json):
                 m //= 2
             if m != n:
                 notes.append(
@@ -198,6 +208,7 @@ def main():
         for n in plan:
             run = os.path.join(work, f"run-{n}.bin")
             trace = os.devnull if args.json_to_null else os.path.join(work, f"trace-{n}.json")
+            pftrace = os.path.join(work, f"trace-{n}.pftrace")
             log(f"== N={n:,}: generating {run}")
             cmd = [synth, run, str(n), "--threads", str(args.threads), "--procs", str(args.procs)]
             out, _, wall, cpu, rss = measured(cmd, args.timeout, time_bin, args.verbose)
@@ -216,9 +227,11 @@ def main():
                 ]
             )
             for _rnd in range(args.repeat):
-                for tool in ("convert", "summary"):
-                    if tool == "convert":
-                        cmd = [cli, "convert", run, "-o", trace]
+                for tool in tools:
+                    out_file = {"convert-chrome": trace, "convert-perfetto": pftrace}.get(tool)
+                    if out_file:
+                        fmt = "chrome" if tool == "convert-chrome" else "perfetto"
+                        cmd = [cli, "convert", run, "-o", out_file, "--format", fmt]
                     else:
                         cmd = [cli, "summary", "--json", run]
                     try:
@@ -228,10 +241,10 @@ def main():
                         log(f"ERROR: {errors[-1]}")
                         continue
                     s = {"wall": wall, "cpu": cpu, "rss": rss, "out_bytes": None, "events": None}
-                    if tool == "convert":
-                        if trace != os.devnull:
-                            s["out_bytes"] = os.path.getsize(trace)
-                            os.unlink(trace)
+                    if out_file:
+                        if out_file != os.devnull:
+                            s["out_bytes"] = os.path.getsize(out_file)
+                            os.unlink(out_file)
                         s["events"] = n
                     else:
                         try:
@@ -256,7 +269,7 @@ def main():
 
     rss_by = {}
     for n in plan:
-        for tool in ("convert", "summary"):
+        for tool in tools:
             xs = results.get((n, tool))
             if not xs:
                 rows.append([tool, f"{n:,}", "FAILED"] + [""] * 6)
@@ -321,7 +334,7 @@ def main():
                 "CPU s",
                 "M events/s",
                 "peak RSS MiB",
-                "trace JSON MB",
+                "trace MB",
             ],
             rows,
             ["---", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:"],
@@ -331,7 +344,7 @@ def main():
     if len(plan) >= 2:
         lo, hi = min(plan), max(plan)
         growth = []
-        for tool in ("convert", "summary"):
+        for tool in tools:
             a, b = rss_by.get((tool, lo)), rss_by.get((tool, hi))
             if a and b:
                 growth.append(
@@ -340,7 +353,10 @@ def main():
                 )
         if growth:
             report.append("Memory vs run length: " + "; ".join(growth) + ".\n")
-    report.append("Targets (issue 6): conversion ≥ 5 M events/s; memory not growing with run length.\n")
+    report.append(
+        "Targets (issue 11): Perfetto ≥ 10 M events/s on one core, ≤ 100 MB for 10^8 events; "
+        "memory not growing with run length.\n"
+    )
     if notes:
         report.append("\n".join(f"- {n}" for n in notes) + "\n")
     report.append(f"loadavg at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")

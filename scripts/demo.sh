@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds mlprof and profiles the example training job end to end:
-# run.bin (the recording), the summary on the terminal, and trace.json (open it in
-# https://ui.perfetto.dev or chrome://tracing).
+# run.bin (the recording), the summary on the terminal, and run.pftrace (Perfetto's protobuf
+# trace: open it in https://ui.perfetto.dev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python="$(scripts/python-env.sh)"
@@ -11,4 +11,4 @@ mkdir -p "$work"
 target/release/mlprof-collect --out run.bin -- \
     "$python" examples/train.py --data "$work/images" --out "$work/checkpoint.pt"
 target/release/mlprof summary run.bin
-target/release/mlprof convert run.bin -o trace.json
+target/release/mlprof convert run.bin

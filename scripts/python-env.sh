@@ -16,6 +16,11 @@ fi
 if ! "$python" -c 'import ittapi' >/dev/null 2>&1; then
     "$python" -m pip install --quiet --disable-pip-version-check ittapi >&2
 fi
+# Perfetto's compiled trace protos and protobuf: tests/scripts/perfetto_check.py decodes the
+# traces of `mlprof convert` with them, offline.
+if ! "$python" -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2, google.protobuf' >/dev/null 2>&1; then
+    "$python" -m pip install --quiet --disable-pip-version-check perfetto protobuf >&2
+fi
 # ruff lints and formats the repository's Python (scripts/test.sh); pinned so CI asks the same.
 if [ "$("$python" -m ruff --version 2>/dev/null)" != "ruff 0.17.6" ]; then
     "$python" -m pip install --quiet --disable-pip-version-check ruff==0.17.6 >&2

@@ -296,7 +296,7 @@ fn report(args: &Args, totals: &Totals, elapsed: Duration) {
         format!("{} RECORDS WERE DROPPED (ring full or no free lane; see `mlprof summary`)", totals.dropped)
     };
     eprintln!(
-        "mlprof-collect: recorded {} calls and {} aggregated clock reads from {} process image(s) and {} thread(s) in {:.2} s; {}; wrote {} ({:.1} MB). Next: mlprof summary {} / mlprof convert {} -o trace.json",
+        "mlprof-collect: recorded {} calls and {} aggregated clock reads from {} process image(s) and {} thread(s) in {:.2} s; {}; wrote {} ({:.1} MB). Next: mlprof summary {} / mlprof convert {} (a .pftrace beside it for https://ui.perfetto.dev)",
         totals.events,
         totals.aggregated_calls,
         totals.processes,

@@ -8,10 +8,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use mlprof_report::convert::{ConvertError, Progress};
+use mlprof_report::convert::{ConvertError, Kinds, Options, Outcome, Progress};
 use mlprof_report::run::RunMeta;
 use mlprof_report::trace::TraceWriter;
 use mlprof_report::trace::chrome::ChromeWriter;
+use mlprof_report::trace::perfetto::PerfettoWriter;
 use mlprof_report::{energy, summary};
 
 #[derive(Parser)]
@@ -55,13 +56,38 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         top: usize,
     },
-    /// Convert to a Chrome trace (JSON) that opens in Perfetto UI and chrome://tracing.
+    /// Convert to a trace for https://ui.perfetto.dev: Perfetto's protobuf (default), or Chrome
+    /// JSON (`-o X.json`, or `--format chrome`).
     Convert {
         /// The run file written by mlprof-collect.
         run: PathBuf,
-        /// Output trace file.
-        #[arg(long, short, default_value = "trace.json")]
-        output: PathBuf,
+        /// Output trace file (default: RUN with the extension .pftrace, or .json for Chrome).
+        /// `.json` means Chrome JSON, anything else Perfetto.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// Output format, whatever the extension.
+        #[arg(long, value_enum)]
+        format: Option<TraceFormat>,
+        /// Perfetto: deflate the packets (compressed_packets; about 3× smaller).
+        #[arg(long)]
+        compress: bool,
+        /// Only events that end at or after S seconds from the run start.
+        #[arg(long, value_name = "S")]
+        from: Option<f64>,
+        /// Only events that start at or before S seconds from the run start.
+        #[arg(long, value_name = "S")]
+        to: Option<f64>,
+        /// Only these processes (repeat, or separate with commas).
+        #[arg(long, value_name = "PID", value_delimiter = ',')]
+        pid: Vec<u32>,
+        /// Only these kinds of event: io (C library calls, clock counters), itt (tasks, ops,
+        /// phases, DataLoader spans), gpu (CUDA, NCCL), energy (device counters).
+        #[arg(long, value_name = "KINDS")]
+        only: Option<String>,
+        /// Files of at most N events each, every one complete with the metadata, named
+        /// OUTPUT with .001, .002, … before the extension.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        split_every: Option<u64>,
         /// Report progress every second on stderr (default: when stderr is a terminal).
         #[arg(long)]
         progress: bool,
@@ -83,8 +109,19 @@ fn main() -> ExitCode {
         Command::Energy { run, json, ops, csv, append, top } => {
             energy_command(&run, EnergyOutput::from_flags(json, ops, csv, append), top)
         }
-        Command::Convert { run, output, progress } => {
-            convert(&run, &output, progress || std::io::stderr().is_terminal())
+        Command::Convert { run, output, format, compress, from, to, pid, only, split_every, progress } => {
+            let request = ConvertRequest {
+                output,
+                format,
+                compress,
+                from,
+                to,
+                pids: pid,
+                only,
+                split_every,
+                progress: progress || std::io::stderr().is_terminal(),
+            };
+            convert(&run, request)
         }
     };
     match result {
@@ -155,36 +192,168 @@ fn energy_command(run: &Path, output: EnergyOutput, top: usize) -> Result<(), St
     }
 }
 
-/// `mlprof convert`: the run as Chrome trace JSON, with a line of progress every second when
-/// `progress` is set.
-fn convert(input: &Path, output: &Path, progress: bool) -> Result<(), String> {
-    let meta = RunMeta::load(input)?;
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum TraceFormat {
+    /// Perfetto's native protobuf (TrackEvent).
+    Perfetto,
+    /// Chrome trace event JSON.
+    Chrome,
+}
+
+/// What `mlprof convert` was asked for.
+struct ConvertRequest {
+    output: Option<PathBuf>,
+    format: Option<TraceFormat>,
+    compress: bool,
+    from: Option<f64>,
+    to: Option<f64>,
+    pids: Vec<u32>,
+    only: Option<String>,
+    split_every: Option<u64>,
+    progress: bool,
+}
+
+/// Trace bytes the Perfetto UI holds in a browser tab (it builds 2-4× that in memory, and a
+/// tab gets about 2 GB); JSON costs it several times more per event than protobuf.
+const UI_BUDGET_PERFETTO: u64 = 500_000_000;
+const UI_BUDGET_JSON: u64 = 250_000_000;
+
+/// Part `index` of a split trace: `trace.pftrace` → `trace.001.pftrace`.
+fn part_path(output: &Path, index: usize) -> PathBuf {
+    let stem = output.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = match output.extension() {
+        Some(ext) => format!("{stem}.{:03}.{}", index + 1, ext.to_string_lossy()),
+        None => format!("{stem}.{:03}", index + 1),
+    };
+    output.with_file_name(name)
+}
+
+/// Seconds from the run start as ns on the run's clock.
+fn run_time(meta: &RunMeta, seconds: Option<f64>, flag: &str) -> Result<Option<u64>, String> {
+    match seconds {
+        None => Ok(None),
+        Some(s) if s.is_finite() && s >= 0.0 => Ok(Some(meta.info.start_mono_ns + (s * 1e9) as u64)),
+        Some(s) => Err(format!("{flag} {s}: expected seconds from the run start (>= 0)")),
+    }
+}
+
+/// `mlprof convert`: the run as a Perfetto or Chrome trace (or several), with a line of
+/// progress every second when asked, and a line on how big the trace is and how to open it.
+fn convert(input: &Path, request: ConvertRequest) -> Result<(), String> {
+    let meta = RunMeta::load_readable(input)?;
     for warning in &meta.warnings {
         eprintln!("mlprof: warning: {warning}");
     }
-    let file = File::create(output).map_err(|e| format!("cannot write {}: {e}", output.display()))?;
-    let write_error = |e: std::io::Error| format!("writing {}: {e}", output.display());
-    let mut trace = ChromeWriter::new(BufWriter::with_capacity(1 << 20, file), meta.info.start_mono_ns)
-        .map_err(write_error)?;
+    let format = match (request.format, &request.output) {
+        (Some(format), _) => format,
+        (None, Some(out)) if out.extension().is_some_and(|e| e == "json") => TraceFormat::Chrome,
+        (None, _) => TraceFormat::Perfetto,
+    };
+    if request.compress && format == TraceFormat::Chrome {
+        return Err("--compress applies to Perfetto output, not Chrome JSON".into());
+    }
+    let output = request.output.clone().unwrap_or_else(|| {
+        input.with_extension(if format == TraceFormat::Chrome { "json" } else { "pftrace" })
+    });
+    let only = match &request.only {
+        Some(list) => Kinds::parse(list)?,
+        None => Kinds::ALL,
+    };
+    let options = Options {
+        from_ns: run_time(&meta, request.from, "--from")?,
+        to_ns: run_time(&meta, request.to, "--to")?,
+        pids: &request.pids,
+        only,
+        split_every: request.split_every,
+        ..Options::default()
+    };
+    let path_of = |index: usize| {
+        if request.split_every.is_some() { part_path(&output, index) } else { output.clone() }
+    };
+    let create = |index: usize| {
+        let path = path_of(index);
+        File::create(&path)
+            .map(|f| BufWriter::with_capacity(1 << 20, f))
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())))
+    };
     let mut next_report = Instant::now() + Duration::from_secs(1);
     let mut report = |p: &Progress| {
-        if progress && Instant::now() >= next_report {
+        if request.progress && Instant::now() >= next_report {
             next_report += Duration::from_secs(1);
             let done = p.bytes_read as f64 * 100.0 / p.total_bytes.max(1) as f64;
             eprintln!("mlprof convert: {} events ({done:.0}%)", p.events);
         }
     };
-    let events =
-        mlprof_report::convert::convert(&meta, input, &mut trace, &mut report).map_err(|e| match e {
-            ConvertError::Read(message) => message,
-            ConvertError::Write(e) => write_error(e),
-        })?;
-    trace.finish().map_err(write_error)?;
-    let bytes = std::fs::metadata(output).map(|m| m.len()).unwrap_or(0);
-    eprintln!(
-        "mlprof convert: wrote {events} events to {} ({:.1} MB); open it in https://ui.perfetto.dev or chrome://tracing",
-        output.display(),
-        bytes as f64 / 1e6
-    );
+    let mut clamped = 0;
+    let result = match format {
+        TraceFormat::Chrome => mlprof_report::convert::convert(
+            &meta,
+            input,
+            &options,
+            &mut |i| ChromeWriter::new(create(i)?, meta.info.start_mono_ns),
+            &mut |_, w| w.finish().map(drop),
+            &mut report,
+        ),
+        TraceFormat::Perfetto => mlprof_report::convert::convert(
+            &meta,
+            input,
+            &options,
+            &mut |i| PerfettoWriter::new(create(i)?, request.compress),
+            &mut |_, w| {
+                clamped += w.stats().clamped;
+                w.finish().map(drop)
+            },
+            &mut report,
+        ),
+    };
+    let outcome = result.map_err(|e| match e {
+        ConvertError::Read(message) => message,
+        ConvertError::Write(e) => format!("writing {}: {e}", output.display()),
+    })?;
+    for warning in &outcome.warnings {
+        eprintln!("mlprof: warning: {warning}");
+    }
+    if clamped > 0 {
+        eprintln!(
+            "mlprof: warning: {clamped} slices started inside the slice before them on their thread without \
+             nesting in it (clock jitter, a signal handler); they are shown from that slice's end"
+        );
+    }
+    report_size(&outcome, format, &(0..outcome.parts).map(path_of).collect::<Vec<_>>());
     Ok(())
+}
+
+/// The line after a conversion: what was written, and whether the UI can open it.
+fn report_size(outcome: &Outcome, format: TraceFormat, paths: &[PathBuf]) {
+    let sizes: Vec<u64> = paths.iter().map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)).collect();
+    let (total, largest) = (sizes.iter().sum::<u64>(), sizes.iter().copied().max().unwrap_or(0));
+    let (kind, budget) = match format {
+        TraceFormat::Perfetto => ("Perfetto protobuf", UI_BUDGET_PERFETTO),
+        TraceFormat::Chrome => ("Chrome JSON", UI_BUDGET_JSON),
+    };
+    let what = match paths {
+        [one] => one.display().to_string(),
+        _ => format!("{} files {} … {}", paths.len(), paths[0].display(), paths[paths.len() - 1].display()),
+    };
+    eprintln!(
+        "mlprof convert: wrote {} events to {what} ({:.1} MB, {kind})",
+        outcome.events,
+        total as f64 / 1e6
+    );
+    if largest <= budget {
+        eprintln!(
+            "mlprof convert: opens in https://ui.perfetto.dev (under its ~{} MB budget)",
+            budget / 1_000_000
+        );
+    } else {
+        let example = paths.iter().zip(&sizes).max_by_key(|(_, s)| **s).map(|(p, _)| p.display().to_string());
+        eprintln!(
+            "mlprof convert: {:.0} MB is over the ~{} MB the Perfetto UI holds in a browser tab: run \
+             `trace_processor --httpd {}` and open https://ui.perfetto.dev (it uses the native trace \
+             processor), or cut the trace with --from/--to, --pid, --only or --split-every",
+            largest as f64 / 1e6,
+            budget / 1_000_000,
+            example.unwrap_or_default()
+        );
+    }
 }

@@ -31,8 +31,18 @@ pub(super) fn write<W: TraceWriter>(
         Api::Nccl => "nccl",
         Api::Itt => unreachable!("ITT records are annotations, written by convert::itt"),
     };
-    let name = c.text(Text::Function(func));
-    let category = c.text(Text::Literal(category));
+    let (name, category) = match c.function_texts.get(event.kind as usize).copied().flatten() {
+        Some(texts) => texts,
+        None => {
+            let texts = (c.text(Text::Function(func)), c.text(Text::Literal(category)));
+            let kind = event.kind as usize;
+            if c.function_texts.len() <= kind {
+                c.function_texts.resize(kind + 1, None);
+            }
+            c.function_texts[kind] = Some(texts);
+            texts
+        }
+    };
     let mut args = ArgList::<MAX_ARGS>::new();
     // A launch's grid and block dimensions: declared here to outlive the list that borrows them.
     let dimensions;
@@ -43,7 +53,11 @@ pub(super) fn write<W: TraceWriter>(
         dimensions = [call.grid(), call.block()].map(|(x, y, z)| [x, y, z].map(u64::from));
         gpu_args(c, func, event, &call, &dimensions, &mut args);
     }
-    let slice = Slice { start_ns: event.start, dur_ns: event.dur, name, category, args: args.as_slice() };
+    // A call encloses nothing recorded after it unless its thread has spans (ITT tasks, or GPU
+    // calls that wrap driver calls) that may arrive later around it.
+    let outermost = !c.meta.span_threads.contains(&(event.pid, event.tid));
+    let slice =
+        Slice { start_ns: event.start, dur_ns: event.dur, name, category, args: args.as_slice(), outermost };
     c.out.slice(thread, &slice)
 }
 
@@ -75,7 +89,7 @@ fn libc_args<W: TraceWriter>(
         _ => {}
     }
     let meta = c.meta;
-    if let Some(path) = meta.fds.path_of(meta, event) {
+    if let Some(path) = meta.fds.path_of_cached(meta, event, &mut c.fd_cache) {
         args.push("path", ArgValue::Interned(c.text(Text::Run(path))));
     }
 }

@@ -33,7 +33,10 @@ pub(super) fn write<W: TraceWriter>(
             ("id", ArgValue::UInt(span.id)),
             ("depth", ArgValue::Int(span.depth.into())),
         ];
-        let slice = Slice { start_ns: span.start, dur_ns: span.dur, name, category, args: &args };
+        // A task at depth 0 had no open task around it; frames come with depth 0 but do not
+        // nest with tasks, so they prove nothing.
+        let outermost = func == Func::IttTask && span.depth == 0;
+        let slice = Slice { start_ns: span.start, dur_ns: span.dur, name, category, args: &args, outermost };
         c.out.slice(thread, &slice)?;
         batch_flow(c, &span, thread)
     } else {

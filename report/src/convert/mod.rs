@@ -7,6 +7,9 @@
 //! DataLoader batch a flow from its fetch to its wait (`itt`); aggregated clock reads and
 //! drop counts are counter tracks of their process; energy samples are counter tracks of one
 //! pseudo-process per device ([`crate::energy::tracks`]).
+//!
+//! [`Options`] cut a run too big for a browser: a time window, some processes, some kinds of
+//! event, and parts of at most N events, each a complete trace with all the metadata.
 
 mod calls;
 mod itt;
@@ -14,12 +17,13 @@ mod itt;
 use std::io;
 use std::path::Path;
 
+use mlprof_format::energy::EnergyDevice;
 use mlprof_format::func::{Api, Func};
 use mlprof_format::runfile::{AggregateSample, DropSample, Frame};
 use rustc_hash::FxHashMap;
 
 use crate::energy::tracks::EnergyTracks;
-use crate::run::{self, RunMeta};
+use crate::run::{self, FdCache, Image, RunMeta};
 use crate::trace::{
     CounterHandle, CounterUnit, CounterValue, ProcessHandle, StringHandle, ThreadHandle, TraceWriter,
 };
@@ -47,47 +51,183 @@ impl From<io::Error> for ConvertError {
     }
 }
 
-/// Writes the run at `input`, whose metadata is `meta`, to `out`; returns the number of
-/// events written. `on_progress` is called after every batch of events. The caller finishes
-/// the writer.
+/// Kinds of event a trace can be limited to (`--only`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kinds {
+    /// C library calls, and the counters of aggregated clock reads.
+    pub io: bool,
+    /// ITT tasks, frames and markers (PyTorch ops, phases, DataLoader spans and flows).
+    pub itt: bool,
+    /// CUDA runtime, CUDA driver and NCCL calls.
+    pub gpu: bool,
+    /// Energy, power and the other device counters.
+    pub energy: bool,
+}
+
+impl Kinds {
+    pub const ALL: Kinds = Kinds { io: true, itt: true, gpu: true, energy: true };
+
+    /// `io,itt,gpu,energy` (any subset, comma-separated).
+    pub fn parse(list: &str) -> Result<Kinds, String> {
+        let mut kinds = Kinds { io: false, itt: false, gpu: false, energy: false };
+        for word in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            match word {
+                "io" => kinds.io = true,
+                "itt" => kinds.itt = true,
+                "gpu" => kinds.gpu = true,
+                "energy" => kinds.energy = true,
+                _ => return Err(format!("unknown kind '{word}' (expected io, itt, gpu, energy)")),
+            }
+        }
+        Ok(kinds)
+    }
+
+    fn api(&self, api: Api) -> bool {
+        match api {
+            Api::Libc => self.io,
+            Api::Itt => self.itt,
+            Api::CudaRuntime | Api::CudaDriver | Api::Nccl => self.gpu,
+        }
+    }
+}
+
+/// Names a process's track from its pid and its images (exec order). The hook where a merged
+/// multi-node run will put its node and rank.
+pub type ProcessNamer<'a> = &'a dyn Fn(u32, &[Image]) -> String;
+
+/// The default process name: its programs in exec order, and the pid.
+pub fn process_name(pid: u32, images: &[Image]) -> String {
+    let names: Vec<String> = images.iter().map(|i| i.info.argv.join(" ")).collect();
+    format!("{} (pid {pid})", names.join(" → exec "))
+}
+
+/// What to convert. The default is everything, in one trace.
+#[derive(Clone, Copy)]
+pub struct Options<'a> {
+    /// Only events that end at or after this time (ns on the run's clock)…
+    pub from_ns: Option<u64>,
+    /// …and start at or before this one.
+    pub to_ns: Option<u64>,
+    /// Only these processes (empty: all). Energy tracks are the machine's, kept.
+    pub pids: &'a [u32],
+    pub only: Kinds,
+    /// Start a new part after this many events (slices and instants).
+    pub split_every: Option<u64>,
+    pub process_name: ProcessNamer<'a>,
+}
+
+impl Default for Options<'_> {
+    fn default() -> Self {
+        Options {
+            from_ns: None,
+            to_ns: None,
+            pids: &[],
+            only: Kinds::ALL,
+            split_every: None,
+            process_name: &process_name,
+        }
+    }
+}
+
+impl Options<'_> {
+    /// Whether [start, end] meets the time window.
+    fn in_window(&self, start: u64, end: u64) -> bool {
+        self.from_ns.is_none_or(|from| end >= from) && self.to_ns.is_none_or(|to| start <= to)
+    }
+
+    fn pid(&self, pid: u32) -> bool {
+        self.pids.is_empty() || self.pids.contains(&pid)
+    }
+}
+
+/// What a conversion wrote.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Events written (slices and instants), over all parts.
+    pub events: u64,
+    /// Traces written (1 unless split).
+    pub parts: usize,
+    /// Problems with the input met on the way (corrupt data ends the conversion early).
+    pub warnings: Vec<String>,
+}
+
+/// Writes the run at `input`, whose metadata is `meta`, as one trace or (with
+/// `split_every`) several: `open(i)` makes the writer of part `i` (from 0), `close(i, w)`
+/// finishes it. `on_progress` is called after every batch of events. Corrupt data ends the
+/// conversion with a warning: the traces hold what was readable.
 pub fn convert<W: TraceWriter>(
     meta: &RunMeta,
     input: &Path,
-    out: &mut W,
+    options: &Options<'_>,
+    open: &mut dyn FnMut(usize) -> io::Result<W>,
+    close: &mut dyn FnMut(usize, W) -> io::Result<()>,
     on_progress: &mut dyn FnMut(&Progress),
-) -> Result<u64, ConvertError> {
+) -> Result<Outcome, ConvertError> {
     let total_bytes = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0);
-    let mut converter = Converter::new(meta, out);
+    let mut converter = Converter::new(meta, options, open(0)?);
     converter.declare_named_tracks()?;
     let mut reader = run::open(input).map_err(ConvertError::Read)?;
-    let mut events = 0u64;
-    while let Some(frame) =
-        reader.next_frame().map_err(|e| ConvertError::Read(format!("{}: {e}", input.display())))?
-    {
+    let mut outcome = Outcome { parts: 1, ..Outcome::default() };
+    let mut in_part = 0u64;
+    loop {
+        let frame = match reader.next_frame() {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            Err(e) => {
+                outcome
+                    .warnings
+                    .push(format!("{}: {e}; the trace holds what was recorded before it", input.display()));
+                break;
+            }
+        };
         match frame {
             Frame::Events(batch) => {
                 for event in batch {
                     let Some(func) = Func::from_id(event.kind) else {
                         continue;
                     };
+                    let api = func.api();
+                    if !options.only.api(api)
+                        || !options.pid(event.pid)
+                        || !options.in_window(event.start, event.start.saturating_add(event.dur))
+                    {
+                        continue;
+                    }
+                    if options.split_every.is_some_and(|n| in_part >= n) {
+                        let next = open(outcome.parts)?;
+                        let full = std::mem::replace(&mut converter.out, next);
+                        close(outcome.parts - 1, full)?;
+                        outcome.parts += 1;
+                        in_part = 0;
+                        converter.new_part()?;
+                    }
                     let thread = converter.thread(event.pid, event.tid)?;
-                    if func.api() == Api::Itt {
+                    if api == Api::Itt {
                         itt::write(&mut converter, func, event, thread)?;
                     } else {
                         calls::write(&mut converter, func, event, thread)?;
                     }
-                    events += 1;
+                    in_part += 1;
+                    outcome.events += 1;
                 }
-                on_progress(&Progress { events, bytes_read: reader.offset(), total_bytes });
+                on_progress(&Progress { events: outcome.events, bytes_read: reader.offset(), total_bytes });
             }
-            Frame::Aggregates(samples) => converter.aggregates(&samples)?,
+            Frame::Aggregates(samples) if options.only.io => converter.aggregates(&samples)?,
             Frame::Drops(samples) => converter.drops(&samples)?,
-            Frame::EnergyDevice(device) => converter.energy.device(&device, converter.out)?,
-            Frame::EnergySamples(samples) => converter.energy.samples(&samples, converter.out)?,
+            Frame::EnergyDevice(device) if options.only.energy => {
+                converter.energy.device(&device, &mut converter.out)?;
+                converter.devices.push(device);
+            }
+            Frame::EnergySamples(mut samples) if options.only.energy => {
+                samples.retain(|s| options.in_window(s.time_ns, s.time_ns));
+                converter.energy.samples(&samples, &mut converter.out)?;
+            }
             _ => {}
         }
     }
-    Ok(events)
+    let Converter { out, .. } = converter;
+    close(outcome.parts - 1, out)?;
+    Ok(outcome)
 }
 
 /// A string the trace uses, by what it is in the run: computed and interned once.
@@ -116,38 +256,70 @@ enum CounterKey {
 /// The conversion's state: the writer's handles for what the run names.
 struct Converter<'a, W: TraceWriter> {
     meta: &'a RunMeta,
-    out: &'a mut W,
+    options: &'a Options<'a>,
+    out: W,
     processes: FxHashMap<u32, ProcessHandle>,
     threads: FxHashMap<(u32, u32), ThreadHandle>,
     texts: FxHashMap<Text, StringHandle>,
     counters: FxHashMap<CounterKey, CounterHandle>,
     energy: EnergyTracks,
+    /// The energy devices described so far, described again in each part.
+    devices: Vec<EnergyDevice>,
+    /// (name, category) of each function, by id: two handles looked up per call otherwise.
+    function_texts: Vec<Option<(StringHandle, StringHandle)>>,
+    /// Recent thread handles, by a hash of (pid, tid).
+    thread_cache: Box<[(u64, Option<ThreadHandle>); THREAD_CACHE_SLOTS]>,
+    fd_cache: FdCache,
 }
 
+const THREAD_CACHE_SLOTS: usize = 256;
+
 impl<'a, W: TraceWriter> Converter<'a, W> {
-    fn new(meta: &'a RunMeta, out: &'a mut W) -> Self {
+    fn new(meta: &'a RunMeta, options: &'a Options<'a>, out: W) -> Self {
         Converter {
             meta,
+            options,
             out,
             processes: Default::default(),
             threads: Default::default(),
             texts: Default::default(),
             counters: Default::default(),
             energy: Default::default(),
+            devices: Vec::new(),
+            function_texts: Vec::new(),
+            thread_cache: Box::new([(0, None); THREAD_CACHE_SLOTS]),
+            fd_cache: FdCache::default(),
         }
     }
 
-    /// Names every process (its programs, in exec order) and every named thread, by id.
+    /// A new writer took over: its handles start afresh, with the same metadata.
+    fn new_part(&mut self) -> io::Result<()> {
+        self.processes.clear();
+        self.threads.clear();
+        self.texts.clear();
+        self.function_texts.clear();
+        self.thread_cache.fill((0, None));
+        self.counters.clear();
+        self.energy = EnergyTracks::default();
+        self.declare_named_tracks()?;
+        for device in &self.devices {
+            self.energy.device(device, &mut self.out)?;
+        }
+        Ok(())
+    }
+
+    /// Names every process (its programs, in exec order) and every named thread, by id
+    /// (those the options keep).
     fn declare_named_tracks(&mut self) -> io::Result<()> {
-        let mut pids: Vec<_> = self.meta.images.iter().collect();
+        let mut pids: Vec<_> = self.meta.images.iter().filter(|(pid, _)| self.options.pid(**pid)).collect();
         pids.sort_by_key(|(pid, _)| **pid);
         for (&pid, images) in pids {
-            let names: Vec<String> = images.iter().map(|i| i.info.argv.join(" ")).collect();
-            let label = format!("{} (pid {pid})", names.join(" → exec "));
+            let label = (self.options.process_name)(pid, images);
             let process = self.out.process(pid, Some(&label))?;
             self.processes.insert(pid, process);
         }
-        let mut threads: Vec<_> = self.meta.threads.iter().collect();
+        let mut threads: Vec<_> =
+            self.meta.threads.iter().filter(|((pid, _), _)| self.options.pid(*pid)).collect();
         threads.sort();
         for (&(pid, tid), name) in threads {
             let process = self.process(pid)?;
@@ -169,7 +341,15 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
     }
 
     fn thread(&mut self, pid: u32, tid: u32) -> io::Result<ThreadHandle> {
+        let key = u64::from(pid) << 32 | u64::from(tid);
+        let slot = (tid ^ pid.rotate_left(7)) as usize % THREAD_CACHE_SLOTS;
+        if let (cached, Some(thread)) = self.thread_cache[slot]
+            && cached == key
+        {
+            return Ok(thread);
+        }
         if let Some(&thread) = self.threads.get(&(pid, tid)) {
+            self.thread_cache[slot] = (key, Some(thread));
             return Ok(thread);
         }
         let process = self.process(pid)?;
@@ -220,6 +400,9 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
             let Some(func) = Func::from_id(sample.func) else {
                 continue;
             };
+            if !self.options.pid(sample.pid) || !self.options.in_window(sample.time_ns, sample.time_ns) {
+                continue;
+            }
             let key = CounterKey::Calls {
                 pid: sample.pid,
                 tid: sample.tid,
@@ -238,6 +421,9 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
     /// Cumulative drop counts, per thread and for records that found no free lane.
     fn drops(&mut self, samples: &[DropSample]) -> io::Result<()> {
         for sample in samples {
+            if !self.options.pid(sample.pid) || !self.options.in_window(sample.time_ns, sample.time_ns) {
+                continue;
+            }
             let tid = (sample.stream != 0).then_some(sample.tid);
             let track =
                 self.counter(CounterKey::Drops { pid: sample.pid, tid }, sample.pid, || match tid {
@@ -260,11 +446,22 @@ mod tests {
     fn a_run_becomes_named_tracks_slices_and_counters() {
         let run = test_run::write("convert");
         let meta = RunMeta::load(run.path()).unwrap();
-        let mut writer = ChromeWriter::new(Vec::new(), START).unwrap();
         let mut reports = 0;
-        let events = convert(&meta, run.path(), &mut writer, &mut |_| reports += 1).unwrap();
-        assert_eq!((events, reports), (5, 1));
-        let trace: serde_json::Value = serde_json::from_slice(&writer.finish().unwrap()).unwrap();
+        let mut json = Vec::new();
+        let outcome = convert(
+            &meta,
+            run.path(),
+            &Options::default(),
+            &mut |_| ChromeWriter::new(Vec::new(), START),
+            &mut |_, w| {
+                json = w.finish()?;
+                Ok(())
+            },
+            &mut |_| reports += 1,
+        )
+        .unwrap();
+        assert_eq!((outcome.events, outcome.parts, reports), (5, 1, 1));
+        let trace: serde_json::Value = serde_json::from_slice(&json).unwrap();
         let records = trace["traceEvents"].as_array().unwrap();
         let of_phase = |ph: &'static str| records.iter().filter(move |r| r["ph"] == ph);
         let names: Vec<_> = of_phase("M").map(|r| r["args"]["name"].as_str().unwrap()).collect();

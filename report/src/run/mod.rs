@@ -5,11 +5,12 @@ mod calls;
 mod fds;
 
 pub use calls::{bytes_moved, demangle, nccl_datatype_bytes, nccl_datatype_name, nccl_op_name};
-pub use fds::FdIntervals;
+pub use fds::{FdCache, FdIntervals};
 
 use std::collections::HashMap;
 use std::path::Path;
 
+use mlprof_format::func::{Api, Func};
 use mlprof_format::runfile::{
     AggregateSample, DropSample, Frame, ProcessExit, ProcessInfo, RunEnd, RunInfo, RunReader,
 };
@@ -41,6 +42,10 @@ pub struct RunMeta {
     pub truncated: bool,
     /// Which file each fd named when.
     pub fds: FdIntervals,
+    /// Threads that recorded ITT spans or GPU calls: on them a call may lie inside a slice
+    /// recorded after it (a task, a runtime call around a driver call). On the other threads
+    /// no call encloses another, which lets a trace writer put each out as it comes.
+    pub span_threads: rustc_hash::FxHashSet<(u32, u32)>,
 }
 
 /// Opens a run file for a streaming pass, with the path in any error message.
@@ -50,11 +55,30 @@ pub fn open(path: &Path) -> Result<RunReader, String> {
 
 impl RunMeta {
     pub fn load(path: &Path) -> Result<RunMeta, String> {
+        Self::load_with(path, false)
+    }
+
+    /// Like [`RunMeta::load`], but corrupt data after the header ends the run with a warning
+    /// instead of an error: what precedes it is the run (`mlprof convert` writes what was
+    /// readable).
+    pub fn load_readable(path: &Path) -> Result<RunMeta, String> {
+        Self::load_with(path, true)
+    }
+
+    fn load_with(path: &Path, tolerate_corruption: bool) -> Result<RunMeta, String> {
         let mut reader = open(path)?;
         let mut meta = RunMeta::default();
         let mut exits = Vec::new();
+        let mut corrupt = None;
         loop {
-            let frame = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))?;
+            let frame = match reader.next_frame() {
+                Ok(frame) => frame,
+                Err(e) if tolerate_corruption => {
+                    corrupt = Some(format!("{}: {e}; reading what was recorded before it", path.display()));
+                    break;
+                }
+                Err(e) => return Err(format!("{}: {e}", path.display())),
+            };
             let Some(frame) = frame else { break };
             match frame {
                 Frame::RunInfo(info) => meta.info = info,
@@ -83,8 +107,14 @@ impl RunMeta {
                 }
                 Frame::End(end) => meta.end = Some(end),
                 Frame::Events(events) => {
+                    let mut last = None;
                     for event in events {
                         meta.fds.observe(event);
+                        let spans = Func::from_id(event.kind).is_some_and(|f| f.api() != Api::Libc);
+                        if spans && last != Some((event.pid, event.tid)) {
+                            last = Some((event.pid, event.tid));
+                            meta.span_threads.insert((event.pid, event.tid));
+                        }
                     }
                 }
                 // Energy frames are read by `mlprof energy` and `convert` in their own pass.
@@ -112,6 +142,7 @@ impl RunMeta {
             }
         }
         meta.warnings = reader.warnings().to_vec();
+        meta.warnings.extend(corrupt);
         meta.truncated = reader.truncated();
         Ok(meta)
     }

@@ -330,8 +330,14 @@ mod tests {
         args.push("nested", ArgValue::Bool(true));
         args.push("direction", ArgValue::Str("H2D"));
         args.push("ratio", ArgValue::Double(0.5));
-        let slice =
-            Slice { start_ns: 1_002_345, dur_ns: 1_500, name: read, category: io, args: args.as_slice() };
+        let slice = Slice {
+            start_ns: 1_002_345,
+            dur_ns: 1_500,
+            name: read,
+            category: io,
+            args: args.as_slice(),
+            outermost: true,
+        };
         w.slice(thread, &slice).unwrap();
         let mark = w.intern("mark");
         w.instant(unnamed, &Instant { time_ns: 1_000_500, name: mark, category: io, args: &[] }).unwrap();

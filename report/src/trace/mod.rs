@@ -1,6 +1,6 @@
 //! The trace-writer interface: what a timeline format must take to show a run. The converter
-//! (`crate::convert`) is written once against [`TraceWriter`]; [`chrome::ChromeWriter`]
-//! implements it for Chrome's JSON, and a Perfetto protobuf writer will implement it too.
+//! (`crate::convert`) is written once against [`TraceWriter`]; [`perfetto::PerfettoWriter`]
+//! implements it for Perfetto's native protobuf, [`chrome::ChromeWriter`] for Chrome's JSON.
 //!
 //! The model follows both formats' common ground:
 //!
@@ -17,6 +17,8 @@
 //! go out as they come.
 
 pub mod chrome;
+pub mod perfetto;
+mod proto;
 
 use std::io;
 
@@ -80,6 +82,11 @@ pub struct Slice<'a> {
     pub name: StringHandle,
     pub category: StringHandle,
     pub args: Args<'a>,
+    /// No slice of this thread given after this one can enclose it (an outermost ITT task, any
+    /// call of a thread without spans). Writers that must emit a thread's slices in time
+    /// order (Perfetto's BEGIN/END) hold slices back until such a slice comes; the others
+    /// ignore it.
+    pub outermost: bool,
 }
 
 /// A point in time on a thread.

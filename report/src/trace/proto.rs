@@ -1,0 +1,123 @@
+//! The few protobuf wire-format primitives the Perfetto writer needs, hand-written: varints,
+//! fixed 64-bit fields and length-delimited fields, appended to a `Vec<u8>`.
+//!
+//! Why not `prost`: the writer emits about 40 fields of 12 messages, and its hot path writes a
+//! slice as bytes copied into a per-thread buffer, then wrapped in a packet whose length is
+//! known up front. Message structs would be built, measured and encoded per event, and
+//! repeated fields (annotations) are `Vec`s, i.e. allocations per event. The wire format
+//! itself is small and frozen; the field numbers live in [`super::perfetto::field`], checked
+//! against Perfetto's published schema by the decoding test (tests/scripts/perfetto_check.py).
+
+/// Wire types.
+pub const VARINT: u32 = 0;
+pub const FIXED64: u32 = 1;
+pub const LEN: u32 = 2;
+
+/// Bytes `value` takes as a varint.
+#[inline]
+pub fn varint_len(value: u64) -> usize {
+    // 1 byte per 7 bits; 0 still takes one byte.
+    (64 - (value | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+#[inline]
+pub fn put_varint(buf: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        buf.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    buf.push(value as u8);
+}
+
+#[inline]
+pub fn put_tag(buf: &mut Vec<u8>, field: u32, wire: u32) {
+    put_varint(buf, u64::from(field << 3 | wire));
+}
+
+/// Bytes of the tag of `field`.
+#[inline]
+pub fn tag_len(field: u32) -> usize {
+    varint_len(u64::from(field << 3))
+}
+
+/// A varint field (uint64, uint32, int32 of a non-negative value, bool, enum). int64 fields
+/// take negative values as their two's complement: 10 bytes.
+#[inline]
+pub fn put_uint(buf: &mut Vec<u8>, field: u32, value: u64) {
+    put_tag(buf, field, VARINT);
+    put_varint(buf, value);
+}
+
+#[inline]
+pub fn put_fixed64(buf: &mut Vec<u8>, field: u32, value: u64) {
+    put_tag(buf, field, FIXED64);
+    buf.extend_from_slice(&value.to_le_bytes());
+}
+
+#[inline]
+pub fn put_bytes(buf: &mut Vec<u8>, field: u32, bytes: &[u8]) {
+    put_tag(buf, field, LEN);
+    put_varint(buf, bytes.len() as u64);
+    buf.extend_from_slice(bytes);
+}
+
+/// A nested message written by `body` in place: the length is reserved as one byte and the
+/// body moved along in the rare case it needs more (bodies here are mostly under 128 bytes).
+#[inline]
+pub fn put_message(buf: &mut Vec<u8>, field: u32, body: impl FnOnce(&mut Vec<u8>)) {
+    put_tag(buf, field, LEN);
+    let at = buf.len();
+    buf.push(0);
+    body(buf);
+    let len = buf.len() - at - 1;
+    let extra = varint_len(len as u64) - 1;
+    if extra > 0 {
+        buf.splice(at + 1..at + 1, std::iter::repeat_n(0, extra));
+    }
+    let mut value = len as u64;
+    let mut i = at;
+    loop {
+        let byte = value as u8 & 0x7f;
+        value >>= 7;
+        if value == 0 {
+            buf[i] = byte;
+            break;
+        }
+        buf[i] = byte | 0x80;
+        i += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints_match_the_wire_format() {
+        for (value, bytes) in [
+            (0u64, &[0u8][..]),
+            (1, &[1]),
+            (127, &[0x7f]),
+            (128, &[0x80, 1]),
+            (300, &[0xac, 2]),
+            (u64::MAX, &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1]),
+        ] {
+            let mut buf = Vec::new();
+            put_varint(&mut buf, value);
+            assert_eq!(buf, bytes, "{value}");
+            assert_eq!(varint_len(value), bytes.len(), "{value}");
+        }
+    }
+
+    #[test]
+    fn nested_messages_get_their_length_whatever_its_size() {
+        for n in [0usize, 5, 127, 128, 300, 20_000] {
+            let mut buf = vec![9];
+            put_message(&mut buf, 4, |b| b.extend(std::iter::repeat_n(7u8, n)));
+            let mut expected = vec![9, 4 << 3 | 2];
+            put_varint(&mut expected, n as u64);
+            expected.extend(std::iter::repeat_n(7u8, n));
+            assert_eq!(buf, expected, "{n}");
+        }
+    }
+}
