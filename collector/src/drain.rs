@@ -9,8 +9,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use mlprof_format::func::{AGG_SLOTS, Func, agg_slot_meaning};
+use mlprof_format::rank::{RankInfo, RankRecord};
 use mlprof_format::record::{
-    CONTROL_KIND_BASE, Event, KIND_PROCESS_EXIT, KIND_PROCESS_START, KIND_SYMBOL_DEF, PROC_FORKED,
+    CONTROL_KIND_BASE, Event, KIND_PROCESS_EXIT, KIND_PROCESS_RANK, KIND_PROCESS_START, KIND_SYMBOL_DEF,
+    PROC_FORKED,
 };
 use mlprof_format::ring::{
     Drained, LANE_ACTIVE, LANE_CLAIMING, LANE_RETIRED, LaneConsumer, LaneItem, lane_generation, lane_state,
@@ -78,6 +80,9 @@ pub struct Drainer {
     claiming: HashMap<u32, u32>,
     /// Pids whose exit is recorded.
     exits: HashSet<u32>,
+    /// Rank records waiting for the process start that follows them on the same lane (a
+    /// pass can end between the two).
+    pending_ranks: HashMap<u32, RankInfo>,
     quiet: bool,
     pub totals: Totals,
 }
@@ -106,6 +111,7 @@ impl Drainer {
             new_images: Vec::new(),
             claiming: HashMap::new(),
             exits: HashSet::new(),
+            pending_ranks: HashMap::new(),
             quiet,
             totals: Totals::default(),
         }
@@ -240,6 +246,7 @@ impl Drainer {
             waiting_for_argv,
             new_images,
             exits,
+            pending_ranks,
             totals,
             ..
         } = self;
@@ -253,6 +260,11 @@ impl Drainer {
                 LaneItem::Record(event) => event,
             };
             match event.kind {
+                KIND_PROCESS_RANK => {
+                    if let Some(rank) = RankRecord::from_event(&event) {
+                        pending_ranks.insert(pid, rank.info());
+                    }
+                }
                 KIND_PROCESS_START => {
                     totals.processes += 1;
                     let process = ProcessInfo {
@@ -261,6 +273,8 @@ impl Drainer {
                         argv: Vec::new(),
                         start_ns: timebase.to_ns(event.start),
                         forked: event.extra & PROC_FORKED != 0,
+                        rank: pending_ranks.remove(&pid),
+                        node: 0,
                     };
                     if !process.forked {
                         new_images.push((pid, image));

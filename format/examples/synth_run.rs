@@ -216,6 +216,7 @@ fn run() -> Result<(), String> {
             argv: command.clone(),
             start_ns: start_ns + 1_000_000 + p as u64 * 50_000_000,
             forked,
+            ..Default::default()
         })
         .map_err(io_err)?;
         procs.push(Process { pid, fds: Vec::new() });

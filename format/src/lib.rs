@@ -8,6 +8,7 @@
 //!   [`runfile::FORMAT_MAJOR`]/[`runfile::FORMAT_MINOR`]).
 //! * [`energy`]: the energy frames of `run.bin` (devices, samples, notes; since format 1.2).
 //! * [`options`]: the one table of `MLPROF_*` environment variables and who reads each.
+//! * [`rank`]: a process's rank in a distributed job, from its launcher's variables.
 //!
 //! The ring ABI and the file format have separate versions: the ring is a live protocol between
 //! one build of the preload and one build of the collector, the file outlives both.
@@ -20,6 +21,7 @@
 pub mod energy;
 pub mod func;
 pub mod options;
+pub mod rank;
 pub mod record;
 pub mod ring;
 pub mod runfile;

@@ -223,6 +223,11 @@ pub const KIND_PROCESS_EXIT: u16 = 0x8003;
 /// before). Sent once per handle per process.
 pub const KIND_SYMBOL_DEF: u16 = 0x8004;
 
+/// The rank variables of the process image announced next on this lane (sent just before its
+/// [`KIND_PROCESS_START`], only when the environment names a rank): packed as
+/// [`crate::rank::RankRecord`] says. Older collectors skip it like any unknown control kind.
+pub const KIND_PROCESS_RANK: u16 = 0x8005;
+
 /// The process is a fork child: it inherits its parent's fd table.
 pub const PROC_FORKED: u32 = 1;
 

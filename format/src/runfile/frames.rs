@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::energy::{EnergyDevice, EnergyNote, EnergySample};
+use crate::rank::RankInfo;
 use crate::record::Event;
 
 /// Frame kind: [`RunInfo`], the first frame of every file. Kinds are only ever added.
@@ -34,6 +35,9 @@ pub const FRAME_ENERGY_SAMPLES: u16 = 11;
 pub const FRAME_ENERGY_NOTE: u16 = 12;
 /// Frame kind: [`SymbolInfo`], the name of a GPU function handle (kernel) in one process.
 pub const FRAME_SYMBOL: u16 = 20;
+/// Frame kind: [`NodeInfo`], one node of a merged run (since 1.4; `mlprof merge` writes one
+/// per input file, before any frame of that node).
+pub const FRAME_NODE: u16 = 21;
 
 /// Largest frame a reader accepts; anything larger is corruption, not data.
 pub const MAX_FRAME_BYTES: u32 = 64 << 20;
@@ -76,6 +80,65 @@ pub struct ProcessInfo {
     pub start_ns: u64,
     /// A fork child: it starts with its parent's open files.
     pub forked: bool,
+    /// The rank its environment names (see [`crate::rank`]); children of a rank's process
+    /// carry the same (appended in format 1.4; `None` when reading older files).
+    pub rank: Option<RankInfo>,
+    /// The [`NodeInfo::node`] the process ran on: 0 in a run of one collector (appended in
+    /// format 1.4).
+    pub node: u32,
+}
+
+/// [`ProcessInfo`] as files before format 1.4 wrote it.
+#[derive(Deserialize)]
+pub(super) struct ProcessInfoV1_3 {
+    pid: u32,
+    ppid: u32,
+    argv: Vec<String>,
+    start_ns: u64,
+    forked: bool,
+}
+
+impl From<ProcessInfoV1_3> for ProcessInfo {
+    fn from(old: ProcessInfoV1_3) -> ProcessInfo {
+        let ProcessInfoV1_3 { pid, ppid, argv, start_ns, forked } = old;
+        ProcessInfo { pid, ppid, argv, start_ns, forked, rank: None, node: 0 }
+    }
+}
+
+/// One node (one collector's `run.bin`) of a run that `mlprof merge` put together: where its
+/// times and pids went on the merged axis, and how well that is known.
+///
+/// Times of the node's frames were shifted by `offset_ns` (its CLOCK_MONOTONIC → the merged
+/// axis, which is the reference node's CLOCK_MONOTONIC); pids and tids by `pid_offset` when
+/// they collided with another node's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// The index that [`ProcessInfo::node`] refers to (the input's position, from 0).
+    pub node: u32,
+    /// The node's host name (its [`RunInfo::host`]).
+    pub host: String,
+    /// The file it came from, as given to `mlprof merge`.
+    pub source: String,
+    /// The node's own [`RunInfo::start_mono_ns`] (its clock, before the shift).
+    pub start_mono_ns: u64,
+    /// The node's own [`RunInfo::start_realtime_ns`].
+    pub start_realtime_ns: u64,
+    /// Added to every time of the node.
+    pub offset_ns: i64,
+    /// What the realtime anchors alone gave as `offset_ns` (the first guess).
+    pub realtime_offset_ns: i64,
+    /// Added to every pid and tid of the node (0 unless they collided).
+    pub pid_offset: u32,
+    /// How `offset_ns` was found: `reference` (the axis itself), `collectives` (matched
+    /// collective ends), or `realtime` (no collective to match: the anchors only).
+    pub alignment: String,
+    /// The node it was aligned against (itself for the reference).
+    pub aligned_to: u32,
+    /// Collective pairs matched with that node.
+    pub matched: u64,
+    /// Residual skew: the interquartile range of the matched pairs' end differences after
+    /// the shift, ns; `None` without matches.
+    pub residual_ns: Option<u64>,
 }
 
 /// How a process ended, from its own exit call or from the launcher's wait.
@@ -216,6 +279,8 @@ pub enum Frame<'a> {
     Thread(ThreadInfo),
     /// [`FRAME_SYMBOL`].
     Symbol(SymbolInfo),
+    /// [`FRAME_NODE`].
+    Node(NodeInfo),
     /// [`FRAME_END`].
     End(RunEnd),
     /// [`FRAME_ENERGY_DEVICE`].

@@ -21,9 +21,9 @@ mod writer;
 
 pub use frames::{
     AggregateSample, DropSample, FRAME_AGGREGATES, FRAME_DROPS, FRAME_END, FRAME_ENERGY_DEVICE,
-    FRAME_ENERGY_NOTE, FRAME_ENERGY_SAMPLES, FRAME_EVENTS, FRAME_PROCESS, FRAME_PROCESS_EXIT, FRAME_RUN_INFO,
-    FRAME_STRING, FRAME_SYMBOL, FRAME_THREAD, Frame, MAX_FRAME_BYTES, ProcessExit, ProcessInfo, RunEnd,
-    RunInfo, SymbolInfo, ThreadInfo,
+    FRAME_ENERGY_NOTE, FRAME_ENERGY_SAMPLES, FRAME_EVENTS, FRAME_NODE, FRAME_PROCESS, FRAME_PROCESS_EXIT,
+    FRAME_RUN_INFO, FRAME_STRING, FRAME_SYMBOL, FRAME_THREAD, Frame, MAX_FRAME_BYTES, NodeInfo, ProcessExit,
+    ProcessInfo, RunEnd, RunInfo, SymbolInfo, ThreadInfo,
 };
 pub use reader::{Error, RunReader};
 pub use writer::RunWriter;
@@ -36,7 +36,8 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// by the file's minor version, so a struct with appended fields still reads older files.
 /// 1.2: energy frames (kinds 10..=12).
 /// 1.3: `DropSample::interrupted` (drops by reason).
-pub const FORMAT_MINOR: u16 = 3;
+/// 1.4: `ProcessInfo::rank` and `ProcessInfo::node`; [`NodeInfo`] frames (merged runs).
+pub const FORMAT_MINOR: u16 = 4;
 /// Size of the header this version writes; readers skip the extra bytes of a larger one.
 const FILE_HEADER_BYTES: u32 = 16;
 
@@ -138,6 +139,71 @@ mod tests {
             samples,
             vec![DropSample { stream: 3, pid: 10, tid: 11, time_ns: 99, dropped: 7, interrupted: 0 }]
         );
+    }
+
+    #[test]
+    fn process_info_of_a_1_3_file_reads_without_rank() {
+        #[derive(serde::Serialize)]
+        struct Old {
+            pid: u32,
+            ppid: u32,
+            argv: Vec<String>,
+            start_ns: u64,
+            forked: bool,
+        }
+        let old = Old { pid: 7, ppid: 1, argv: vec!["a".into()], start_ns: 5, forked: true };
+        let payload = postcard::to_stdvec(&old).unwrap();
+        let mut bytes = FILE_MAGIC.to_vec();
+        bytes.extend_from_slice(&FORMAT_MAJOR.to_le_bytes());
+        bytes.extend_from_slice(&3u16.to_le_bytes());
+        bytes.extend_from_slice(&FILE_HEADER_BYTES.to_le_bytes());
+        bytes.extend_from_slice(&FRAME_PROCESS.to_le_bytes());
+        bytes.extend_from_slice(&0u16.to_le_bytes());
+        bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&payload);
+        bytes.resize(bytes.len() + padding_for(payload.len() as u32), 0);
+        let mut reader = RunReader::new(&bytes[..]).unwrap();
+        let Some(Frame::Process(p)) = reader.next_frame().unwrap() else { panic!("a process frame") };
+        assert_eq!(
+            p,
+            ProcessInfo {
+                pid: 7,
+                ppid: 1,
+                argv: vec!["a".into()],
+                start_ns: 5,
+                forked: true,
+                rank: None,
+                node: 0
+            }
+        );
+    }
+
+    #[test]
+    fn rank_and_node_frames_round_trip() {
+        let rank = crate::rank::RankInfo {
+            rank: 3,
+            world_size: Some(4),
+            source: "RANK".into(),
+            ..Default::default()
+        };
+        let process = ProcessInfo { pid: 9, rank: Some(rank), node: 2, ..Default::default() };
+        let node = NodeInfo {
+            node: 2,
+            host: "n2".into(),
+            offset_ns: -5,
+            residual_ns: Some(3),
+            ..Default::default()
+        };
+        let mut w = RunWriter::new(Vec::new(), &RunInfo::default()).unwrap();
+        w.write_node(&node).unwrap();
+        w.write_process(&process).unwrap();
+        let bytes = w.finish(&RunEnd::default()).unwrap();
+        let mut r = RunReader::new(&bytes[..]).unwrap();
+        assert!(matches!(r.next_frame().unwrap(), Some(Frame::RunInfo(_))));
+        let Some(Frame::Node(n)) = r.next_frame().unwrap() else { panic!("a node frame") };
+        assert_eq!(n, node);
+        let Some(Frame::Process(p)) = r.next_frame().unwrap() else { panic!("a process frame") };
+        assert_eq!(p, process);
     }
 
     #[test]

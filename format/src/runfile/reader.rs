@@ -10,7 +10,7 @@ use zerocopy::IntoBytes;
 
 use super::frames::{
     FRAME_AGGREGATES, FRAME_DROPS, FRAME_END, FRAME_ENERGY_DEVICE, FRAME_ENERGY_NOTE, FRAME_ENERGY_SAMPLES,
-    FRAME_EVENTS, FRAME_PROCESS, FRAME_PROCESS_EXIT, FRAME_RUN_INFO, FRAME_STRING, FRAME_SYMBOL,
+    FRAME_EVENTS, FRAME_NODE, FRAME_PROCESS, FRAME_PROCESS_EXIT, FRAME_RUN_INFO, FRAME_STRING, FRAME_SYMBOL,
     FRAME_THREAD, Frame, MAX_FRAME_BYTES,
 };
 use super::{FILE_HEADER_BYTES, FILE_MAGIC, FORMAT_MAJOR, padding_for};
@@ -256,7 +256,11 @@ impl<R: Read> RunReader<R> {
                     let id = u64::from_le_bytes(payload[..8].try_into().unwrap_or([0; 8]));
                     Frame::String { id, bytes: &self.buf[8..len as usize] }
                 }
-                FRAME_PROCESS => Frame::Process(decode(payload).map_err(corrupt)?),
+                FRAME_PROCESS if self.version.1 >= 4 => Frame::Process(decode(payload).map_err(corrupt)?),
+                FRAME_PROCESS => {
+                    Frame::Process(decode::<super::frames::ProcessInfoV1_3>(payload).map_err(corrupt)?.into())
+                }
+                FRAME_NODE => Frame::Node(decode(payload).map_err(corrupt)?),
                 FRAME_PROCESS_EXIT => Frame::ProcessExit(decode(payload).map_err(corrupt)?),
                 FRAME_AGGREGATES => Frame::Aggregates(decode(payload).map_err(corrupt)?),
                 FRAME_DROPS if self.version.1 >= 3 => Frame::Drops(decode(payload).map_err(corrupt)?),

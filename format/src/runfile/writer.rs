@@ -10,9 +10,9 @@ use zerocopy::IntoBytes;
 
 use super::frames::{
     AggregateSample, DropSample, FRAME_AGGREGATES, FRAME_DROPS, FRAME_END, FRAME_ENERGY_DEVICE,
-    FRAME_ENERGY_NOTE, FRAME_ENERGY_SAMPLES, FRAME_EVENTS, FRAME_PROCESS, FRAME_PROCESS_EXIT, FRAME_RUN_INFO,
-    FRAME_STRING, FRAME_SYMBOL, FRAME_THREAD, MAX_FRAME_BYTES, ProcessExit, ProcessInfo, RunEnd, RunInfo,
-    SymbolInfo, ThreadInfo,
+    FRAME_ENERGY_NOTE, FRAME_ENERGY_SAMPLES, FRAME_EVENTS, FRAME_NODE, FRAME_PROCESS, FRAME_PROCESS_EXIT,
+    FRAME_RUN_INFO, FRAME_STRING, FRAME_SYMBOL, FRAME_THREAD, MAX_FRAME_BYTES, NodeInfo, ProcessExit,
+    ProcessInfo, RunEnd, RunInfo, SymbolInfo, ThreadInfo,
 };
 use super::{FILE_HEADER_BYTES, FILE_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, padding_for};
 use crate::energy::{EnergyDevice, EnergyNote, EnergySample};
@@ -102,6 +102,11 @@ impl<W: Write> RunWriter<W> {
     /// Writes a [`FRAME_SYMBOL`].
     pub fn write_symbol(&mut self, symbol: &SymbolInfo) -> io::Result<()> {
         self.write_meta(FRAME_SYMBOL, symbol)
+    }
+
+    /// Writes a [`FRAME_NODE`] (merged runs).
+    pub fn write_node(&mut self, node: &NodeInfo) -> io::Result<()> {
+        self.write_meta(FRAME_NODE, node)
     }
 
     /// Writes a [`FRAME_THREAD`].

@@ -21,7 +21,7 @@ pub struct Config {
     pub clock_timing_every: u32,
 }
 
-fn getenv(name: &CStr) -> Option<&'static [u8]> {
+pub(crate) fn getenv(name: &CStr) -> Option<&'static [u8]> {
     // Safety: getenv reads the process environment without allocating; the returned string lives
     // in the environment block. The library never calls setenv, and callers copy what they keep.
     let value = unsafe { libc::getenv(name.as_ptr()) };

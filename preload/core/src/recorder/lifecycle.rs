@@ -113,6 +113,11 @@ fn send_process_start(parent: u32, forked: bool) {
     if !lane::send_string(ring, lane, pid, thread.tid.get(), id, cmdline) {
         return;
     }
+    // The rank its launcher gave it, read here because only the process sees its environment
+    // for sure (a fork child inherits it: readers mark such children by their parent).
+    if let Some(rank) = mlprof_format::rank::RankRecord::from_env(crate::config::getenv) {
+        ring.push(lane, &Event { pid, tid: thread.tid.get(), start: clock::now(), ..rank.to_event() });
+    }
     ring.push(
         lane,
         &Event {
