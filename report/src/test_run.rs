@@ -53,6 +53,7 @@ pub fn write(tag: &str) -> TempRun {
         argv: info.command.clone(),
         start_ns: START,
         forked: false,
+        ..Default::default()
     })
     .unwrap();
     w.write_thread(&ThreadInfo { pid: 10, tid: 10, name: "python".into() }).unwrap();
@@ -62,6 +63,7 @@ pub fn write(tag: &str) -> TempRun {
         argv: info.command.clone(),
         start_ns: START + 5_000,
         forked: true,
+        ..Default::default()
     })
     .unwrap();
     let mut open = event(Func::Open64, 10, 3, 1_000, 2_000);

@@ -3,6 +3,7 @@
 
 mod calls;
 mod fds;
+mod ranks;
 
 pub use calls::{bytes_moved, demangle, nccl_datatype_bytes, nccl_datatype_name, nccl_op_name};
 pub use fds::{FdCache, FdIntervals};
@@ -12,7 +13,7 @@ use std::path::Path;
 
 use mlprof_format::func::{Api, Func};
 use mlprof_format::runfile::{
-    AggregateSample, DropSample, Frame, ProcessExit, ProcessInfo, RunEnd, RunInfo, RunReader,
+    AggregateSample, DropSample, Frame, NodeInfo, ProcessExit, ProcessInfo, RunEnd, RunInfo, RunReader,
 };
 
 /// One process image: a process, or the program it exec'd into.
@@ -46,6 +47,9 @@ pub struct RunMeta {
     /// recorded after it (a task, a runtime call around a driver call). On the other threads
     /// no call encloses another, which lets a trace writer put each out as it comes.
     pub span_threads: rustc_hash::FxHashSet<(u32, u32)>,
+    /// The nodes of a merged run (`mlprof merge`), by [`NodeInfo::node`]; empty for a run of
+    /// one collector.
+    pub nodes: Vec<NodeInfo>,
 }
 
 /// Opens a run file for a streaming pass, with the path in any error message.
@@ -106,6 +110,7 @@ impl RunMeta {
                     meta.symbols.insert((symbol.pid, symbol.handle), symbol.name);
                 }
                 Frame::End(end) => meta.end = Some(end),
+                Frame::Node(node) => meta.nodes.push(node),
                 Frame::Events(events) => {
                     let mut last = None;
                     for event in events {

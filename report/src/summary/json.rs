@@ -3,7 +3,9 @@
 
 use serde_json::{Value, json};
 
-use super::{FileRow, GpuSummary, ProcessRow, Summary};
+use mlprof_format::runfile::NodeInfo;
+
+use super::{FileRow, GpuSummary, ProcessRow, Ranks, Summary};
 use crate::pipeline::{DataPipeline, Distribution, SpanRow};
 
 pub fn render(summary: &Summary) -> Value {
@@ -22,7 +24,38 @@ pub fn render(summary: &Summary) -> Value {
         "gpu": summary.gpu.as_ref().map_or(Value::Null, gpu),
         "spans": summary.spans.iter().map(span).collect::<Vec<_>>(),
         "data_pipeline": summary.data_pipeline.as_ref().map_or(Value::Null, data_pipeline),
+        "ranks": summary.ranks.as_ref().map_or(Value::Null, ranks),
+        "nodes": summary.nodes.iter().map(node).collect::<Vec<_>>(),
     })
+}
+
+fn ranks(ranks: &Ranks) -> Value {
+    let rows: Vec<Value> = ranks
+        .rows
+        .iter()
+        .map(|r| {
+            json!({"rank": r.rank, "processes": r.processes, "main_pids": r.main_pids, "hosts": r.hosts,
+                   "collectives": r.collectives, "collectives_ns": r.collectives_ns,
+                   "data_wait_ns": r.data_wait_ns, "io_ns": r.io_ns, "gpu_sync_ns": r.gpu_sync_ns,
+                   "steps": r.steps, "step_median_ns": r.step_median_ns})
+        })
+        .collect();
+    let steps: Vec<Value> = ranks
+        .stragglers
+        .iter()
+        .map(|s| {
+            json!({"step": s.step, "slowest_rank": s.slowest_rank, "duration_ns": s.duration_ns,
+                   "median_ns": s.median_ns, "by_ns": s.by_ns})
+        })
+        .collect();
+    json!({"ranks": rows, "stragglers": steps})
+}
+
+fn node(n: &NodeInfo) -> Value {
+    json!({"node": n.node, "host": n.host, "source": n.source, "offset_ns": n.offset_ns,
+           "realtime_offset_ns": n.realtime_offset_ns, "pid_offset": n.pid_offset,
+           "alignment": n.alignment, "aligned_to": n.aligned_to, "matched": n.matched,
+           "residual_ns": n.residual_ns})
 }
 
 fn process(p: &ProcessRow) -> Value {
@@ -36,6 +69,20 @@ fn process(p: &ProcessRow) -> Value {
         "exit_code": p.exit.as_ref().and_then(|e| e.exit_code),
         "signal": p.exit.as_ref().and_then(|e| e.signal),
         "calls": p.calls,
+        "rank": p.rank.as_ref().map(|r| r.rank),
+        "local_rank": p.rank.as_ref().and_then(|r| r.local_rank),
+        "world_size": p.rank.as_ref().and_then(|r| r.world_size),
+        "local_world_size": p.rank.as_ref().and_then(|r| r.local_world_size),
+        "node_rank": p.rank.as_ref().and_then(|r| r.node_rank),
+        "rank_source": p.rank.as_ref().map(|r| r.source.clone()),
+        "rank_role": match (p.rank_main, p.rank.is_some()) {
+            (Some(main), true) if main == p.pid => json!("main"),
+            (Some(_), true) => json!("child"),
+            _ => Value::Null,
+        },
+        "rank_main_pid": p.rank_main,
+        "node": p.node,
+        "host": p.host,
     })
 }
 

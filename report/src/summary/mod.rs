@@ -5,15 +5,18 @@
 
 mod gpu;
 pub mod json;
+pub mod ranks;
 pub mod text;
 
 pub use gpu::{BlockedRow, CopyRow, GpuSummary, KernelRow};
+pub use ranks::{RankRow, Ranks, StragglerStep};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use mlprof_format::func::{Api, Class, Func};
-use mlprof_format::runfile::{Frame, ProcessExit};
+use mlprof_format::rank::RankInfo;
+use mlprof_format::runfile::{Frame, NodeInfo, ProcessExit};
 use serde::Serialize;
 
 use crate::pipeline::{DataPipeline, Pipeline, SpanRow};
@@ -69,6 +72,10 @@ pub struct Summary {
     /// ITT spans per (domain, name), most total time first.
     pub spans: Vec<SpanRow>,
     pub data_pipeline: Option<DataPipeline>,
+    /// `None` when no process has a rank.
+    pub ranks: Option<Ranks>,
+    /// The nodes of a merged run, with the clock offsets `mlprof merge` applied.
+    pub nodes: Vec<NodeInfo>,
 }
 
 /// One process image: a process, or a program it exec'd into.
@@ -86,6 +93,11 @@ pub struct ProcessRow {
     /// `None` when no exit was seen.
     pub exit: Option<ProcessExit>,
     pub calls: CallTable,
+    pub rank: Option<RankInfo>,
+    /// The pid of the rank's own process (itself, or the parent whose rank a worker inherited).
+    pub rank_main: Option<u32>,
+    pub node: u32,
+    pub host: String,
 }
 
 /// Calls on one file (by the path its fd named when each call started).
@@ -130,6 +142,7 @@ struct Tally {
     last_ns: u64,
     gpu: gpu::GpuTally,
     pipeline: Pipeline,
+    ranks: ranks::RankTally,
 }
 
 impl Default for Tally {
@@ -143,6 +156,7 @@ impl Default for Tally {
             last_ns: 0,
             gpu: Default::default(),
             pipeline: Default::default(),
+            ranks: Default::default(),
         }
     }
 }
@@ -168,6 +182,7 @@ impl Tally {
             self.pipeline.add(func, event);
         }
         let image = meta.image_at(event.pid, event.start).unwrap_or(0);
+        self.ranks.add(meta, func, event, image);
         self.by_image_and_func.entry((event.pid, image, event.kind)).or_default().add(&stats);
         if let Some(path_id) = meta.fds.path_of(meta, event) {
             let file = self.files.entry(path_id).or_default();
@@ -218,7 +233,7 @@ impl Tally {
             .images
             .iter()
             .flat_map(|(&pid, images)| {
-                let per_image = &per_image;
+                let (per_image, meta) = (&per_image, &meta);
                 images.iter().enumerate().map(move |(index, image)| ProcessRow {
                     pid,
                     ppid: image.info.ppid,
@@ -228,6 +243,10 @@ impl Tally {
                     start_ns: image.info.start_ns.saturating_sub(start_ns),
                     exit: image.exit.clone(),
                     calls: per_image.get(&(pid, index)).cloned().unwrap_or_default(),
+                    rank: image.info.rank.clone(),
+                    rank_main: meta.rank_main(pid, index),
+                    node: image.info.node,
+                    host: meta.host_of(image.info.node).to_string(),
                 })
             })
             .collect();
@@ -257,6 +276,8 @@ impl Tally {
             gpu: self.gpu.finish(&meta),
             spans: self.pipeline.spans(&meta),
             data_pipeline: self.pipeline.data_pipeline(&meta),
+            ranks: self.ranks.finish(&meta),
+            nodes: meta.nodes.clone(),
             command: meta.info.command,
             host: meta.info.host,
             clock_source: meta.info.clock_source,

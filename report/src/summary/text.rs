@@ -4,7 +4,9 @@
 use std::collections::HashSet;
 use std::io::{self, Write};
 
-use super::{CallStats, CallTable, GpuSummary, Summary};
+use mlprof_format::runfile::NodeInfo;
+
+use super::{CallStats, CallTable, GpuSummary, Ranks, Summary};
 use crate::human::{format_bytes, format_ns, truncate};
 use crate::pipeline::{DataPipeline, Distribution, SpanRow};
 
@@ -46,9 +48,15 @@ pub fn write(summary: &Summary, top: usize, out: &mut dyn Write) -> io::Result<(
         } else {
             ""
         };
+        let rank = match (&p.rank, p.rank_main) {
+            (Some(r), Some(main)) if main == p.pid => format!(" [rank {}]", r.rank),
+            (Some(r), _) => format!(" [rank {} child]", r.rank),
+            _ => String::new(),
+        };
+        let host = if summary.nodes.is_empty() { String::new() } else { format!(" on {}", p.host) };
         writeln!(
             out,
-            "  pid {} (ppid {}){origin} {} — {total} calls, {exit}",
+            "  pid {} (ppid {}){origin}{rank}{host} {} — {total} calls, {exit}",
             p.pid,
             p.ppid,
             truncate(&p.cmdline, 80)
@@ -63,6 +71,12 @@ pub fn write(summary: &Summary, top: usize, out: &mut dyn Write) -> io::Result<(
         if !line.is_empty() {
             writeln!(out, "      {}", line.join(", "))?;
         }
+    }
+    if !summary.nodes.is_empty() {
+        nodes_section(&summary.nodes, out)?;
+    }
+    if let Some(ranks) = &summary.ranks {
+        ranks_section(ranks, out)?;
     }
     if let Some(gpu) = &summary.gpu {
         gpu_section(gpu, top, out)?;
@@ -94,6 +108,76 @@ pub fn write(summary: &Summary, top: usize, out: &mut dyn Write) -> io::Result<(
         )?;
     }
     Ok(())
+}
+
+fn nodes_section(nodes: &[NodeInfo], out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out)?;
+    writeln!(
+        out,
+        "Nodes (merged run; times on node {}'s clock):",
+        nodes.iter().find(|n| n.alignment == "reference").map_or(0, |n| n.node)
+    )?;
+    for n in nodes {
+        let residual = n.residual_ns.map_or("unknown".to_string(), format_ns);
+        writeln!(
+            out,
+            "  node {} {:<20} offset {:>+.6} s ({}, {} collectives matched with node {}, residual skew {}; realtime guess {:+.6} s)",
+            n.node,
+            n.host,
+            n.offset_ns as f64 / 1e9,
+            n.alignment,
+            n.matched,
+            n.aligned_to,
+            residual,
+            n.realtime_offset_ns as f64 / 1e9,
+        )?;
+    }
+    Ok(())
+}
+
+fn ranks_section(ranks: &Ranks, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out)?;
+    writeln!(out, "Per rank (its process and its workers):")?;
+    writeln!(
+        out,
+        "  {:>5} {:>5} {:>12} {:>12} {:>12} {:>12} {:>6} {:>11}  host",
+        "rank", "procs", "collectives", "data wait", "I/O", "GPU sync", "steps", "step median"
+    )?;
+    for r in &ranks.rows {
+        writeln!(
+            out,
+            "  {:>5} {:>5} {:>12} {:>12} {:>12} {:>12} {:>6} {:>11}  {}",
+            r.rank,
+            r.processes,
+            format_ns(r.collectives_ns),
+            format_ns(r.data_wait_ns),
+            format_ns(r.io_ns),
+            format_ns(r.gpu_sync_ns),
+            r.steps,
+            if r.steps > 1 { format_ns(r.step_median_ns) } else { "-".into() },
+            r.hosts.join(", ")
+        )?;
+    }
+    match (ranks.most_often_slowest(), ranks.stragglers.iter().max_by_key(|s| s.by_ns)) {
+        (Some((rank, times)), Some(worst)) => {
+            let mut by: Vec<u64> =
+                ranks.stragglers.iter().filter(|s| s.slowest_rank == rank).map(|s| s.by_ns).collect();
+            by.sort_unstable();
+            writeln!(
+                out,
+                "  Straggler: rank {rank} was the slowest in {times} of {} steps (most time outside collectives), by {} over the median rank (median of those steps); worst: step {} on rank {}, {} over the median",
+                ranks.stragglers.len(),
+                format_ns(by[(by.len() - 1) / 2]),
+                worst.step,
+                worst.slowest_rank,
+                format_ns(worst.by_ns)
+            )
+        }
+        _ => writeln!(
+            out,
+            "  Straggler: no steps to compare (optimizer.step phases come with mlprof-collect --torch)"
+        ),
+    }
 }
 
 fn call_table(calls: &CallTable, out: &mut dyn Write) -> io::Result<()> {

@@ -1,0 +1,42 @@
+"""A tiny DDP job for torchrun (gloo backend, CPU): a few steps of a linear model with an
+explicit all_reduce per step, so every rank makes the same sequence of blocking collectives.
+
+Used by tests/tests/ranks.rs: `torchrun --nproc_per_node=2 ddp_gloo.py --steps N`.
+"""
+
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--slow-rank", type=int, default=-1, help="this rank sleeps 20 ms per step")
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 16)
+    for _ in range(args.steps):
+        if rank == args.slow_rank:
+            import time
+
+            time.sleep(0.02)
+        loss = model(x).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        t = torch.ones(4)
+        dist.all_reduce(t)
+    dist.barrier()
+    print(f"rank {rank} of {dist.get_world_size()} local {os.environ.get('LOCAL_RANK')} done", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
