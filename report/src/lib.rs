@@ -7,6 +7,8 @@
 //!   ([`summary::Summary`]), rendered by [`summary::json`] and [`summary::text`].
 //! * [`pipeline`]: ITT span totals and the DataLoader pipeline.
 //! * [`energy`]: energy per device, process and span, with uncertainties.
+//! * [`merge`]: the runs of a job's nodes into one run on one time axis (clock alignment
+//!   from the collectives).
 //! * [`trace`]: the trace-writer interface ([`trace::TraceWriter`]) and its Chrome JSON
 //!   implementation; [`convert`] writes a run through it.
 //!
@@ -15,6 +17,7 @@
 pub mod convert;
 pub mod energy;
 pub mod human;
+pub mod merge;
 pub mod pipeline;
 pub mod run;
 pub mod summary;

@@ -13,7 +13,7 @@ use mlprof_report::run::RunMeta;
 use mlprof_report::trace::TraceWriter;
 use mlprof_report::trace::chrome::ChromeWriter;
 use mlprof_report::trace::perfetto::PerfettoWriter;
-use mlprof_report::{energy, summary};
+use mlprof_report::{energy, merge, summary};
 
 #[derive(Parser)]
 #[command(name = "mlprof", version, about = "Reports on mlprof run files (run.bin)")]
@@ -92,6 +92,17 @@ enum Command {
         #[arg(long)]
         progress: bool,
     },
+    /// Merge the runs of a job's nodes (one mlprof-collect per node) into one run on one time
+    /// axis: clocks aligned from the realtime anchors, then from the collectives both sides
+    /// recorded. Prints the offset applied to each node and the residual skew.
+    Merge {
+        /// The nodes' run files.
+        #[arg(required = true, num_args = 1..)]
+        runs: Vec<PathBuf>,
+        /// The merged run file to write.
+        #[arg(long, short, required = true)]
+        output: PathBuf,
+    },
 }
 
 /// Writing a report to stdout failed (a full disk, a closed descriptor; a closed pipe ends
@@ -123,6 +134,7 @@ fn main() -> ExitCode {
             };
             convert(&run, request)
         }
+        Command::Merge { runs, output } => merge_command(&runs, &output),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -142,6 +154,61 @@ fn summary_command(run: &Path, json: bool, top: usize) -> Result<(), String> {
     } else {
         summary::text::write(&summary, top, &mut std::io::stdout().lock()).map_err(stdout_error)
     }
+}
+
+/// `mlprof merge`: one line per node with its clock offset and how it was found.
+fn merge_command(runs: &[PathBuf], output: &Path) -> Result<(), String> {
+    if runs.iter().any(|r| r == output) {
+        return Err(format!("{} is both an input and the output", output.display()));
+    }
+    let outcome = merge::merge(runs, output)?;
+    for warning in &outcome.warnings {
+        eprintln!("mlprof: warning: {warning}");
+    }
+    for n in &outcome.nodes {
+        let how = match n.alignment.as_str() {
+            "reference" => "the reference: the merged time axis is its CLOCK_MONOTONIC".to_string(),
+            "collectives" => format!(
+                "{} collectives matched with node {}, residual skew {} (realtime anchors alone: {:+.6} s)",
+                n.matched,
+                n.aligned_to,
+                mlprof_report::human::format_ns(n.residual_ns.unwrap_or(0)),
+                n.realtime_offset_ns as f64 / 1e9
+            ),
+            _ => "realtime anchors only (no collective in common)".to_string(),
+        };
+        let pids = if n.pid_offset > 0 { format!(", pids +{}", n.pid_offset) } else { String::new() };
+        eprintln!(
+            "mlprof merge: node {} {} ({}): offset {:+.9} s{pids}; {how}",
+            n.node,
+            n.host,
+            n.source,
+            n.offset_ns as f64 / 1e9
+        );
+    }
+    eprintln!(
+        "mlprof merge: wrote {} events of {} process image(s) from {} node(s) to {}",
+        outcome.events,
+        outcome.processes,
+        outcome.nodes.len(),
+        output.display()
+    );
+    Ok(())
+}
+
+/// A process's track name in a trace: its programs and pid, after its host (merged runs) and
+/// rank, so tracks group by node and rank.
+fn process_track_name(meta: &RunMeta, pid: u32, images: &[mlprof_report::run::Image]) -> String {
+    let base = mlprof_report::convert::process_name(pid, images);
+    let Some(first) = images.first() else { return base };
+    let host =
+        if meta.nodes.is_empty() { String::new() } else { format!("{}: ", meta.host_of(first.info.node)) };
+    let rank = match (&first.info.rank, meta.rank_main(pid, 0)) {
+        (Some(r), Some(main)) if main == pid => format!("rank {}: ", r.rank),
+        (Some(r), _) => format!("rank {} worker: ", r.rank),
+        _ => String::new(),
+    };
+    format!("{host}{rank}{base}")
 }
 
 /// What `mlprof energy` prints.
@@ -259,7 +326,8 @@ fn convert(input: &Path, request: ConvertRequest) -> Result<(), String> {
         Some(list) => Kinds::parse(list)?,
         None => Kinds::ALL,
     };
-    let options = Options {
+    let namer = |pid: u32, images: &[mlprof_report::run::Image]| process_track_name(&meta, pid, images);
+    let mut options = Options {
         from_ns: run_time(&meta, request.from, "--from")?,
         to_ns: run_time(&meta, request.to, "--to")?,
         pids: &request.pids,
@@ -267,6 +335,7 @@ fn convert(input: &Path, request: ConvertRequest) -> Result<(), String> {
         split_every: request.split_every,
         ..Options::default()
     };
+    options.process_name = &namer;
     let path_of = |index: usize| {
         if request.split_every.is_some() { part_path(&output, index) } else { output.clone() }
     };
