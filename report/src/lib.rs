@@ -7,6 +7,7 @@
 //!   ([`summary::Summary`]), rendered by [`summary::json`] and [`summary::text`].
 //! * [`pipeline`]: ITT span totals and the DataLoader pipeline.
 //! * [`energy`]: energy per device, process and span, with uncertainties.
+//! * [`export`]: runs as Hive-partitioned Parquet tables for DuckDB, Spark, Dask, Polars.
 //! * [`merge`]: the runs of a job's nodes into one run on one time axis (clock alignment
 //!   from the collectives).
 //! * [`trace`]: the trace-writer interface ([`trace::TraceWriter`]) and its Chrome JSON
@@ -16,6 +17,7 @@
 
 pub mod convert;
 pub mod energy;
+pub mod export;
 pub mod human;
 pub mod merge;
 pub mod pipeline;

@@ -13,7 +13,7 @@ use mlprof_report::run::RunMeta;
 use mlprof_report::trace::TraceWriter;
 use mlprof_report::trace::chrome::ChromeWriter;
 use mlprof_report::trace::perfetto::PerfettoWriter;
-use mlprof_report::{energy, merge, summary};
+use mlprof_report::{energy, export, merge, summary};
 
 #[derive(Parser)]
 #[command(name = "mlprof", version, about = "Reports on mlprof run files (run.bin)")]
@@ -92,6 +92,17 @@ enum Command {
         #[arg(long)]
         progress: bool,
     },
+    /// Export runs as Hive-partitioned Parquet (DIR/<table>/run=<id>/[rank=<r>/]part-0.parquet)
+    /// for DuckDB, Spark, Dask or Polars. Runs exported into one folder sit side by side;
+    /// exporting a run again replaces its own files.
+    Export {
+        /// The folder to write the tables into (created if missing).
+        #[arg(long, value_name = "DIR", required = true)]
+        parquet: PathBuf,
+        /// Run files (single-node or merged).
+        #[arg(required = true, num_args = 1..)]
+        runs: Vec<PathBuf>,
+    },
     /// Merge the runs of a job's nodes (one mlprof-collect per node) into one run on one time
     /// axis: clocks aligned from the realtime anchors, then from the collectives both sides
     /// recorded. Prints the offset applied to each node and the residual skew.
@@ -135,6 +146,7 @@ fn main() -> ExitCode {
             convert(&run, request)
         }
         Command::Merge { runs, output } => merge_command(&runs, &output),
+        Command::Export { parquet, runs } => export_command(&parquet, &runs),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -154,6 +166,31 @@ fn summary_command(run: &Path, json: bool, top: usize) -> Result<(), String> {
     } else {
         summary::text::write(&summary, top, &mut std::io::stdout().lock()).map_err(stdout_error)
     }
+}
+
+/// `mlprof export --parquet`: one line per run.
+fn export_command(dir: &Path, runs: &[PathBuf]) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for run in runs {
+        let started = Instant::now();
+        let exported = export::export_parquet(run, dir)?;
+        for warning in &exported.warnings {
+            eprintln!("mlprof: warning: {}: {warning}", run.display());
+        }
+        let events = exported.rows.iter().find(|r| r.0 == "events").map_or(0, |r| r.1);
+        let rows: Vec<String> = exported.rows.iter().map(|(t, n)| format!("{t} {n}")).collect();
+        eprintln!(
+            "mlprof export: {} → {}/*/run={}/ ({}; {:.1} MB, {:.1} bytes/event in events, {:.2} s)",
+            run.display(),
+            dir.display(),
+            exported.run_id,
+            rows.join(", "),
+            exported.bytes as f64 / 1e6,
+            exported.events_bytes as f64 / events.max(1) as f64,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
 }
 
 /// `mlprof merge`: one line per node with its clock offset and how it was found.

@@ -1,0 +1,477 @@
+//! `mlprof export --parquet DIR RUN.bin...`: runs as Hive-partitioned Parquet tables, for
+//! the engines that query many runs at once (DuckDB, Spark, Dask, Polars). We write files;
+//! querying is theirs.
+//!
+//! ```text
+//! DIR/events/run=<id>/rank=<r>/part-0.parquet      file calls (C library)
+//! DIR/spans/run=<id>/rank=<r>/part-0.parquet       ITT tasks, frames, markers: ops, phases, DataLoader
+//! DIR/gpu_calls/run=<id>/rank=<r>/part-0.parquet   CUDA runtime, driver and NCCL calls
+//! DIR/processes/run=<id>/part-0.parquet            one row per process image
+//! DIR/files/run=<id>/part-0.parquet                per-path totals
+//! DIR/energy/run=<id>/part-0.parquet               energy and device samples
+//! DIR/runs/run=<id>/part-0.parquet                 one row: the run itself
+//! ```
+//!
+//! `run` and `rank` are partition columns: they are in the paths, not in the files (an engine
+//! reading with Hive partitioning adds them as columns). `rank` is `none` for processes
+//! without one, so engines type it as a string. The run id is the run's start time (UTC)
+//! and a hash of its identity (host, clocks, session): exports of different runs into one
+//! folder never meet, and exporting the same run again replaces its own files.
+//!
+//! Times are ns on the run's axis (CLOCK_MONOTONIC of the recording host, or of the merged
+//! run's reference node); `runs.start_realtime_ns − runs.start_mono_ns` converts them to Unix
+//! time. Memory is bounded: rows are buffered per table up to a fixed count and written as
+//! row groups, the metadata of the run aside.
+
+mod table;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use mlprof_format::func::{Api, Class, Func};
+use mlprof_format::record::{FLAG_NESTED, GpuCall, IttSpan};
+use mlprof_format::runfile::Frame;
+use parquet::data_type::ByteArray;
+use rustc_hash::FxHashMap;
+
+use crate::run::{self, FdCache, RunMeta, bytes_moved};
+use table::{Kind, Spec, Table, col, delta, opt};
+
+const EVENTS: &[Spec] = &[
+    col("name", Kind::Str),
+    col("pid", Kind::I32),
+    col("tid", Kind::I32),
+    delta("start_ns"),
+    col("dur_ns", Kind::I64),
+    col("fd", Kind::I32),
+    col("bytes", Kind::I64),
+    col("ret", Kind::I64),
+    col("errno", Kind::I32),
+    opt("path", Kind::Str),
+];
+
+const SPANS: &[Spec] = &[
+    col("name", Kind::Str),
+    col("domain", Kind::Str),
+    col("kind", Kind::Str),
+    col("pid", Kind::I32),
+    col("tid", Kind::I32),
+    delta("start_ns"),
+    col("dur_ns", Kind::I64),
+    col("depth", Kind::I32),
+    col("id", Kind::I64),
+    col("parent", Kind::I64),
+];
+
+const GPU_CALLS: &[Spec] = &[
+    col("name", Kind::Str),
+    col("pid", Kind::I32),
+    col("tid", Kind::I32),
+    delta("start_ns"),
+    col("dur_ns", Kind::I64),
+    col("device", Kind::I32),
+    col("status", Kind::I32),
+    col("stream", Kind::I64),
+    col("object", Kind::I64),
+    col("bytes", Kind::I64),
+    col("nested", Kind::Bool),
+    opt("kernel", Kind::Str),
+];
+
+const PROCESSES: &[Spec] = &[
+    col("pid", Kind::I32),
+    col("ppid", Kind::I32),
+    col("exec_index", Kind::I32),
+    opt("rank", Kind::I32),
+    opt("local_rank", Kind::I32),
+    opt("world_size", Kind::I32),
+    opt("local_world_size", Kind::I32),
+    opt("node_rank", Kind::I32),
+    opt("rank_role", Kind::Str),
+    opt("rank_main_pid", Kind::I32),
+    col("node", Kind::I32),
+    col("host", Kind::Str),
+    col("cmdline", Kind::Str),
+    col("forked", Kind::Bool),
+    col("start_ns", Kind::I64),
+    opt("exit_code", Kind::I32),
+    opt("signal", Kind::I32),
+];
+
+const FILES: &[Spec] = &[
+    col("path", Kind::Str),
+    col("opens", Kind::I64),
+    col("calls", Kind::I64),
+    col("bytes_read", Kind::I64),
+    col("bytes_written", Kind::I64),
+    col("total_ns", Kind::I64),
+];
+
+const ENERGY: &[Spec] = &[
+    col("device", Kind::I32),
+    col("device_name", Kind::Str),
+    col("device_kind", Kind::Str),
+    col("in_run", Kind::Bool),
+    delta("time_ns"),
+    opt("energy_uj", Kind::I64),
+    opt("power_mw", Kind::I32),
+    opt("gpu_util", Kind::I32),
+    opt("mem_util", Kind::I32),
+    opt("sm_clock_mhz", Kind::I32),
+    opt("mem_used_bytes", Kind::I64),
+    opt("temperature_c", Kind::I32),
+];
+
+const RUNS: &[Spec] = &[
+    col("source", Kind::Str),
+    col("host", Kind::Str),
+    col("command", Kind::Str),
+    col("session", Kind::Str),
+    col("start_mono_ns", Kind::I64),
+    col("start_realtime_ns", Kind::I64),
+    col("duration_ns", Kind::I64),
+    col("events", Kind::I64),
+    col("dropped", Kind::I64),
+    col("nodes", Kind::I32),
+    col("truncated", Kind::Bool),
+];
+
+/// What one run's export wrote.
+#[derive(Debug, Clone, Default)]
+pub struct Exported {
+    pub run_id: String,
+    /// Rows per table.
+    pub rows: Vec<(&'static str, u64)>,
+    /// Parquet bytes of the events table (for bytes per event).
+    pub events_bytes: u64,
+    /// Parquet bytes of all tables.
+    pub bytes: u64,
+    pub warnings: Vec<String>,
+}
+
+/// `YYYYmmddTHHMMSS` (UTC) of Unix time `ns`.
+fn utc_stamp(ns: u64) -> String {
+    let secs = ns / 1_000_000_000;
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + (month <= 2) as i64;
+    format!("{year:04}{month:02}{day:02}T{:02}{:02}{:02}", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+/// The run's id in the partition paths: start time and a hash of what identifies it.
+pub fn run_id(meta: &RunMeta) -> String {
+    let info = &meta.info;
+    let identity = format!(
+        "{}\0{}\0{}\0{}\0{}",
+        info.host, info.session, info.start_mono_ns, info.start_realtime_ns, info.mlprof_version
+    );
+    let hash = mlprof_format::string_id(identity.as_bytes());
+    format!("{}-{:08x}", utc_stamp(info.start_realtime_ns), hash as u32)
+}
+
+fn i64_of(v: u64) -> i64 {
+    v as i64
+}
+
+/// Per-path totals, as `mlprof summary` counts them.
+#[derive(Default)]
+struct FileTotals {
+    opens: u64,
+    calls: u64,
+    bytes_read: u64,
+    bytes_written: u64,
+    total_ns: u64,
+}
+
+/// Exports one run into `dir` (see the module documentation).
+pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
+    let meta = RunMeta::load(path)?;
+    let id = run_id(&meta);
+    let io_err = |e: std::io::Error| format!("writing {}: {e}", dir.display());
+    let tables = ["events", "spans", "gpu_calls", "processes", "files", "energy", "runs"];
+    let run_dir = |table: &str| dir.join(table).join(format!("run={id}"));
+    // Exporting a run again replaces its files, never another run's.
+    for table in tables {
+        match std::fs::remove_dir_all(run_dir(table)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_err(e)),
+            _ => {}
+        }
+    }
+    let by_rank = Some("rank");
+    let mut events = Table::new("events", EVENTS, &run_dir("events"), by_rank).map_err(io_err)?;
+    let mut spans = Table::new("spans", SPANS, &run_dir("spans"), by_rank).map_err(io_err)?;
+    let mut gpu = Table::new("gpu_calls", GPU_CALLS, &run_dir("gpu_calls"), by_rank).map_err(io_err)?;
+    let mut energy = Table::new("energy", ENERGY, &run_dir("energy"), None).map_err(io_err)?;
+
+    // Strings as Parquet values, made once each (a clone is a reference count).
+    let mut strings: FxHashMap<u64, ByteArray> = FxHashMap::default();
+    let mut string = |id: u64| -> ByteArray {
+        strings
+            .entry(id)
+            .or_insert_with(|| {
+                ByteArray::from(Bytes::from(meta.strings.get(&id).cloned().unwrap_or_default()))
+            })
+            .clone()
+    };
+    let names: FxHashMap<u16, ByteArray> = Func::ALL
+        .iter()
+        .map(|f| (*f as u16, ByteArray::from(Bytes::from_static(f.name().as_bytes()))))
+        .collect();
+    let mut rank_of: FxHashMap<(u32, usize), String> = FxHashMap::default();
+    let mut files: HashMap<u64, FileTotals> = HashMap::new();
+    let mut fd_cache = FdCache::default();
+    let mut kernels: FxHashMap<(u32, u64), ByteArray> = FxHashMap::default();
+    let kinds: [ByteArray; 5] = ["task", "frame", "marker", "pause", "resume"].map(ByteArray::from);
+    let mut devices: HashMap<u32, (ByteArray, ByteArray, bool)> = HashMap::new();
+
+    let mut reader = run::open(path)?;
+    while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
+        match frame {
+            Frame::Events(batch) => {
+                for event in batch {
+                    let Some(func) = Func::from_id(event.kind) else { continue };
+                    let image = meta.image_at(event.pid, event.start).unwrap_or(0);
+                    let rank = rank_of.entry((event.pid, image)).or_insert_with(|| {
+                        meta.images
+                            .get(&event.pid)
+                            .and_then(|i| i.get(image))
+                            .and_then(|i| i.info.rank.as_ref())
+                            .map_or("none".to_string(), |r| r.rank.to_string())
+                    });
+                    let name = &names[&event.kind];
+                    match func.api() {
+                        Api::Libc => {
+                            let path_id = meta.fds.path_of_cached(&meta, event, &mut fd_cache);
+                            let bytes = bytes_moved(func, event);
+                            if let Some(path_id) = path_id {
+                                let file = files.entry(path_id).or_default();
+                                file.calls += 1;
+                                file.total_ns += event.dur;
+                                match func.class() {
+                                    Class::Open if !event.is_error() => file.opens += 1,
+                                    Class::Read => file.bytes_read += bytes,
+                                    Class::Write => file.bytes_written += bytes,
+                                    _ => {}
+                                }
+                            }
+                            let path = path_id.map(&mut string);
+                            events
+                                .push(rank, |row| {
+                                    row.str(name)
+                                        .i32(event.pid as i32)
+                                        .i32(event.tid as i32)
+                                        .i64(i64_of(event.start))
+                                        .i64(i64_of(event.dur))
+                                        .i32(event.fd)
+                                        .i64(i64_of(bytes))
+                                        .i64(event.ret)
+                                        .i32(event.errno)
+                                        .opt_str(path.as_ref());
+                                })
+                                .map_err(io_err)?;
+                        }
+                        Api::Itt => {
+                            let span = IttSpan::from_event(event);
+                            let (task, domain) = (string(span.name), string(span.domain));
+                            let kind = match func {
+                                Func::IttTask => &kinds[0],
+                                Func::IttFrame => &kinds[1],
+                                Func::IttMarker => &kinds[2],
+                                Func::IttPause => &kinds[3],
+                                _ => &kinds[4],
+                            };
+                            spans
+                                .push(rank, |row| {
+                                    row.str(&task)
+                                        .str(&domain)
+                                        .str(kind)
+                                        .i32(span.pid as i32)
+                                        .i32(span.tid as i32)
+                                        .i64(i64_of(span.start))
+                                        .i64(i64_of(span.dur))
+                                        .i32(span.depth)
+                                        .i64(span.id as i64)
+                                        .i64(span.parent as i64);
+                                })
+                                .map_err(io_err)?;
+                        }
+                        Api::CudaRuntime | Api::CudaDriver | Api::Nccl => {
+                            let call = GpuCall::from_event(event);
+                            let kernel = (func.class() == Class::Launch).then(|| {
+                                kernels
+                                    .entry((event.pid, call.object))
+                                    .or_insert_with(|| {
+                                        ByteArray::from(meta.kernel_name(event.pid, call.object).into_bytes())
+                                    })
+                                    .clone()
+                            });
+                            gpu.push(rank, |row| {
+                                row.str(name)
+                                    .i32(call.pid as i32)
+                                    .i32(call.tid as i32)
+                                    .i64(i64_of(call.start))
+                                    .i64(i64_of(call.dur))
+                                    .i32(call.device)
+                                    .i32(call.status)
+                                    .i64(call.stream as i64)
+                                    .i64(call.object as i64)
+                                    .i64(i64_of(bytes_moved(func, event)))
+                                    .bool(call.flags & FLAG_NESTED != 0)
+                                    .opt_str(kernel.as_ref());
+                            })
+                            .map_err(io_err)?;
+                        }
+                    }
+                }
+            }
+            Frame::EnergyDevice(d) => {
+                devices.insert(
+                    d.id,
+                    (ByteArray::from(d.name.into_bytes()), ByteArray::from(d.kind.into_bytes()), d.in_run),
+                );
+            }
+            Frame::EnergySamples(samples) => {
+                for s in samples {
+                    let unknown = (ByteArray::from("?"), ByteArray::from("?"), false);
+                    let (name, kind, in_run) = devices.get(&s.device).unwrap_or(&unknown);
+                    energy
+                        .push("", |row| {
+                            row.i32(s.device as i32)
+                                .str(name)
+                                .str(kind)
+                                .bool(*in_run)
+                                .i64(i64_of(s.time_ns))
+                                .opt_i64(s.energy_uj.map(i64_of))
+                                .opt_i32(s.power_mw.map(|v| v as i32))
+                                .opt_i32(s.gpu_util.map(i32::from))
+                                .opt_i32(s.mem_util.map(i32::from))
+                                .opt_i32(s.sm_clock_mhz.map(|v| v as i32))
+                                .opt_i64(s.mem_used_bytes.map(i64_of))
+                                .opt_i32(s.temperature_c.map(|v| v as i32));
+                        })
+                        .map_err(io_err)?;
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut warnings = reader.warnings().to_vec();
+    if reader.skipped_frames() > 0 {
+        warnings.push(format!(
+            "{} frames of kinds this mlprof does not know were skipped",
+            reader.skipped_frames()
+        ));
+    }
+
+    let mut processes = Table::new("processes", PROCESSES, &run_dir("processes"), None).map_err(io_err)?;
+    let mut images: Vec<(u32, usize)> =
+        meta.images.iter().flat_map(|(&pid, images)| (0..images.len()).map(move |i| (pid, i))).collect();
+    images.sort_by_key(|&(pid, i)| (meta.images[&pid][i].info.start_ns, pid, i));
+    for (pid, index) in images {
+        let image = &meta.images[&pid][index];
+        let info = &image.info;
+        let rank = info.rank.as_ref();
+        let main = meta.rank_main(pid, index);
+        let role = rank.map(|_| ByteArray::from(if main == Some(pid) { "main" } else { "child" }));
+        processes
+            .push("", |row| {
+                row.i32(pid as i32)
+                    .i32(info.ppid as i32)
+                    .i32(index as i32)
+                    .opt_i32(rank.map(|r| r.rank as i32))
+                    .opt_i32(rank.and_then(|r| r.local_rank).map(|v| v as i32))
+                    .opt_i32(rank.and_then(|r| r.world_size).map(|v| v as i32))
+                    .opt_i32(rank.and_then(|r| r.local_world_size).map(|v| v as i32))
+                    .opt_i32(rank.and_then(|r| r.node_rank).map(|v| v as i32))
+                    .opt_str(role.as_ref())
+                    .opt_i32(rank.and(main).map(|m| m as i32))
+                    .i32(info.node as i32)
+                    .str(&ByteArray::from(meta.host_of(info.node)))
+                    .str(&ByteArray::from(info.argv.join(" ").into_bytes()))
+                    .bool(info.forked)
+                    .i64(i64_of(info.start_ns))
+                    .opt_i32(image.exit.as_ref().and_then(|e| e.exit_code))
+                    .opt_i32(image.exit.as_ref().and_then(|e| e.signal));
+            })
+            .map_err(io_err)?;
+    }
+
+    let mut file_table = Table::new("files", FILES, &run_dir("files"), None).map_err(io_err)?;
+    let mut paths: Vec<(String, FileTotals)> =
+        files.into_iter().map(|(id, t)| (meta.string(id), t)).collect();
+    paths.sort_by(|a, b| a.0.cmp(&b.0));
+    for (path, t) in &paths {
+        file_table
+            .push("", |row| {
+                row.str(&ByteArray::from(path.as_str()))
+                    .i64(i64_of(t.opens))
+                    .i64(i64_of(t.calls))
+                    .i64(i64_of(t.bytes_read))
+                    .i64(i64_of(t.bytes_written))
+                    .i64(i64_of(t.total_ns));
+            })
+            .map_err(io_err)?;
+    }
+
+    let mut runs = Table::new("runs", RUNS, &run_dir("runs"), None).map_err(io_err)?;
+    let end_ns = meta.end.as_ref().map_or(meta.info.start_mono_ns, |e| e.end_ns);
+    runs.push("", |row| {
+        row.str(&ByteArray::from(path.display().to_string().into_bytes()))
+            .str(&ByteArray::from(meta.info.host.as_str()))
+            .str(&ByteArray::from(meta.command_line().into_bytes()))
+            .str(&ByteArray::from(meta.info.session.as_str()))
+            .i64(i64_of(meta.info.start_mono_ns))
+            .i64(i64_of(meta.info.start_realtime_ns))
+            .i64(i64_of(end_ns.saturating_sub(meta.info.start_mono_ns)))
+            .i64(i64_of(meta.end.as_ref().map_or(0, |e| e.events)))
+            .i64(i64_of(meta.dropped()))
+            .i32(meta.nodes.len().max(1) as i32)
+            .bool(meta.truncated);
+    })
+    .map_err(io_err)?;
+
+    let mut exported = Exported { run_id: id, warnings, ..Default::default() };
+    for (name, table) in [
+        ("events", events),
+        ("spans", spans),
+        ("gpu_calls", gpu),
+        ("processes", processes),
+        ("files", file_table),
+        ("energy", energy),
+        ("runs", runs),
+    ] {
+        let table = table.finish().map_err(io_err)?;
+        exported.rows.push((name, table.rows));
+        exported.bytes += table.bytes;
+        if name == "events" {
+            exported.events_bytes = table.bytes;
+        }
+    }
+    Ok(exported)
+}
+
+/// Where `export_parquet` puts table `table` of run `id` (for messages and tests).
+pub fn table_dir(dir: &Path, table: &str, id: &str) -> PathBuf {
+    dir.join(table).join(format!("run={id}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_stamps() {
+        assert_eq!(utc_stamp(0), "19700101T000000");
+        assert_eq!(utc_stamp(1_764_151_353 * 1_000_000_000), "20251126T100233");
+        assert_eq!(utc_stamp(951_782_400 * 1_000_000_000), "20000229T000000");
+    }
+}
