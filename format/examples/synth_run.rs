@@ -5,6 +5,7 @@
 //! ```text
 //! cargo run --release -p mlprof-format --example synth_run -- OUT N [--threads T] [--procs P]
 //!                                                               [--paths K] [--seed S]
+//!                                                               [--node I --nodes M --ranks R]
 //! ```
 //!
 //! The run looks like a PyTorch job with DataLoader workers: process 0 (the trainer) and P-1
@@ -18,12 +19,21 @@
 //! allocated per process (lowest free number, as the kernel does), paths are defined as string
 //! frames the first time they are used, events go out in batches of 64 Ki sorted by end time
 //! (as the collector writes them). Deterministic for a given seed.
+//!
+//! With `--ranks R`, the file is node I of a job of M nodes (bench/scale_bench.py, the merge
+//! tests): its P processes are ranks I·R … I·R+R−1 (rank variables as torchrun sets them,
+//! P = R), and every 5 ms of the job's time each rank's main thread records a
+//! `gloo:all_reduce` op range (PyTorch domain) ending at the same true instant on every node
+//! (± 20 µs) and an `optimizer.step` phase. Node I's CLOCK_MONOTONIC is 1000·I s ahead of node
+//! 0's and its realtime anchor (700·(I−1)) ms off, so only the collectives can align the
+//! nodes: `mlprof merge` must find an offset of −1000·I s. Pids are the same on every node.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use mlprof_format::func::Func;
-use mlprof_format::record::{Event, FLAG_ERROR};
+use mlprof_format::rank::RankInfo;
+use mlprof_format::record::{Event, FLAG_ERROR, IttSpan};
 use mlprof_format::ring::RING_ABI_VERSION;
 use mlprof_format::runfile::{
     AggregateSample, ProcessExit, ProcessInfo, RunEnd, RunInfo, RunWriter, ThreadInfo,
@@ -121,15 +131,31 @@ struct Args {
     procs: u32,
     paths: u64,
     seed: u64,
+    node: u32,
+    nodes: u32,
+    /// Ranks per node; 0: no ranks.
+    ranks: u32,
 }
 
 fn usage() -> String {
-    "usage: synth_run OUT N [--threads T (4)] [--procs P (3)] [--paths K (20000)] [--seed S (1)]".into()
+    "usage: synth_run OUT N [--threads T (4)] [--procs P (3)] [--paths K (20000)] [--seed S (1)] \
+     [--node I (0) --nodes M (1) --ranks R (0)]"
+        .into()
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut positional = Vec::new();
-    let mut args = Args { out: PathBuf::new(), n: 0, threads: 4, procs: 3, paths: 20000, seed: 1 };
+    let mut args = Args {
+        out: PathBuf::new(),
+        n: 0,
+        threads: 4,
+        procs: 3,
+        paths: 20000,
+        seed: 1,
+        node: 0,
+        nodes: 1,
+        ranks: 0,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = |name: &str| -> Result<u64, String> {
@@ -141,6 +167,9 @@ fn parse_args() -> Result<Args, String> {
             "--procs" => args.procs = value("--procs")?.clamp(1, 1024) as u32,
             "--paths" => args.paths = value("--paths")?.max(1),
             "--seed" => args.seed = value("--seed")?,
+            "--node" => args.node = value("--node")?.min(1023) as u32,
+            "--nodes" => args.nodes = value("--nodes")?.clamp(1, 1024) as u32,
+            "--ranks" => args.ranks = value("--ranks")?.min(1024) as u32,
             "-h" | "--help" => return Err(usage()),
             _ if arg.starts_with("--") => return Err(format!("unknown option {arg}\n{}", usage())),
             _ => positional.push(arg),
@@ -151,6 +180,9 @@ fn parse_args() -> Result<Args, String> {
     }
     args.out = PathBuf::from(&positional[0]);
     args.n = parse_count(&positional[1]).ok_or_else(|| format!("bad N: {}\n{}", positional[1], usage()))?;
+    if args.ranks > 0 {
+        args.procs = args.ranks;
+    }
     Ok(args)
 }
 
@@ -182,17 +214,20 @@ fn main() -> ExitCode {
 
 fn run() -> Result<(), String> {
     let args = parse_args()?;
-    let mut rng = Rng(args.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let start_ns: u64 = 1_000_000_000_000;
+    let mut rng = Rng((args.seed ^ args.node as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    // Node I's clock is 1000·I s ahead (booted earlier); the true time of its start is node 0's.
+    let clock_ahead = args.node as u64 * 1_000_000_000_000;
+    let start_ns: u64 = 1_000_000_000_000 + clock_ahead;
+    let realtime_error = (args.node as i64 - 1) * 700_000_000;
     let command: Vec<String> =
         ["python", "train.py", "--epochs", "90", "--data", "/data/imagenet-mini"].map(String::from).into();
     let info = RunInfo {
         mlprof_version: format!("{} (synth_run)", env!("CARGO_PKG_VERSION")),
-        host: "synth".into(),
+        host: if args.ranks > 0 { format!("synth{}", args.node) } else { "synth".into() },
         session: "default".into(),
         command: command.clone(),
         start_mono_ns: start_ns,
-        start_realtime_ns: 1_700_000_000_000_000_000,
+        start_realtime_ns: 1_700_000_000_000_000_000u64.saturating_add_signed(realtime_error),
         clock_source: "synthetic".into(),
         ring_abi_version: RING_ABI_VERSION,
         lane_count: 256,
@@ -209,13 +244,22 @@ fn run() -> Result<(), String> {
     let main_pid = 4000u32;
     for p in 0..args.procs {
         let pid = main_pid + p * 100;
-        let forked = p > 0;
+        let forked = p > 0 && args.ranks == 0;
+        let rank = (args.ranks > 0).then(|| RankInfo {
+            rank: args.node * args.ranks + p,
+            local_rank: Some(p),
+            world_size: Some(args.nodes * args.ranks),
+            local_world_size: Some(args.ranks),
+            node_rank: Some(args.node),
+            source: "RANK".into(),
+        });
         w.write_process(&ProcessInfo {
             pid,
             ppid: if forked { main_pid } else { 1 },
             argv: command.clone(),
             start_ns: start_ns + 1_000_000 + p as u64 * 50_000_000,
             forked,
+            rank,
             ..Default::default()
         })
         .map_err(io_err)?;
@@ -250,6 +294,17 @@ fn run() -> Result<(), String> {
     let (ckpt_id, log_id) = (string_id(&ckpt), string_id(&log));
     w.write_string(ckpt_id, &ckpt).map_err(io_err)?;
     w.write_string(log_id, &log).map_err(io_err)?;
+
+    // Collectives and steps of a ranked job: one every STEP_NS of true time from `first_step`.
+    const STEP_NS: u64 = 5_000_000;
+    let names = ["PyTorch", "gloo:all_reduce", "mlprof.phase", "optimizer.step"];
+    if args.ranks > 0 {
+        for name in names {
+            w.write_string(string_id(name.as_bytes()), name.as_bytes()).map_err(io_err)?;
+        }
+    }
+    let [pytorch, all_reduce, phase, optimizer_step] = names.map(|n| string_id(n.as_bytes()));
+    let mut next_step = start_ns + 200_000_000;
 
     let mut defined = vec![false; args.paths as usize];
     let mut next_path = 0u64;
@@ -408,6 +463,30 @@ fn run() -> Result<(), String> {
             th.clock_calls += reads;
             th.clock_ns += reads * 25;
             batch.push(e);
+        }
+        // The collectives of the steps this batch went past: one per rank, on its main thread.
+        while args.ranks > 0 && next_step < now {
+            for p in &procs {
+                let jitter = rng.below(20_000);
+                let end = next_step + jitter;
+                let dur = rng.range(200_000, 1_500_000);
+                let span = |name, domain, start: u64, dur: u64| {
+                    IttSpan {
+                        kind: Func::IttTask as u16,
+                        pid: p.pid,
+                        tid: p.pid,
+                        start,
+                        dur,
+                        name,
+                        domain,
+                        ..Default::default()
+                    }
+                    .into_event()
+                };
+                batch.push(span(all_reduce, pytorch, end - dur, dur));
+                batch.push(span(optimizer_step, phase, end + 10_000, rng.range(50_000, 300_000)));
+            }
+            next_step += STEP_NS;
         }
         batch.sort_by_key(|e| e.start.saturating_add(e.dur));
         w.write_events(&batch).map_err(io_err)?;

@@ -36,7 +36,7 @@ use parquet::data_type::ByteArray;
 use rustc_hash::FxHashMap;
 
 use crate::run::{self, FdCache, RunMeta, bytes_moved};
-use table::{Kind, Spec, Table, col, delta, opt};
+use table::{Kind, Spec, Symbols, Table, col, delta, opt};
 
 const EVENTS: &[Spec] = &[
     col("name", Kind::Str),
@@ -212,26 +212,28 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
     let mut gpu = Table::new("gpu_calls", GPU_CALLS, &run_dir("gpu_calls"), by_rank).map_err(io_err)?;
     let mut energy = Table::new("energy", ENERGY, &run_dir("energy"), None).map_err(io_err)?;
 
-    // Strings as Parquet values, made once each (a clone is a reference count).
-    let mut strings: FxHashMap<u64, ByteArray> = FxHashMap::default();
-    let mut string = |id: u64| -> ByteArray {
-        strings
-            .entry(id)
-            .or_insert_with(|| {
-                ByteArray::from(Bytes::from(meta.strings.get(&id).cloned().unwrap_or_default()))
-            })
-            .clone()
+    // Every string once, as a Parquet value; rows hold its index.
+    let mut symbols = Symbols::default();
+    let mut by_string: FxHashMap<u64, u32> = FxHashMap::default();
+    let mut string = |symbols: &mut Symbols, id: u64| -> u32 {
+        *by_string.entry(id).or_insert_with(|| {
+            symbols.add(ByteArray::from(Bytes::from(meta.strings.get(&id).cloned().unwrap_or_default())))
+        })
     };
-    let names: FxHashMap<u16, ByteArray> = Func::ALL
+    let text = |symbols: &mut Symbols, text: &str| symbols.add(ByteArray::from(text.as_bytes().to_vec()));
+    let names: FxHashMap<u16, u32> = Func::ALL
         .iter()
-        .map(|f| (*f as u16, ByteArray::from(Bytes::from_static(f.name().as_bytes()))))
+        .map(|f| (*f as u16, symbols.add(ByteArray::from(Bytes::from_static(f.name().as_bytes())))))
         .collect();
-    let mut rank_of: FxHashMap<(u32, usize), String> = FxHashMap::default();
+    // (pid, image) → the partitions of its rank in events, spans and gpu_calls.
+    let mut partition_of: FxHashMap<(u32, usize), (usize, usize, usize)> = FxHashMap::default();
     let mut files: HashMap<u64, FileTotals> = HashMap::new();
     let mut fd_cache = FdCache::default();
-    let mut kernels: FxHashMap<(u32, u64), ByteArray> = FxHashMap::default();
-    let kinds: [ByteArray; 5] = ["task", "frame", "marker", "pause", "resume"].map(ByteArray::from);
-    let mut devices: HashMap<u32, (ByteArray, ByteArray, bool)> = HashMap::new();
+    let mut kernels: FxHashMap<(u32, u64), u32> = FxHashMap::default();
+    let kinds: [u32; 5] = ["task", "frame", "marker", "pause", "resume"].map(|k| text(&mut symbols, k));
+    let mut devices: HashMap<u32, (u32, u32, bool)> = HashMap::new();
+    let unknown_device = (text(&mut symbols, "?"), text(&mut symbols, "?"), false);
+    let energy_part = energy.partition("");
 
     let mut reader = run::open(path)?;
     while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
@@ -240,14 +242,17 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
                 for event in batch {
                     let Some(func) = Func::from_id(event.kind) else { continue };
                     let image = meta.image_at(event.pid, event.start).unwrap_or(0);
-                    let rank = rank_of.entry((event.pid, image)).or_insert_with(|| {
-                        meta.images
-                            .get(&event.pid)
-                            .and_then(|i| i.get(image))
-                            .and_then(|i| i.info.rank.as_ref())
-                            .map_or("none".to_string(), |r| r.rank.to_string())
-                    });
-                    let name = &names[&event.kind];
+                    let (events_part, spans_part, gpu_part) =
+                        *partition_of.entry((event.pid, image)).or_insert_with(|| {
+                            let rank = meta
+                                .images
+                                .get(&event.pid)
+                                .and_then(|i| i.get(image))
+                                .and_then(|i| i.info.rank.as_ref())
+                                .map_or("none".to_string(), |r| r.rank.to_string());
+                            (events.partition(&rank), spans.partition(&rank), gpu.partition(&rank))
+                        });
+                    let name = names[&event.kind];
                     match func.api() {
                         Api::Libc => {
                             let path_id = meta.fds.path_of_cached(&meta, event, &mut fd_cache);
@@ -263,9 +268,9 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
                                     _ => {}
                                 }
                             }
-                            let path = path_id.map(&mut string);
+                            let path = path_id.map(|id| string(&mut symbols, id));
                             events
-                                .push(rank, |row| {
+                                .push(&symbols, events_part, |row| {
                                     row.str(name)
                                         .i32(event.pid as i32)
                                         .i32(event.tid as i32)
@@ -275,24 +280,25 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
                                         .i64(i64_of(bytes))
                                         .i64(event.ret)
                                         .i32(event.errno)
-                                        .opt_str(path.as_ref());
+                                        .opt_str(path);
                                 })
                                 .map_err(io_err)?;
                         }
                         Api::Itt => {
                             let span = IttSpan::from_event(event);
-                            let (task, domain) = (string(span.name), string(span.domain));
+                            let task = string(&mut symbols, span.name);
+                            let domain = string(&mut symbols, span.domain);
                             let kind = match func {
-                                Func::IttTask => &kinds[0],
-                                Func::IttFrame => &kinds[1],
-                                Func::IttMarker => &kinds[2],
-                                Func::IttPause => &kinds[3],
-                                _ => &kinds[4],
+                                Func::IttTask => kinds[0],
+                                Func::IttFrame => kinds[1],
+                                Func::IttMarker => kinds[2],
+                                Func::IttPause => kinds[3],
+                                _ => kinds[4],
                             };
                             spans
-                                .push(rank, |row| {
-                                    row.str(&task)
-                                        .str(&domain)
+                                .push(&symbols, spans_part, |row| {
+                                    row.str(task)
+                                        .str(domain)
                                         .str(kind)
                                         .i32(span.pid as i32)
                                         .i32(span.tid as i32)
@@ -307,14 +313,12 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
                         Api::CudaRuntime | Api::CudaDriver | Api::Nccl => {
                             let call = GpuCall::from_event(event);
                             let kernel = (func.class() == Class::Launch).then(|| {
-                                kernels
-                                    .entry((event.pid, call.object))
-                                    .or_insert_with(|| {
-                                        ByteArray::from(meta.kernel_name(event.pid, call.object).into_bytes())
-                                    })
-                                    .clone()
+                                *kernels.entry((event.pid, call.object)).or_insert_with(|| {
+                                    let name = meta.kernel_name(event.pid, call.object);
+                                    symbols.add(ByteArray::from(name.into_bytes()))
+                                })
                             });
-                            gpu.push(rank, |row| {
+                            gpu.push(&symbols, gpu_part, |row| {
                                 row.str(name)
                                     .i32(call.pid as i32)
                                     .i32(call.tid as i32)
@@ -326,7 +330,7 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
                                     .i64(call.object as i64)
                                     .i64(i64_of(bytes_moved(func, event)))
                                     .bool(call.flags & FLAG_NESTED != 0)
-                                    .opt_str(kernel.as_ref());
+                                    .opt_str(kernel);
                             })
                             .map_err(io_err)?;
                         }
@@ -334,21 +338,18 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
                 }
             }
             Frame::EnergyDevice(d) => {
-                devices.insert(
-                    d.id,
-                    (ByteArray::from(d.name.into_bytes()), ByteArray::from(d.kind.into_bytes()), d.in_run),
-                );
+                let (name, kind) = (text(&mut symbols, &d.name), text(&mut symbols, &d.kind));
+                devices.insert(d.id, (name, kind, d.in_run));
             }
             Frame::EnergySamples(samples) => {
                 for s in samples {
-                    let unknown = (ByteArray::from("?"), ByteArray::from("?"), false);
-                    let (name, kind, in_run) = devices.get(&s.device).unwrap_or(&unknown);
+                    let (name, kind, in_run) = *devices.get(&s.device).unwrap_or(&unknown_device);
                     energy
-                        .push("", |row| {
+                        .push(&symbols, energy_part, |row| {
                             row.i32(s.device as i32)
                                 .str(name)
                                 .str(kind)
-                                .bool(*in_run)
+                                .bool(in_run)
                                 .i64(i64_of(s.time_ns))
                                 .opt_i64(s.energy_uj.map(i64_of))
                                 .opt_i32(s.power_mw.map(|v| v as i32))
@@ -373,6 +374,8 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
     }
 
     let mut processes = Table::new("processes", PROCESSES, &run_dir("processes"), None).map_err(io_err)?;
+    let processes_part = processes.partition("");
+    let (main_role, child_role) = (text(&mut symbols, "main"), text(&mut symbols, "child"));
     let mut images: Vec<(u32, usize)> =
         meta.images.iter().flat_map(|(&pid, images)| (0..images.len()).map(move |i| (pid, i))).collect();
     images.sort_by_key(|&(pid, i)| (meta.images[&pid][i].info.start_ns, pid, i));
@@ -381,9 +384,11 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
         let info = &image.info;
         let rank = info.rank.as_ref();
         let main = meta.rank_main(pid, index);
-        let role = rank.map(|_| ByteArray::from(if main == Some(pid) { "main" } else { "child" }));
+        let role = rank.map(|_| if main == Some(pid) { main_role } else { child_role });
+        let host = text(&mut symbols, meta.host_of(info.node));
+        let cmdline = text(&mut symbols, &info.argv.join(" "));
         processes
-            .push("", |row| {
+            .push(&symbols, processes_part, |row| {
                 row.i32(pid as i32)
                     .i32(info.ppid as i32)
                     .i32(index as i32)
@@ -392,11 +397,11 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
                     .opt_i32(rank.and_then(|r| r.world_size).map(|v| v as i32))
                     .opt_i32(rank.and_then(|r| r.local_world_size).map(|v| v as i32))
                     .opt_i32(rank.and_then(|r| r.node_rank).map(|v| v as i32))
-                    .opt_str(role.as_ref())
+                    .opt_str(role)
                     .opt_i32(rank.and(main).map(|m| m as i32))
                     .i32(info.node as i32)
-                    .str(&ByteArray::from(meta.host_of(info.node)))
-                    .str(&ByteArray::from(info.argv.join(" ").into_bytes()))
+                    .str(host)
+                    .str(cmdline)
                     .bool(info.forked)
                     .i64(i64_of(info.start_ns))
                     .opt_i32(image.exit.as_ref().and_then(|e| e.exit_code))
@@ -406,13 +411,15 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
     }
 
     let mut file_table = Table::new("files", FILES, &run_dir("files"), None).map_err(io_err)?;
+    let files_part = file_table.partition("");
     let mut paths: Vec<(String, FileTotals)> =
         files.into_iter().map(|(id, t)| (meta.string(id), t)).collect();
     paths.sort_by(|a, b| a.0.cmp(&b.0));
     for (path, t) in &paths {
+        let path = text(&mut symbols, path);
         file_table
-            .push("", |row| {
-                row.str(&ByteArray::from(path.as_str()))
+            .push(&symbols, files_part, |row| {
+                row.str(path)
                     .i64(i64_of(t.opens))
                     .i64(i64_of(t.calls))
                     .i64(i64_of(t.bytes_read))
@@ -423,12 +430,17 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
     }
 
     let mut runs = Table::new("runs", RUNS, &run_dir("runs"), None).map_err(io_err)?;
+    let runs_part = runs.partition("");
     let end_ns = meta.end.as_ref().map_or(meta.info.start_mono_ns, |e| e.end_ns);
-    runs.push("", |row| {
-        row.str(&ByteArray::from(path.display().to_string().into_bytes()))
-            .str(&ByteArray::from(meta.info.host.as_str()))
-            .str(&ByteArray::from(meta.command_line().into_bytes()))
-            .str(&ByteArray::from(meta.info.session.as_str()))
+    let source = text(&mut symbols, &path.display().to_string());
+    let host = text(&mut symbols, &meta.info.host);
+    let command = text(&mut symbols, &meta.command_line());
+    let session = text(&mut symbols, &meta.info.session);
+    runs.push(&symbols, runs_part, |row| {
+        row.str(source)
+            .str(host)
+            .str(command)
+            .str(session)
             .i64(i64_of(meta.info.start_mono_ns))
             .i64(i64_of(meta.info.start_realtime_ns))
             .i64(i64_of(end_ns.saturating_sub(meta.info.start_mono_ns)))
@@ -449,7 +461,7 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
         ("energy", energy),
         ("runs", runs),
     ] {
-        let table = table.finish().map_err(io_err)?;
+        let table = table.finish(&symbols).map_err(io_err)?;
         exported.rows.push((name, table.rows));
         exported.bytes += table.bytes;
         if name == "events" {

@@ -2,25 +2,33 @@
 //! size, or the largest partition first when the table holds too many rows), written to a
 //! hidden temporary file per partition and renamed into place when the table is complete, so
 //! a reader globbing `*.parquet` never sees half a file.
+//!
+//! Strings are buffered as indexes into the export's [`Symbols`] (4 bytes a row, not a
+//! reference-counted buffer) and become Parquet values when their row group is written.
+//! Encoding and compression run on the table's own thread, fed one row group at a time
+//! through a channel of one slot, while the caller decodes the next events.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::JoinHandle;
 
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, Int32Type, Int64Type};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::writer::SerializedFileWriter;
+
 use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::ColumnPath;
 
 /// Rows per row group when a partition fills one by itself.
 const GROUP_ROWS: usize = 256 << 10;
 /// Rows a table holds in memory at most, over all its partitions: the largest partition is
-/// written out when they are more (about 60 MB for the events table).
-const TABLE_BUDGET_ROWS: usize = 512 << 10;
+/// written out when they are more (about 60 MB for the events table, at 58 bytes a row).
+const TABLE_BUDGET_ROWS: usize = 1 << 20;
 
 /// A column's physical type.
 #[derive(Clone, Copy)]
@@ -54,11 +62,26 @@ pub const fn delta(name: &'static str) -> Spec {
     Spec { name, kind: Kind::I64, optional: false, delta: true }
 }
 
+/// The strings of an export, each stored once; columns hold their index.
+#[derive(Default)]
+pub struct Symbols {
+    values: Vec<ByteArray>,
+}
+
+impl Symbols {
+    /// Adds a string; returns its index.
+    pub fn add(&mut self, value: ByteArray) -> u32 {
+        self.values.push(value);
+        (self.values.len() - 1) as u32
+    }
+}
+
 enum Values {
     I32(Vec<i32>),
     I64(Vec<i64>),
     Bool(Vec<bool>),
-    Str(Vec<ByteArray>),
+    /// Indexes into [`Symbols`].
+    Sym(Vec<u32>),
 }
 
 /// One column's buffered values; `def` holds the definition levels of an optional column
@@ -102,9 +125,10 @@ impl Row<'_> {
         self
     }
 
-    pub fn str(&mut self, v: &ByteArray) -> &mut Self {
-        if let Values::Str(values) = &mut self.next().values {
-            values.push(v.clone());
+    /// A string, as its index in [`Symbols`].
+    pub fn str(&mut self, v: u32) -> &mut Self {
+        if let Values::Sym(values) = &mut self.next().values {
+            values.push(v);
         }
         self
     }
@@ -133,20 +157,34 @@ impl Row<'_> {
         self
     }
 
-    pub fn opt_str(&mut self, v: Option<&ByteArray>) -> &mut Self {
+    pub fn opt_str(&mut self, v: Option<u32>) -> &mut Self {
         let column = self.null_or(v.is_some());
-        if let (Values::Str(values), Some(v)) = (&mut column.values, v) {
-            values.push(v.clone());
+        if let (Values::Sym(values), Some(v)) = (&mut column.values, v) {
+            values.push(v);
         }
         self
     }
 }
 
 struct Partition {
+    key: String,
     columns: Vec<Column>,
     rows: usize,
-    /// (temporary path, final path, writer) once the first row group is written.
-    file: Option<(PathBuf, PathBuf, SerializedFileWriter<BufWriter<File>>)>,
+}
+
+/// A column of one row group, ready for the writer thread.
+enum Batch {
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    Bool(Vec<bool>),
+    Str(Vec<ByteArray>),
+}
+
+/// One row group of one partition.
+struct Job {
+    partition: usize,
+    dir: PathBuf,
+    columns: Vec<(Batch, Option<Vec<i16>>)>,
 }
 
 /// One table of one run: `DIR/<table>/run=<id>/[<key>=<value>/]part-0.parquet`.
@@ -156,16 +194,60 @@ pub struct Table {
     dir: PathBuf,
     /// The partition column below the run (`rank`), if any.
     partition_by: Option<&'static str>,
-    schema: Arc<parquet::schema::types::Type>,
-    props: Arc<WriterProperties>,
-    partitions: HashMap<String, Partition>,
+    partitions: Vec<Partition>,
+    by_key: HashMap<String, usize>,
     buffered: usize,
+    jobs: Option<SyncSender<Job>>,
+    writer: Option<JoinHandle<std::io::Result<u64>>>,
     pub rows: u64,
     pub bytes: u64,
 }
 
 fn parquet_err(e: parquet::errors::ParquetError) -> std::io::Error {
     std::io::Error::other(e.to_string())
+}
+
+/// The writer thread: one open file per partition, a row group per job; at the end (the
+/// channel closed) every file is closed and renamed into place. Returns the bytes written.
+fn write_jobs(
+    jobs: Receiver<Job>,
+    schema: Arc<parquet::schema::types::Type>,
+    props: Arc<WriterProperties>,
+) -> std::io::Result<u64> {
+    let mut files: HashMap<usize, (PathBuf, PathBuf, SerializedFileWriter<BufWriter<File>>)> = HashMap::new();
+    for job in jobs {
+        if !files.contains_key(&job.partition) {
+            std::fs::create_dir_all(&job.dir)?;
+            let (tmp, done) = (job.dir.join(".part-0.parquet.tmp"), job.dir.join("part-0.parquet"));
+            let out = BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
+            let writer =
+                SerializedFileWriter::new(out, schema.clone(), props.clone()).map_err(parquet_err)?;
+            files.insert(job.partition, (tmp, done, writer));
+        }
+        let Some((_, _, writer)) = files.get_mut(&job.partition) else { continue };
+        let mut group = writer.next_row_group().map_err(parquet_err)?;
+        let mut columns = job.columns.iter();
+        while let Some(mut out) = group.next_column().map_err(parquet_err)? {
+            let Some((batch, def)) = columns.next() else { break };
+            let def = def.as_deref();
+            match batch {
+                Batch::I32(v) => out.typed::<Int32Type>().write_batch(v, def, None),
+                Batch::I64(v) => out.typed::<Int64Type>().write_batch(v, def, None),
+                Batch::Bool(v) => out.typed::<BoolType>().write_batch(v, def, None),
+                Batch::Str(v) => out.typed::<ByteArrayType>().write_batch(v, def, None),
+            }
+            .map_err(parquet_err)?;
+            out.close().map_err(parquet_err)?;
+        }
+        group.close().map_err(parquet_err)?;
+    }
+    let mut bytes = 0;
+    for (_, (tmp, done, writer)) in files {
+        writer.close().map_err(parquet_err)?;
+        bytes += std::fs::metadata(&tmp)?.len();
+        std::fs::rename(&tmp, &done)?;
+    }
+    Ok(bytes)
 }
 
 impl Table {
@@ -204,128 +286,123 @@ impl Table {
                 .set_column_dictionary_enabled(path.clone(), false)
                 .set_column_encoding(path, Encoding::DELTA_BINARY_PACKED);
         }
+        let (schema, props) = (Arc::new(schema), Arc::new(props.build()));
+        let (jobs, receiver) = sync_channel(1);
+        let writer = std::thread::Builder::new()
+            .name(format!("parquet-{name}"))
+            .spawn(move || write_jobs(receiver, schema, props))?;
         Ok(Table {
             specs,
             dir: dir.to_path_buf(),
             partition_by,
-            schema: Arc::new(schema),
-            props: Arc::new(props.build()),
-            partitions: HashMap::new(),
+            partitions: Vec::new(),
+            by_key: HashMap::new(),
             buffered: 0,
+            jobs: Some(jobs),
+            writer: Some(writer),
             rows: 0,
             bytes: 0,
         })
     }
 
-    fn empty_columns(specs: &[Spec]) -> Vec<Column> {
-        specs
+    /// The partition with value `key` (ignored for a table without partitions), for `push`.
+    pub fn partition(&mut self, key: &str) -> usize {
+        if let Some(&at) = self.by_key.get(key) {
+            return at;
+        }
+        let columns = self
+            .specs
             .iter()
             .map(|s| Column {
                 values: match s.kind {
                     Kind::I32 => Values::I32(Vec::new()),
                     Kind::I64 => Values::I64(Vec::new()),
                     Kind::Bool => Values::Bool(Vec::new()),
-                    Kind::Str => Values::Str(Vec::new()),
+                    Kind::Str => Values::Sym(Vec::new()),
                 },
                 def: s.optional.then(Vec::new),
             })
-            .collect()
+            .collect();
+        self.partitions.push(Partition { key: key.to_string(), columns, rows: 0 });
+        self.by_key.insert(key.to_string(), self.partitions.len() - 1);
+        self.partitions.len() - 1
     }
 
-    /// Adds a row to partition `key` (ignored for a table without partitions): fill it in
-    /// schema order through `fill`.
-    pub fn push(&mut self, key: &str, fill: impl FnOnce(&mut Row<'_>)) -> std::io::Result<()> {
-        let specs = self.specs;
-        let partition = match self.partitions.get_mut(key) {
-            Some(p) => p,
-            None => self.partitions.entry(key.to_string()).or_insert_with(|| Partition {
-                columns: Table::empty_columns(specs),
-                rows: 0,
-                file: None,
-            }),
-        };
+    /// Adds a row to partition `at` (from [`Table::partition`]): `fill` gives its values in
+    /// schema order. `symbols` resolves the strings of row groups written out meanwhile.
+    pub fn push(
+        &mut self,
+        symbols: &Symbols,
+        at: usize,
+        fill: impl FnOnce(&mut Row<'_>),
+    ) -> std::io::Result<()> {
+        let partition = &mut self.partitions[at];
         fill(&mut Row { columns: &mut partition.columns, at: 0 });
         partition.rows += 1;
         self.buffered += 1;
         self.rows += 1;
         if partition.rows >= GROUP_ROWS {
-            self.flush(&key.to_string())?;
+            self.flush(symbols, at)?;
         } else if self.buffered >= TABLE_BUDGET_ROWS {
-            let largest = self.partitions.iter().max_by_key(|(_, p)| p.rows).map(|(k, _)| k.clone());
-            if let Some(largest) = largest {
-                self.flush(&largest)?;
-            }
+            let largest = (0..self.partitions.len()).max_by_key(|&i| self.partitions[i].rows).unwrap_or(at);
+            self.flush(symbols, largest)?;
         }
         Ok(())
     }
 
-    /// Writes partition `key`'s buffered rows as one row group.
-    fn flush(&mut self, key: &String) -> std::io::Result<()> {
-        let Some(partition) = self.partitions.get_mut(key) else { return Ok(()) };
+    /// Hands partition `at`'s buffered rows to the writer thread as one row group.
+    fn flush(&mut self, symbols: &Symbols, at: usize) -> std::io::Result<()> {
+        let partition = &mut self.partitions[at];
         if partition.rows == 0 {
             return Ok(());
         }
-        if partition.file.is_none() {
-            let dir = match self.partition_by {
-                Some(column) => self.dir.join(format!("{column}={key}")),
-                None => self.dir.clone(),
-            };
-            std::fs::create_dir_all(&dir)?;
-            let (tmp, done) = (dir.join(".part-0.parquet.tmp"), dir.join("part-0.parquet"));
-            let out = BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
-            let writer = SerializedFileWriter::new(out, self.schema.clone(), self.props.clone())
-                .map_err(parquet_err)?;
-            partition.file = Some((tmp, done, writer));
-        }
-        let Some((_, _, writer)) = partition.file.as_mut() else { return Ok(()) };
-        let mut group = writer.next_row_group().map_err(parquet_err)?;
-        let mut columns = partition.columns.iter_mut();
-        while let Some(mut out) = group.next_column().map_err(parquet_err)? {
-            let Some(column) = columns.next() else { break };
-            let def = column.def.as_deref();
-            match &mut column.values {
-                Values::I32(v) => {
-                    out.typed::<Int32Type>().write_batch(v, def, None).map_err(parquet_err)?;
-                    v.clear();
-                }
-                Values::I64(v) => {
-                    out.typed::<Int64Type>().write_batch(v, def, None).map_err(parquet_err)?;
-                    v.clear();
-                }
-                Values::Bool(v) => {
-                    out.typed::<BoolType>().write_batch(v, def, None).map_err(parquet_err)?;
-                    v.clear();
-                }
-                Values::Str(v) => {
-                    out.typed::<ByteArrayType>().write_batch(v, def, None).map_err(parquet_err)?;
-                    v.clear();
-                }
-            }
-            if let Some(def) = &mut column.def {
-                def.clear();
-            }
-            out.close().map_err(parquet_err)?;
-        }
-        group.close().map_err(parquet_err)?;
+        let columns = partition
+            .columns
+            .iter_mut()
+            .map(|column| {
+                let batch = match &mut column.values {
+                    Values::I32(v) => Batch::I32(std::mem::take(v)),
+                    Values::I64(v) => Batch::I64(std::mem::take(v)),
+                    Values::Bool(v) => Batch::Bool(std::mem::take(v)),
+                    Values::Sym(v) => {
+                        let strings = v.iter().map(|&i| symbols.values[i as usize].clone()).collect();
+                        v.clear();
+                        Batch::Str(strings)
+                    }
+                };
+                (batch, column.def.as_mut().map(std::mem::take))
+            })
+            .collect();
+        let dir = match self.partition_by {
+            Some(column) => self.dir.join(format!("{column}={}", partition.key)),
+            None => self.dir.clone(),
+        };
         self.buffered -= partition.rows;
         partition.rows = 0;
-        Ok(())
+        let job = Job { partition: at, dir, columns };
+        if self.jobs.as_ref().is_some_and(|jobs| jobs.send(job).is_ok()) {
+            return Ok(());
+        }
+        // The writer thread stopped: its error says why.
+        self.join().and(Err(std::io::Error::other("the Parquet writer thread stopped")))
+    }
+
+    fn join(&mut self) -> std::io::Result<u64> {
+        self.jobs = None;
+        match self.writer.take().map(JoinHandle::join) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(std::io::Error::other("the Parquet writer thread panicked")),
+            None => Ok(0),
+        }
     }
 
     /// Writes what is buffered and puts every file in place. A table with no row writes no
     /// file (engines read a missing partition as no rows).
-    pub fn finish(mut self) -> std::io::Result<Table> {
-        let keys: Vec<String> = self.partitions.keys().cloned().collect();
-        for key in &keys {
-            self.flush(key)?;
+    pub fn finish(mut self, symbols: &Symbols) -> std::io::Result<Table> {
+        for at in 0..self.partitions.len() {
+            self.flush(symbols, at)?;
         }
-        for (_, partition) in self.partitions.drain() {
-            if let Some((tmp, done, writer)) = partition.file {
-                writer.close().map_err(parquet_err)?;
-                self.bytes += std::fs::metadata(&tmp)?.len();
-                std::fs::rename(&tmp, &done)?;
-            }
-        }
+        self.bytes = self.join()?;
         Ok(self)
     }
 }
