@@ -216,15 +216,17 @@ fn write_jobs(
 ) -> std::io::Result<u64> {
     let mut files: HashMap<usize, (PathBuf, PathBuf, SerializedFileWriter<BufWriter<File>>)> = HashMap::new();
     for job in jobs {
-        if !files.contains_key(&job.partition) {
-            std::fs::create_dir_all(&job.dir)?;
-            let (tmp, done) = (job.dir.join(".part-0.parquet.tmp"), job.dir.join("part-0.parquet"));
-            let out = BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
-            let writer =
-                SerializedFileWriter::new(out, schema.clone(), props.clone()).map_err(parquet_err)?;
-            files.insert(job.partition, (tmp, done, writer));
-        }
-        let Some((_, _, writer)) = files.get_mut(&job.partition) else { continue };
+        let writer = match files.entry(job.partition) {
+            std::collections::hash_map::Entry::Occupied(entry) => &mut entry.into_mut().2,
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                std::fs::create_dir_all(&job.dir)?;
+                let (tmp, done) = (job.dir.join(".part-0.parquet.tmp"), job.dir.join("part-0.parquet"));
+                let out = BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
+                let writer =
+                    SerializedFileWriter::new(out, schema.clone(), props.clone()).map_err(parquet_err)?;
+                &mut entry.insert((tmp, done, writer)).2
+            }
+        };
         let mut group = writer.next_row_group().map_err(parquet_err)?;
         let mut columns = job.columns.iter();
         while let Some(mut out) = group.next_column().map_err(parquet_err)? {
