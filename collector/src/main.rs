@@ -4,6 +4,7 @@
 mod drain;
 mod energy;
 mod launch;
+mod node;
 mod segment;
 mod timebase;
 mod torch_hook;
@@ -41,7 +42,8 @@ fn long_help() -> String {
 #[derive(Parser, Debug)]
 #[command(name = "mlprof-collect", version, about = "Record a process tree's file I/O, clock reads and ioctls into run.bin", after_help = AFTER_HELP, after_long_help = long_help())]
 struct Args {
-    /// Output run file.
+    /// Output run file; `%h` is replaced by the host name, `%n` by the node index
+    /// (SLURM_NODEID, GROUP_RANK, or torchrun's --node_rank), `%%` by `%`.
     #[arg(long, short, default_value = "run.bin")]
     out: PathBuf,
     /// Session name (attach mode; also usable in launcher mode). Defaults to $MLPROF_SESSION or 'default'.
@@ -85,7 +87,17 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    let env = |name: &str| std::env::var(name).ok();
+    args.out = node::expand_out(&args.out, &args.command, &hostname(), &env);
+    if !args.no_energy
+        && let Some(why) = node::energy_left_to_another(&env)
+    {
+        if !args.quiet {
+            eprintln!("mlprof-collect: energy: not sampled here ({why})");
+        }
+        args.no_energy = true;
+    }
     match run(args) {
         Ok(code) => code,
         Err(message) => {
