@@ -21,6 +21,11 @@ fi
 if ! "$python" -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2, google.protobuf' >/dev/null 2>&1; then
     "$python" -m pip install --quiet --disable-pip-version-check perfetto protobuf >&2
 fi
+# DuckDB, PySpark (local mode, on the machine's Java 17) and pyarrow read the Parquet that
+# `mlprof export` writes (tests/tests/scale.rs, tests/scripts/query_export.py).
+if ! "$python" -c 'import duckdb, pyspark, pyarrow' >/dev/null 2>&1; then
+    "$python" -m pip install --quiet --disable-pip-version-check duckdb pyspark pyarrow >&2
+fi
 # ruff lints and formats the repository's Python (scripts/test.sh); pinned so CI asks the same.
 if [ "$("$python" -m ruff --version 2>/dev/null)" != "ruff 0.17.6" ]; then
     "$python" -m pip install --quiet --disable-pip-version-check ruff==0.17.6 >&2
