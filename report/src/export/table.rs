@@ -27,8 +27,8 @@ use parquet::schema::types::ColumnPath;
 /// Rows per row group when a partition fills one by itself.
 const GROUP_ROWS: usize = 256 << 10;
 /// Rows a table holds in memory at most, over all its partitions: the largest partition is
-/// written out when they are more (about 60 MB for the events table, at 58 bytes a row).
-const TABLE_BUDGET_ROWS: usize = 1 << 20;
+/// written out when they are more (about 30 MB for the events table, at 58 bytes a row).
+const TABLE_BUDGET_ROWS: usize = 512 << 10;
 
 /// A column's physical type.
 #[derive(Clone, Copy)]
