@@ -30,18 +30,34 @@ use crate::user_memory;
 pub use lifecycle::{after_raw_fork_in_child, note_vfork, record_process_exit, set_thread_device};
 pub use session::clock_events;
 
-/// Joins early from the library's constructor (hooks also join lazily, since other libraries'
-/// constructors can call them first); returns whether the process records.
+/// From the library's constructor: registers the fork and exit handlers (here, where no
+/// preloaded malloc can be in the middle of its own work, since registering may allocate) and
+/// joins early (hooks also join lazily, since other libraries' constructors can call them
+/// first). Returns whether the process records.
 pub fn init_from_constructor() -> bool {
     let Some(state) = guard::current() else { return false };
-    !state.in_hook.get() && state.foreign(session::join)
+    if state.in_hook.get() {
+        return false;
+    }
+    state.foreign(lifecycle::register_process_hooks);
+    session::is_active_quick() || (session::may_join() && state.foreign(session::join))
 }
 
 /// Whether this process records, joining its session on first use, or again once its
 /// collector went away and a retry is due (with the guard held: see `session::join`).
 #[inline(always)]
 fn records(state: &ThreadRef) -> bool {
-    session::is_active_quick() || (session::may_join() && state.foreign(session::join))
+    session::is_active_quick() || (session::may_join() && join_now(state))
+}
+
+/// Joins from a hook, with the guard held. Joining calls no hooked function (raw system
+/// calls only, no allocation), so a call arriving meanwhile is a signal handler's, and counts.
+#[cold]
+fn join_now(state: &ThreadRef) -> bool {
+    state.in_hook.set(true);
+    let joined = session::join();
+    state.in_hook.set(false);
+    joined
 }
 
 /// The calling thread when its call is to be recorded; `None` when it must pass through: our
