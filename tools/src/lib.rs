@@ -1,4 +1,8 @@
 //! `mlprof`: reports on run files written by `mlprof-collect`.
+//!
+//! The program is a library whose one public item is [`main`]: `src/bin/mlprof.rs` calls it,
+//! and so does the `mlprof` of the Python wheel (crate `wheel/`), which then reuses this crate
+//! as compiled by `cargo build --release` instead of compiling it again.
 
 mod chrome;
 mod energy;
@@ -66,7 +70,8 @@ enum Command {
     },
 }
 
-fn main() -> ExitCode {
+/// The whole `mlprof` program: parses the command line, runs the report.
+pub fn main() -> ExitCode {
     // Like other Unix tools, end quietly when the reader of our output goes away (`| head`).
     // Safety: restoring the default disposition of SIGPIPE before any output.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };

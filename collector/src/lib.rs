@@ -1,5 +1,9 @@
 //! `mlprof-collect`: creates the shared-memory ring, runs or serves the profiled processes,
 //! drains the ring into `run.bin`, and prints a one-paragraph summary.
+//!
+//! The program is a library whose one public item is [`main`]: `src/bin/mlprof-collect.rs`
+//! calls it, and so does the `mlprof-collect` of the Python wheel (crate `wheel/`), which then
+//! reuses this crate as compiled by `cargo build --release` instead of compiling it again.
 
 mod drain;
 mod energy;
@@ -84,7 +88,8 @@ struct Args {
     command: Vec<String>,
 }
 
-fn main() -> ExitCode {
+/// The whole `mlprof-collect` program: parses the command line, runs, reports.
+pub fn main() -> ExitCode {
     let args = Args::parse();
     match run(args) {
         Ok(code) => code,
