@@ -56,6 +56,13 @@ fn run_ok(cmd: Command, what: &str) -> Output {
     o
 }
 
+/// Runs `cmd`, which runs `writer PATH n 0` (itself or under the collector): it must succeed
+/// and pass the writer's stdout through.
+fn run_writer(cmd: Command, n: u64, what: &str) {
+    let o = run_ok(cmd, what);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), format!("done {n}\n"), "{what}: stdout\n{}", describe(&o));
+}
+
 /// Every file and directory under `dir`, relative to it.
 fn listing(dir: &Path) -> Vec<PathBuf> {
     fn walk(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
@@ -230,13 +237,7 @@ fn wheel_install_run_uninstall() {
         &N.to_string(),
         "0",
     ]);
-    let o = run_ok(c, "mlprof-collect --out run.bin -- writer");
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout),
-        format!("done {N}\n"),
-        "writer's stdout\n{}",
-        describe(&o)
-    );
+    run_writer(c, N, "mlprof-collect --out run.bin -- writer");
     let launched = installed_summary(&path, &work, "run.bin");
     assert_writer_counts(&launched, &format!("{prog} {out_file} {N} 0"), N);
 
@@ -298,13 +299,7 @@ fn wheel_install_run_uninstall() {
         .current_dir(&work)
         .args(["-c", r#"LD_PRELOAD=$(mlprof-collect --print-preload) "$0" "$@""#, &prog])
         .args([&attached_file, &N.to_string(), "0"]);
-    let o = run_ok(c, "LD_PRELOAD=$(mlprof-collect --print-preload) writer");
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout),
-        format!("done {N}\n"),
-        "attached writer\n{}",
-        describe(&o)
-    );
+    run_writer(c, N, "LD_PRELOAD=$(mlprof-collect --print-preload) writer");
     // Safety: signalling our own child, not yet waited for.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = child.wait().expect("wait for the attach collector");
