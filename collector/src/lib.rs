@@ -1,5 +1,9 @@
 //! `mlprof-collect`: creates the shared-memory ring, runs or serves the profiled processes,
 //! drains the ring into `run.bin`, and prints a one-paragraph summary.
+//!
+//! The program is a library whose one public item is [`main`]: `src/bin/mlprof-collect.rs`
+//! calls it, and so does the `mlprof-collect` of the Python wheel (crate `wheel/`), which then
+//! reuses this crate as compiled by `cargo build --release` instead of compiling it again.
 
 mod drain;
 mod energy;
@@ -28,8 +32,8 @@ Modes:
       writes run.bin and exits with CMD's exit status.
   mlprof-collect --out run.bin [--session NAME]
       Attach: serves the session until SIGINT/SIGTERM. Any process started elsewhere with
-      LD_PRELOAD=/path/to/libmlprof.so (and MLPROF_SESSION=NAME for a session other than
-      'default') joins it.
+      LD_PRELOAD=$(mlprof-collect --print-preload) (and MLPROF_SESSION=NAME for a session
+      other than 'default') joins it.
 
 Then: mlprof summary run.bin, mlprof convert run.bin -o trace.json
 Environment variables: see --help.";
@@ -47,9 +51,14 @@ struct Args {
     /// Session name (attach mode; also usable in launcher mode). Defaults to $MLPROF_SESSION or 'default'.
     #[arg(long)]
     session: Option<String>,
-    /// libmlprof.so to preload (default: $MLPROF_PRELOAD, else the one next to this binary).
+    /// libmlprof.so to preload (default: $MLPROF_PRELOAD, else the one next to this binary,
+    /// else the one of the Python package installed with it).
     #[arg(long)]
     preload: Option<PathBuf>,
+    /// Print the absolute path of the libmlprof.so the launcher would inject and exit, for
+    /// attach mode: `LD_PRELOAD=$(mlprof-collect --print-preload) python train.py`.
+    #[arg(long, conflicts_with = "command")]
+    print_preload: bool,
     /// Lanes in the ring: threads that can record at the same time.
     #[arg(long, default_value_t = RingGeometry::DEFAULT.lane_count)]
     lanes: u32,
@@ -84,7 +93,8 @@ struct Args {
     command: Vec<String>,
 }
 
-fn main() -> ExitCode {
+/// The whole `mlprof-collect` program: parses the command line, runs, reports.
+pub fn main() -> ExitCode {
     let args = Args::parse();
     match run(args) {
         Ok(code) => code,
@@ -96,6 +106,10 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<ExitCode, String> {
+    if args.print_preload {
+        println!("{}", launch::find_preload(args.preload.as_deref())?.display());
+        return Ok(ExitCode::SUCCESS);
+    }
     let geometry = RingGeometry { lane_count: args.lanes, lane_capacity: args.lane_records };
     if !geometry.is_valid() {
         return Err("--lanes must be 1..=65536 and --lane-records a power of two in 64..=16777216".into());
