@@ -35,6 +35,8 @@ struct Stream {
     tid: u32,
     /// The process image the thread belongs to (see `Lane::image`).
     image: u64,
+    /// When the collector first saw the claim.
+    opened: Instant,
     refused: bool,
     aggregates: [(u64, u64, u64); AGG_SLOTS],
     /// (dropped, interrupted) as last written.
@@ -71,8 +73,11 @@ pub struct Drainer {
     final_aggregates: u64,
     uid: u32,
     /// Process images that announced themselves without a fork (a program started or exec'd)
-    /// during this pass: (pid, image). Lanes of an older image of the same pid are freed.
-    new_images: Vec<(u32, u64)>,
+    /// during this pass: pid → (start time, image), the latest per pid (a pass can see several
+    /// images of one pid: an exec chain). Lanes of any other image of that pid are freed.
+    new_images: HashMap<u32, (u64, u64)>,
+    /// The latest image announced by each pid.
+    current_images: HashMap<u32, u64>,
     /// Lanes seen `CLAIMING` at the last liveness check, with their state word: a lane still
     /// holding the same word a period later was abandoned by a killed claimer.
     claiming: HashMap<u32, u32>,
@@ -103,7 +108,8 @@ impl Drainer {
             final_aggregates: 0,
             // Safety: geteuid cannot fail.
             uid: unsafe { libc::geteuid() },
-            new_images: Vec::new(),
+            new_images: HashMap::new(),
+            current_images: HashMap::new(),
             claiming: HashMap::new(),
             exits: HashSet::new(),
             quiet,
@@ -205,6 +211,7 @@ impl Drainer {
             pid,
             tid,
             image,
+            opened: Instant::now(),
             refused,
             aggregates: [(0, 0, 0); AGG_SLOTS],
             dropped: (0, 0),
@@ -263,7 +270,10 @@ impl Drainer {
                         forked: event.extra & PROC_FORKED != 0,
                     };
                     if !process.forked {
-                        new_images.push((pid, image));
+                        let latest = new_images.entry(pid).or_insert((process.start_ns, image));
+                        if process.start_ns >= latest.0 {
+                            *latest = (process.start_ns, image);
+                        }
                     }
                     // A fork child refers to its parent's command line, which the parent's lane
                     // may deliver later in this pass: wait for it.
@@ -424,6 +434,22 @@ impl Drainer {
             }
         }
         self.claiming = claiming;
+        // A lane of an older image that the collector first saw after the newer image announced
+        // itself: after a liveness period it cannot be a newer image's lane whose announcement
+        // is still on its way, so it is the replaced image's.
+        let stale: Vec<u32> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| {
+                self.current_images.get(&s.pid).is_some_and(|&image| image != s.image)
+                    && s.opened.elapsed() >= LIVENESS_EVERY
+            })
+            .map(|(&index, _)| index)
+            .collect();
+        for index in stale {
+            self.drain_lane(index)?;
+            self.close_stream(index)?;
+        }
         self.write_batch()
     }
 
@@ -435,10 +461,11 @@ impl Drainer {
             return Ok(());
         }
         let new_images = std::mem::take(&mut self.new_images);
+        self.current_images.extend(new_images.iter().map(|(&pid, &(_, image))| (pid, image)));
         let replaced: Vec<u32> = self
             .streams
             .iter()
-            .filter(|(_, s)| new_images.iter().any(|&(pid, image)| s.pid == pid && s.image != image))
+            .filter(|(_, s)| new_images.get(&s.pid).is_some_and(|&(_, image)| s.image != image))
             .map(|(&index, _)| index)
             .collect();
         for index in replaced {
