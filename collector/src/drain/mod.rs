@@ -22,6 +22,12 @@ use mlprof_format::runfile::{
 use crate::segment::Segment;
 use crate::timebase::Timebase;
 
+mod procfs;
+mod strings;
+
+use procfs::{owner_uid, thread_alive, zombie_exit};
+use strings::{Strings, split_argv};
+
 const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);
 const LIVENESS_EVERY: Duration = Duration::from_millis(100);
 /// String bytes kept in memory to name processes (ids are kept for every string).
@@ -339,45 +345,6 @@ impl Drainer {
     }
 }
 
-/// The strings the run has defined: every id (so each is written once), and the bytes of the
-/// first [`STRING_MEMORY_LIMIT`] bytes' worth (to name processes by their command line).
-#[derive(Default)]
-struct Strings {
-    known: HashSet<u64>,
-    bytes: HashMap<u64, Vec<u8>>,
-    memory: usize,
-}
-
-impl Strings {
-    /// Writes string `id` to the run file the first time it is defined.
-    fn define(&mut self, writer: &mut RunWriter, id: u64, bytes: &[u8]) -> io::Result<()> {
-        if self.known.insert(id) {
-            writer.write_string(id, bytes)?;
-            if self.memory + bytes.len() <= STRING_MEMORY_LIMIT {
-                self.memory += bytes.len();
-                self.bytes.insert(id, bytes.to_vec());
-            }
-        }
-        Ok(())
-    }
-
-    fn is_known(&self, id: u64) -> bool {
-        self.known.contains(&id)
-    }
-
-    fn bytes(&self, id: u64) -> Option<&[u8]> {
-        self.bytes.get(&id).map(Vec::as_slice)
-    }
-}
-
-fn split_argv(bytes: &[u8]) -> Vec<String> {
-    bytes
-        .split(|&b| b == 0)
-        .filter(|part| !part.is_empty())
-        .map(|part| String::from_utf8_lossy(part).into_owned())
-        .collect()
-}
-
 impl Drainer {
     /// Writes the pass's events in end-time order, and any held events whose path is now known.
     fn write_batch(&mut self) -> io::Result<()> {
@@ -608,37 +575,4 @@ impl Drainer {
         })?;
         Ok(self.totals)
     }
-}
-
-/// A thread is alive while /proc lists it and it is not a zombie.
-fn thread_alive(pid: u32, tid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) {
-        Ok(stat) => match stat.rfind(')').and_then(|at| stat[at + 1..].split_whitespace().next()) {
-            Some(state) => state != "Z" && state != "X",
-            None => true,
-        },
-        Err(_) => false,
-    }
-}
-
-/// How process `pid` ended, while it is a zombie (its parent has not reaped it yet): field 52
-/// of /proc/PID/stat is its wait status. (exit code, signal).
-fn zombie_exit(pid: u32) -> Option<(Option<i32>, Option<i32>)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();
-    // After the ')' the fields start at 3 (state); the wait status is field 52.
-    if fields.first() != Some(&"Z") {
-        return None;
-    }
-    let status: i32 = fields.get(52 - 3)?.parse().ok()?;
-    if status & 0x7f != 0 {
-        Some((None, Some(status & 0x7f)))
-    } else {
-        Some((Some((status >> 8) & 0xff), None))
-    }
-}
-
-fn owner_uid(pid: u32) -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
 }
