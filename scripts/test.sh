@@ -7,14 +7,8 @@
 #   MLPROF_FUZZ_SECONDS  seconds per fuzz target (default 30; fuzz/run.sh 600 for a long run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/system-deps.sh
 env_python="$(scripts/python-env.sh)"
-# System packages some tests need, installed when we are root and they are missing (quietly,
-# and only once): libfaketime shifts one collector's wall clock in the two-node merge test
-# (tests/tests/scale.rs). Without apt (or root) that test skips, saying so.
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && ! command -v faketime >/dev/null 2>&1; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime) >/dev/null 2>&1 ||
-        echo "test.sh: could not install faketime; the two-node merge test will skip" >&2
-fi
 MLPROF_TEST_PYTHON="${MLPROF_TEST_PYTHON:-$env_python}"
 export MLPROF_TEST_PYTHON
 cargo fmt --all -- --check

@@ -1,7 +1,7 @@
 """A tiny DDP job for torchrun (gloo backend, CPU): a few steps of a linear model with an
 explicit all_reduce per step, so every rank makes the same sequence of blocking collectives.
 
-Used by tests/tests/ranks.rs: `torchrun --nproc_per_node=2 ddp_gloo.py --steps N`.
+Used by tests/tests/scale.rs: `torchrun --nproc_per_node=2 ddp_gloo.py --steps N`.
 """
 
 import argparse

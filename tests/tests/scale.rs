@@ -234,7 +234,7 @@ fn two_nodes_with_disagreeing_clocks_merge_on_one_axis() {
         return;
     }
     let Some(faketime) = libfaketime() else {
-        skip("libfaketime is not installed (apt-get install faketime; scripts/test.sh does it as root)");
+        skip("libfaketime is not installed (apt-get install faketime; scripts/system-deps.sh does it as root)");
         return;
     };
     let dir = TempDir::new("nodes");
