@@ -1,5 +1,7 @@
 """A tiny DDP job for torchrun (gloo backend, CPU): a few steps of a linear model with an
 explicit all_reduce per step, so every rank makes the same sequence of blocking collectives.
+With `--workers N`, each rank's batches come from a DataLoader with N worker processes (forked
+children that inherit the rank's environment).
 
 Used by tests/tests/scale.rs: `torchrun --nproc_per_node=2 ddp_gloo.py --steps N`.
 """
@@ -15,14 +17,16 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--slow-rank", type=int, default=-1, help="this rank sleeps 20 ms per step")
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes per rank")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    x = torch.randn(8, 16)
-    for _ in range(args.steps):
+    data = torch.utils.data.TensorDataset(torch.randn(8 * args.steps, 16))
+    loader = torch.utils.data.DataLoader(data, batch_size=8, num_workers=args.workers)
+    for (x,) in loader:
         if rank == args.slow_rank:
             import time
 

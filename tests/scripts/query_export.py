@@ -1,7 +1,8 @@
 """Reads an `mlprof export --parquet DIR` with an existing engine and prints, per run, what
 tests/tests/scale.rs compares with `mlprof summary --json`: calls per function name (events and
 gpu_calls rows by name, spans rows by kind as itt_task, itt_marker, ...), ITT tasks and frames
-per (domain, name), and the processes' pids, ranks and exit codes.
+per (domain, name), and the processes' pids, ranks and exit codes; with DuckDB also, under
+"columns", each table's column names.
 
     python query_export.py duckdb|spark DIR
 """
@@ -22,6 +23,13 @@ def duckdb_tables(root: str) -> dict:
         return f"read_parquet('{root}/{table}/**/*.parquet', hive_partitioning=1, union_by_name=1)"
 
     out: dict = {}
+    # The columns each table has as the engine sees it (partition columns included).
+    for table in ("events", "spans", "gpu_calls", "processes", "files", "energy", "runs"):
+        try:
+            names = [r[0] for r in rows(f"describe select * from {source(table)}")]
+        except duckdb.IOException:
+            continue  # no run wrote this table
+        out.setdefault("columns", {})[table] = names
     for run, name, n in rows(f"select run, name, count(*) from {source('events')} group by all"):
         out.setdefault(run, {}).setdefault("calls", {})[name] = n
     try:

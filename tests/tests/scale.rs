@@ -129,6 +129,34 @@ fn assert_export_matches(engine: &str, read: &Value, summary: &Value, what: &str
     assert_eq!(got, want, "{engine}, {what}: processes (pid, exec, rank, exit)");
 }
 
+/// The columns issue 12 names for each table (a contract: more may follow, none may go), as
+/// DuckDB reads them with Hive partitioning (`run` and `rank` come from the paths).
+fn assert_contract_columns(read: &Value) {
+    let contract: &[(&str, &[&str])] = &[
+        (
+            "events",
+            &[
+                "name", "pid", "tid", "rank", "start_ns", "dur_ns", "fd", "bytes", "ret", "errno", "path",
+                "run",
+            ],
+        ),
+        ("spans", &["name", "domain", "pid", "tid", "rank", "start_ns", "dur_ns", "depth", "id", "run"]),
+        ("processes", &["pid", "ppid", "rank", "host", "cmdline", "exit_code", "signal", "run"]),
+        ("files", &["path", "run"]),
+    ];
+    for (table, want) in contract {
+        let have: Vec<&str> = read["columns"][table]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {table} table read: {}", read["columns"]))
+            .iter()
+            .map(|c| c.as_str().unwrap())
+            .collect();
+        for column in *want {
+            assert!(have.contains(column), "{table} lacks {column}: {have:?}");
+        }
+    }
+}
+
 #[test]
 fn torchrun_two_ranks_under_one_collector() {
     if !require_torch() || !require_python_modules(&["duckdb"]) {
@@ -148,6 +176,8 @@ fn torchrun_two_ranks_under_one_collector() {
         "6".into(),
         "--slow-rank".into(),
         "1".into(),
+        "--workers".into(),
+        "1".into(),
     ];
     let o = run_collect_env(&out, &["--torch"], &cmd, &[], limit());
     assert!(o.status.success(), "torchrun under mlprof-collect failed\n{}", describe(&o));
@@ -162,17 +192,36 @@ fn torchrun_two_ranks_under_one_collector() {
         assert_eq!(p["local_rank"].as_u64(), Some(*rank), "rank {rank}");
         assert_eq!(p["rank_source"], "RANK", "rank {rank}");
         assert!(p["cmdline"].as_str().unwrap().contains("ddp_gloo.py"), "rank {rank}: {p}");
+        // Its one DataLoader worker (forked, so it inherited the rank's environment) is marked
+        // as the rank's child, pointing at the rank's process.
+        let children: Vec<&Value> = processes.iter().filter(|p| p["rank_role"] == "child").collect();
+        assert_eq!(children.len(), 1, "rank {rank}: one DataLoader worker\n{processes:?}");
+        assert_eq!(children[0]["ppid"], p["pid"], "rank {rank}: {}", children[0]);
+        assert_eq!(children[0]["rank_main_pid"], p["pid"], "rank {rank}: {}", children[0]);
+        assert_eq!(processes.len(), 2, "rank {rank}: its process and its worker\n{processes:?}");
     }
+    // torchrun itself has no rank.
+    let unranked: Vec<&Value> =
+        summary["processes"].as_array().unwrap().iter().filter(|p| p["rank"].is_null()).collect();
+    assert!(unranked.iter().all(|p| p["rank_role"].is_null() && p["local_rank"].is_null()), "{unranked:?}");
+    assert!(unranked.iter().any(|p| p["cmdline"].as_str().unwrap().contains("torchrun")), "{unranked:?}");
     // Every process's exit was seen: torchrun's and both ranks' (they return from main).
     for p in summary["processes"].as_array().unwrap() {
         assert_eq!(p["exit_code"], 0, "exit of {p}");
     }
     let table = &summary["ranks"];
     assert_eq!(table["ranks"].as_array().unwrap().len(), 2, "{table}");
-    for row in table["ranks"].as_array().unwrap() {
+    let rows = table["ranks"].as_array().unwrap();
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row["rank"], i, "{row}");
         assert_eq!(row["steps"], 6, "{row}");
-        assert!(row["collectives"].as_u64().unwrap() >= 6, "{row}");
+        assert_eq!(row["processes"], 2, "{row}");
+        // Six explicit all_reduces and DDP's gradient all_reduce per step at least.
+        assert!(row["collectives"].as_u64().unwrap() >= 12, "{row}");
+        assert!(row["data_wait_ns"].as_u64().unwrap() > 0, "waits for the worker's batches: {row}");
     }
+    // Both ranks make the same sequence of blocking collectives.
+    assert_eq!(rows[0]["collectives"], rows[1]["collectives"], "{table}");
     // Rank 1 sleeps 20 ms before each step's work.
     let slow = table["stragglers"].as_array().unwrap().iter().filter(|s| s["slowest_rank"] == 1).count();
     assert!(slow * 2 > table["stragglers"].as_array().unwrap().len(), "stragglers: {table}");
@@ -185,15 +234,26 @@ fn torchrun_two_ranks_under_one_collector() {
     let pq = dir.join("parquet");
     let id = export(&pq, &out);
     let read = query("duckdb", &pq);
+    assert_contract_columns(&read);
     assert_export_matches("duckdb", &read[&id], &summary, "torchrun run");
+    // Each rank's events partition holds the events of that rank's processes and of no other.
     let event_ranks = read[&id]["event_ranks"].as_object().unwrap();
     for (rank, processes) in &ranks {
         let pids: Vec<u64> =
             event_ranks[&rank.to_string()].as_array().unwrap().iter().map(|p| p.as_u64().unwrap()).collect();
-        for p in processes {
-            assert!(pids.contains(&p["pid"].as_u64().unwrap()), "rank {rank} partition holds {pids:?}");
-        }
+        let mut want: Vec<u64> = processes.iter().map(|p| p["pid"].as_u64().unwrap()).collect();
+        want.sort();
+        want.dedup();
+        assert!(pids.iter().all(|p| want.contains(p)), "rank {rank} partition holds {pids:?}, want {want:?}");
+        let main = processes.iter().find(|p| p["rank_role"] == "main").unwrap();
+        assert!(pids.contains(&main["pid"].as_u64().unwrap()), "rank {rank}: {pids:?}");
     }
+    // And as PySpark reads it.
+    if !require_python_modules(&["pyspark"]) || !require_program("java", "for PySpark") {
+        return;
+    }
+    let read = query("spark", &pq);
+    assert_export_matches("spark", &read[&id], &summary, "torchrun run");
 }
 
 /// libfaketime's library, from the `faketime` package.
@@ -234,7 +294,9 @@ fn two_nodes_with_disagreeing_clocks_merge_on_one_axis() {
         return;
     }
     let Some(faketime) = libfaketime() else {
-        skip("libfaketime is not installed (apt-get install faketime; scripts/system-deps.sh does it as root)");
+        skip(
+            "libfaketime is not installed (apt-get install faketime; scripts/system-deps.sh does it as root)",
+        );
         return;
     };
     let dir = TempDir::new("nodes");
@@ -492,6 +554,7 @@ fn synthetic_64_ranks_on_4_nodes_merge_and_export() {
         return;
     }
     let read = query("duckdb", &pq);
+    assert_contract_columns(&read);
     assert_export_matches("duckdb", &read[&id], &summary, "synthetic merged run");
     assert_export_matches("duckdb", &read[&second], &summary_json(&single), "synthetic single run");
     if !require_python_modules(&["pyspark"]) || !require_program("java", "for PySpark") {
