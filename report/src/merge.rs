@@ -112,9 +112,13 @@ fn scan(path: &Path) -> Result<Scan, String> {
     let mut comms: Vec<(u32, u64, u64)> = Vec::new();
     let mut nccl: HashMap<(u32, u64, u16), Vec<(u64, u64)>> = HashMap::new();
     let mut pids = HashSet::new();
+    let mut described = false;
     while let Some(frame) = reader.next_frame().map_err(read_err)? {
         match frame {
-            Frame::RunInfo(info) => meta.info = info,
+            Frame::RunInfo(info) => {
+                meta.info = info;
+                described = true;
+            }
             Frame::Node(_) => {
                 return Err(format!(
                     "{} is already a merged run: merge the nodes' own files together",
@@ -163,6 +167,15 @@ fn scan(path: &Path) -> Result<Scan, String> {
             }
             _ => {}
         }
+    }
+    // Every writer puts the run's description first; without it (a damaged frame kind, skipped
+    // as unknown) the node's clock anchors are unknown and its place on the axis a guess.
+    if !described {
+        return Err(format!(
+            "{}: no run description (RunInfo frame, the first of every run file): its clocks are unknown, \
+             so it cannot be placed on the merged time axis",
+            path.display()
+        ));
     }
     for images in meta.images.values_mut() {
         images.sort_by_key(|i| i.info.start_ns);

@@ -565,3 +565,61 @@ fn synthetic_64_ranks_on_4_nodes_merge_and_export() {
     assert_export_matches("spark", &read[&id], &summary, "synthetic merged run");
     assert_export_matches("spark", &read[&second], &summary_json(&single), "synthetic single run");
 }
+
+/// A node's file cut short (its collector killed) merges and exports what it holds, with a
+/// warning; a corrupted one is refused with the byte offset of the damage, not a panic.
+#[test]
+fn merge_and_export_of_damaged_node_files() {
+    let dir = TempDir::new("damaged");
+    let (a, b) = (dir.join("node0.bin"), dir.join("node1.bin"));
+    synth_node(&a, 0, 2, 2, 50);
+    synth_node(&b, 1, 2, 2, 50);
+    let whole = std::fs::read(&b).unwrap();
+    let job = dir.join("job.bin");
+    let args = |inputs: &[&Path]| -> Vec<String> {
+        let mut v = vec!["merge".to_string()];
+        v.extend(inputs.iter().map(|p| p.display().to_string()));
+        v.extend(["-o".to_string(), job.display().to_string()]);
+        v
+    };
+
+    // Cut 100 bytes short: the end record and part of the last frame are gone.
+    let cut = dir.join("node1-cut.bin");
+    std::fs::write(&cut, &whole[..whole.len() - 100]).unwrap();
+    let argv = args(&[&a, &cut]);
+    let o = mlprof(&argv.iter().map(String::as_str).collect::<Vec<_>>());
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(said.contains("mlprof: warning:") && said.contains("node1-cut.bin"), "{said}");
+    let merged = summary_json(&job);
+    // Every process of both nodes is there (their frames precede the events), node 0's 100
+    // reads, and none of node 1's: its one events frame is the one cut short.
+    assert_eq!(ranked(&merged).len(), 4, "{merged}");
+    assert_eq!(merged["calls"]["read"]["count"], 100, "{}", merged["calls"]);
+    let o =
+        mlprof(&["export", "--parquet", &dir.join("pq").display().to_string(), &cut.display().to_string()]);
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(said.contains("warning"), "export of a cut file warns: {said}");
+
+    // Damage in the first frame's header (after the 16-byte file header: kind u16, 2 bytes,
+    // length u32): refused with exit status 1 and a message saying what, never a panic.
+    let refused = |range: std::ops::Range<usize>, want: &str| {
+        let bad = dir.join("node1-bad.bin");
+        let mut damaged = whole.clone();
+        for byte in &mut damaged[range] {
+            *byte = 0xff;
+        }
+        std::fs::write(&bad, &damaged).unwrap();
+        let mut c = Command::new(&bins().mlprof);
+        clean_env(&mut c).args(args(&[&a, &bad]));
+        let o = output_with_timeout(c, limit());
+        let said = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{said}");
+        assert!(said.contains("mlprof: error:") && said.contains(want), "want {want:?}: {said}");
+        assert!(!said.contains("panicked"), "{said}");
+    };
+    // A length no frame can have: corrupt, at the frame's offset.
+    refused(20..24, "corrupt run file at byte 16: frame header kind 1 length 4294967295");
+    // A kind no reader knows is skipped (formats only add kinds), which leaves this node
+    // without its description and clocks: merge says so instead of guessing.
+    refused(16..18, "no run description (RunInfo frame");
+}
