@@ -12,7 +12,8 @@
 //!   a clock snapshot that declares clock 64 incremental and equal to CLOCK_MONOTONIC. From
 //!   then on a packet's timestamp is the delta from the sequence's previous one. Event names,
 //!   categories, annotation names and interned argument values (paths) are interned per
-//!   sequence: the first use on a sequence writes an `InternedData` packet just before.
+//!   sequence: the first use on a sequence writes an `InternedData` packet just before. Each
+//!   table numbers its iids on its own, so names and keys keep one-byte iids.
 //! * A slice is a `TYPE_SLICE_BEGIN` packet (name, category, arguments as debug annotations)
 //!   and a `TYPE_SLICE_END` packet (flow ids, when the slice has a flow); an instant a
 //!   `TYPE_INSTANT` packet.
@@ -29,7 +30,10 @@
 //! with an absolute timestamp at its place in the file: trace_processor sorts all events by
 //! time before it builds slices, so the nesting stays right. A slice that starts inside its
 //! predecessor without enclosing it (clock conversion jitter of a few ns, a signal handler) is
-//! shortened to start at its predecessor's end, and counted ([`Stats::clamped`]).
+//! shortened to start at its predecessor's end, and counted ([`Stats::clamped`]). An outermost
+//! slice that finds its thread's forest empty (every call of a thread without spans) skips
+//! the forest: its BEGIN is written at once and only its END waits, for the flows that may
+//! follow it.
 //!
 //! With `compress`, packets are gathered into batches of about 400 KB and written as
 //! zlib-deflated `compressed_packets`, which Perfetto's tools inflate transparently.
@@ -135,6 +139,9 @@ const WRITE_BATCH: usize = 1 << 20;
 
 const ANNOTATION_CACHE_SLOTS: usize = 64;
 
+/// The TrackEvent fields of a slice's END before its flow ids.
+const END_HEAD: [u8; 2] = [(EVENT_TYPE << 3) as u8, TYPE_SLICE_END as u8];
+
 const METADATA_SEQUENCE: u32 = 1;
 const COUNTER_SEQUENCE: u32 = 2;
 
@@ -149,7 +156,8 @@ pub struct Stats {
     pub forced_flushes: u64,
 }
 
-/// The interned tables of a sequence (iid = handle index + 1 in every table).
+/// The interned tables. Each has its own iid space (as in Perfetto's `InternedData`), so an
+/// event name's iid stays one byte however many paths were interned before it.
 #[derive(Clone, Copy)]
 enum Table {
     Name = 0,
@@ -169,16 +177,16 @@ impl Table {
     }
 }
 
-/// Which ids of each table a sequence has interned: bit sets, as ids are dense indexes.
+/// Which iids of each table a sequence has interned: bit sets, as iids are dense.
 #[derive(Default)]
 struct Interned([Vec<u64>; 4]);
 
 impl Interned {
-    /// Marks `id`; true if it was new.
+    /// Marks `iid`; true if it was new.
     #[inline]
-    fn insert(&mut self, table: Table, id: usize) -> bool {
+    fn insert(&mut self, table: Table, iid: u32) -> bool {
         let bits = &mut self.0[table as usize];
-        let (word, bit) = (id / 64, 1u64 << (id % 64));
+        let (word, bit) = (iid as usize / 64, 1u64 << (iid % 64));
         match bits.get_mut(word) {
             Some(w) if *w & bit != 0 => false,
             Some(w) => {
@@ -219,6 +227,11 @@ struct Sequence {
     ready: usize,
     /// The last root written, (start, end): where the written part of the track ends.
     last_root: (u64, u64),
+    /// The END time of a slice written directly (an outermost slice met with an empty forest:
+    /// its BEGIN is out, its END waits for the flows that may follow it).
+    held_end: Option<u64>,
+    /// Fields of that END after its type (flow ids).
+    held_extra: Vec<u8>,
 }
 
 /// The packet stream: plain or in compressed batches.
@@ -322,6 +335,11 @@ pub struct PerfettoWriter<W: Write> {
     annotation_names: Vec<&'static str>,
     /// Recent (address, length) → id of annotation keys.
     annotation_cache: [((usize, usize), u32); ANNOTATION_CACHE_SLOTS],
+    /// The iid of each key in each table (`iids[table][key]`, 0: not used yet); keys are
+    /// string handle indexes, annotation ids for annotation names.
+    iids: [Vec<u32>; 4],
+    /// The last iid given out in each table.
+    last_iid: [u32; 4],
     /// (pid, track uuid) of each process handle.
     processes: Vec<(u32, u64)>,
     /// Process track uuid by pid: a pid declared again keeps its track.
@@ -333,6 +351,8 @@ pub struct PerfettoWriter<W: Write> {
     pending_total: usize,
     /// An `InternedData` body for the event being built.
     interned: Vec<u8>,
+    /// The TrackEvent body of a slice written directly.
+    scratch: Vec<u8>,
     /// Emission order scratch for writing a forest, and its stack.
     order: Vec<u32>,
     stack: Vec<u32>,
@@ -365,6 +385,8 @@ impl<W: Write> PerfettoWriter<W> {
             annotation_by_text: FxHashMap::default(),
             annotation_names: Vec::new(),
             annotation_cache: [((0, 0), 0); ANNOTATION_CACHE_SLOTS],
+            iids: Default::default(),
+            last_iid: [0; 4],
             processes: Vec::new(),
             process_uuids: FxHashMap::default(),
             sequences: Vec::new(),
@@ -372,6 +394,7 @@ impl<W: Write> PerfettoWriter<W> {
             next_uuid: 1,
             pending_total: 0,
             interned: Vec::new(),
+            scratch: Vec::with_capacity(256),
             order: Vec::new(),
             stack: Vec::new(),
             stats: Stats::default(),
@@ -416,6 +439,7 @@ impl<W: Write> PerfettoWriter<W> {
         let id = *self.annotation_by_text.entry(key).or_insert(next);
         if id == next {
             self.annotation_names.push(key);
+            self.iids[Table::AnnotationName as usize].push(0);
         }
         self.annotation_ids.insert(address, id);
         id
@@ -428,7 +452,6 @@ impl<W: Write> PerfettoWriter<W> {
         if upto == 0 {
             return;
         }
-        const END_HEAD: [u8; 2] = [(EVENT_TYPE << 3) as u8, TYPE_SLICE_END as u8];
         if upto == 1 && seq.pending.len() == 1 {
             // One slice, no children: the common case of threads without spans.
             let e = seq.pending[0];
@@ -497,36 +520,46 @@ impl<W: Write> PerfettoWriter<W> {
         seq.ready = 0;
     }
 
-    /// Starts an event on a thread: writes what was complete, and returns where the event's
-    /// body starts in the arena.
-    fn begin_event(&mut self, thread: ThreadHandle) -> io::Result<usize> {
-        let index = thread.index();
-        if self.sequences[index].ready > 0 {
-            self.write_ready(index);
-            self.output.maybe_flush()?;
+    /// Starts an event on a thread: writes the END held back and what was complete.
+    fn begin_event(&mut self, index: usize) -> io::Result<()> {
+        let seq = &mut self.sequences[index];
+        if let Some(end) = seq.held_end.take() {
+            self.output.event(seq.id, &mut seq.last_ts, end, &END_HEAD, &seq.held_extra);
+            seq.held_extra.clear();
         }
+        if seq.ready > 0 {
+            self.write_ready(index);
+        }
+        self.output.maybe_flush()?;
         self.interned.clear();
-        Ok(self.sequences[index].arena.len())
+        Ok(())
     }
 
-    /// Interns `id` of `table` on the sequence (adding it to the pending `InternedData`), and
+    /// Interns `key` of `table` on the sequence (adding it to the pending `InternedData`), and
     /// returns its iid.
     #[inline]
-    fn intern(&mut self, index: usize, table: Table, id: usize) -> u64 {
-        if self.sequences[index].interned.insert(table, id) {
+    fn intern(&mut self, index: usize, table: Table, key: usize) -> u64 {
+        let slot = &mut self.iids[table as usize][key];
+        if *slot == 0 {
+            self.last_iid[table as usize] += 1;
+            *slot = self.last_iid[table as usize];
+        }
+        let iid = *slot;
+        if self.sequences[index].interned.insert(table, iid) {
             let text: &str = match table {
-                Table::AnnotationName => self.annotation_names[id],
-                _ => &self.strings[id],
+                Table::AnnotationName => self.annotation_names[key],
+                _ => &self.strings[key],
             };
             put_message(&mut self.interned, table.field(), |m| {
-                put_uint(m, INTERNED_IID, id as u64 + 1);
+                put_uint(m, INTERNED_IID, iid.into());
                 put_bytes(m, INTERNED_NAME, text.as_bytes());
             });
         }
-        id as u64 + 1
+        iid.into()
     }
 
-    /// Encodes the TrackEvent body of a slice or instant (without its END) into the arena.
+    /// Appends the TrackEvent body of a slice's BEGIN or of an instant to `body`.
+    #[inline]
     fn encode(
         &mut self,
         index: usize,
@@ -534,13 +567,14 @@ impl<W: Write> PerfettoWriter<W> {
         name: StringHandle,
         category: StringHandle,
         args: Args<'_>,
+        body: &mut Vec<u8>,
     ) {
         let name = self.intern(index, Table::Name, name.index());
         let category = self.intern(index, Table::Category, category.index());
-        let mut arena = std::mem::take(&mut self.sequences[index].arena);
-        put_uint(&mut arena, EVENT_TYPE, kind);
-        put_uint(&mut arena, EVENT_NAME_IID, name);
-        put_uint(&mut arena, EVENT_CATEGORY_IIDS, category);
+        body.reserve(16 + 24 * args.len());
+        put_uint(body, EVENT_TYPE, kind);
+        put_uint(body, EVENT_NAME_IID, name);
+        put_uint(body, EVENT_CATEGORY_IIDS, category);
         for &(key, value) in args {
             let key = self.annotation_id(key) as usize;
             let key = self.intern(index, Table::AnnotationName, key);
@@ -548,22 +582,70 @@ impl<W: Write> PerfettoWriter<W> {
                 ArgValue::Interned(handle) => self.intern(index, Table::StringValue, handle.index()),
                 _ => 0,
             };
-            put_message(&mut arena, EVENT_DEBUG_ANNOTATIONS, |a| {
+            put_message(body, EVENT_DEBUG_ANNOTATIONS, |a| {
                 put_uint(a, ANNOTATION_NAME_IID, key);
                 annotation_value(a, value, interned);
             });
         }
-        self.sequences[index].arena = arena;
     }
 
-    /// Adds the encoded event (body from `from` in the arena) to the thread's forest.
-    fn add(&mut self, index: usize, from: usize, start: u64, end: u64, instant: bool, outermost: bool) {
+    /// Encodes an event into the sequence's arena; returns where its body starts.
+    fn encode_pending(
+        &mut self,
+        index: usize,
+        kind: u64,
+        name: StringHandle,
+        category: StringHandle,
+        args: Args<'_>,
+    ) -> usize {
+        let mut arena = std::mem::take(&mut self.sequences[index].arena);
+        let from = arena.len();
+        self.encode(index, kind, name, category, args, &mut arena);
+        self.sequences[index].arena = arena;
+        from
+    }
+
+    /// Writes the `InternedData` the event being built needs, before it.
+    fn write_interned(&mut self, index: usize) {
         if !self.interned.is_empty() {
             let id = self.sequences[index].id;
             let interned = std::mem::take(&mut self.interned);
             self.output.packet(id, |p| put_bytes(p, PACKET_INTERNED_DATA, &interned));
             self.interned = interned;
         }
+    }
+
+    /// An outermost slice on a thread with nothing held back (every call of a thread without
+    /// spans): its BEGIN goes out at once, its END waits only for the flows that may follow.
+    fn direct(&mut self, index: usize, slice: &Slice<'_>) -> io::Result<()> {
+        let mut start = slice.start_ns;
+        let mut end = start.saturating_add(slice.dur_ns);
+        let previous = self.sequences[index].last_root;
+        if start < previous.1 {
+            if start <= previous.0 {
+                // It encloses the slice before it: its BEGIN goes out of order, absolute.
+                self.stats.late_parents += 1;
+            } else {
+                self.stats.clamped += 1;
+                start = previous.1;
+                end = end.max(start);
+            }
+        }
+        let mut body = std::mem::take(&mut self.scratch);
+        body.clear();
+        self.encode(index, TYPE_SLICE_BEGIN, slice.name, slice.category, slice.args, &mut body);
+        self.write_interned(index);
+        let seq = &mut self.sequences[index];
+        self.output.event(seq.id, &mut seq.last_ts, start, &[], &body);
+        seq.held_end = Some(end);
+        seq.last_root = (start, end);
+        self.scratch = body;
+        Ok(())
+    }
+
+    /// Adds the encoded event (body from `from` in the arena) to the thread's forest.
+    fn add(&mut self, index: usize, from: usize, start: u64, end: u64, instant: bool, outermost: bool) {
+        self.write_interned(index);
         let seq = &mut self.sequences[index];
         let (mut start, mut end) = (start, end.max(start));
         // Its children: the trailing roots that start at or after it.
@@ -628,7 +710,10 @@ impl<W: Write> PerfettoWriter<W> {
     /// Adds `field` (flow ids) to the END of the thread's last slice.
     fn flow(&mut self, thread: ThreadHandle, field: u32, id: u64) -> io::Result<()> {
         let seq = &mut self.sequences[thread.index()];
-        if let Some(last) = seq.pending.last_mut().filter(|e| !e.instant) {
+        if seq.held_end.is_some() {
+            // The slice just added was written directly (nothing else is pending then).
+            put_fixed64(&mut seq.held_extra, field, id);
+        } else if let Some(last) = seq.pending.last_mut().filter(|e| !e.instant) {
             let before = seq.arena.len();
             put_fixed64(&mut seq.arena, field, id);
             last.end_len += (seq.arena.len() - before) as u32;
@@ -642,8 +727,7 @@ impl<W: Write> PerfettoWriter<W> {
         for index in 0..self.sequences.len() {
             let seq = &mut self.sequences[index];
             seq.ready = seq.pending.len();
-            self.write_ready(index);
-            self.output.maybe_flush()?;
+            self.begin_event(index)?;
         }
         Ok(())
     }
@@ -673,6 +757,9 @@ impl<W: Write> TraceWriter for PerfettoWriter<W> {
 
     fn intern(&mut self, text: &str) -> StringHandle {
         self.strings.push(text.into());
+        for table in [Table::Name, Table::Category, Table::StringValue] {
+            self.iids[table as usize].push(0);
+        }
         StringHandle::from_index(self.strings.len() - 1)
     }
 
@@ -740,6 +827,8 @@ impl<W: Write> TraceWriter for PerfettoWriter<W> {
             arena: Vec::new(),
             ready: 0,
             last_root: (0, 0),
+            held_end: None,
+            held_extra: Vec::new(),
         });
         self.output.maybe_flush()?;
         Ok(ThreadHandle::from_index(self.sequences.len() - 1))
@@ -763,18 +852,21 @@ impl<W: Write> TraceWriter for PerfettoWriter<W> {
     }
 
     fn slice(&mut self, thread: ThreadHandle, slice: &Slice<'_>) -> io::Result<()> {
-        let from = self.begin_event(thread)?;
         let index = thread.index();
-        self.encode(index, TYPE_SLICE_BEGIN, slice.name, slice.category, slice.args);
+        self.begin_event(index)?;
+        if slice.outermost && self.sequences[index].pending.is_empty() {
+            return self.direct(index, slice);
+        }
+        let from = self.encode_pending(index, TYPE_SLICE_BEGIN, slice.name, slice.category, slice.args);
         let end = slice.start_ns.saturating_add(slice.dur_ns);
         self.add(index, from, slice.start_ns, end, false, slice.outermost);
         Ok(())
     }
 
     fn instant(&mut self, thread: ThreadHandle, instant: &Instant<'_>) -> io::Result<()> {
-        let from = self.begin_event(thread)?;
         let index = thread.index();
-        self.encode(index, TYPE_INSTANT, instant.name, instant.category, instant.args);
+        self.begin_event(index)?;
+        let from = self.encode_pending(index, TYPE_INSTANT, instant.name, instant.category, instant.args);
         self.add(index, from, instant.time_ns, instant.time_ns, true, false);
         Ok(())
     }
