@@ -42,7 +42,9 @@ use std::io::{self, Write};
 
 use rustc_hash::FxHashMap;
 
-use super::proto::{put_bytes, put_fixed64, put_message, put_uint, put_varint, tag_len, varint_len};
+use super::proto::{
+    LEN, append, put_bytes, put_fixed64, put_message, put_uint, put_varint, tag_len, varint_len,
+};
 use super::{
     ArgValue, Args, CounterHandle, CounterUnit, CounterValue, Flow, Instant, ProcessHandle, Slice,
     StringHandle, ThreadHandle, TraceWriter,
@@ -138,6 +140,9 @@ const COMPRESS_BATCH: usize = 400 << 10;
 const WRITE_BATCH: usize = 1 << 20;
 
 const ANNOTATION_CACHE_SLOTS: usize = 64;
+/// The most bytes a debug annotation with a varint value takes: its tag and length, the key's
+/// tag and iid (a varint of up to 32 bits), the value's tag (up to 2 bytes) and varint.
+const MAX_ANNOTATION: usize = 2 + 1 + 5 + 2 + 10;
 
 /// The TrackEvent fields of a slice's END before its flow ids.
 const END_HEAD: [u8; 2] = [(EVENT_TYPE << 3) as u8, TYPE_SLICE_END as u8];
@@ -177,27 +182,35 @@ impl Table {
     }
 }
 
-/// Which iids of each table a sequence has interned: bit sets, as iids are dense.
+/// Which iids of each table a sequence has interned: bit sets, as iids are dense. The first
+/// 64 of each table (every name, category and key of most runs) live inline.
 #[derive(Default)]
-struct Interned([Vec<u64>; 4]);
+struct Interned {
+    low: [u64; 4],
+    high: [Vec<u64>; 4],
+}
 
 impl Interned {
-    /// Marks `iid`; true if it was new.
+    /// Whether `iid` is marked.
     #[inline]
-    fn insert(&mut self, table: Table, iid: u32) -> bool {
-        let bits = &mut self.0[table as usize];
-        let (word, bit) = (iid as usize / 64, 1u64 << (iid % 64));
-        match bits.get_mut(word) {
-            Some(w) if *w & bit != 0 => false,
-            Some(w) => {
-                *w |= bit;
-                true
-            }
-            None => {
+    fn contains(&self, table: Table, iid: u32) -> bool {
+        if iid < 64 {
+            self.low[table as usize] & 1 << iid != 0
+        } else {
+            let word = (iid / 64 - 1) as usize;
+            self.high[table as usize].get(word).is_some_and(|w| w & 1 << (iid % 64) != 0)
+        }
+    }
+
+    fn insert(&mut self, table: Table, iid: u32) {
+        if iid < 64 {
+            self.low[table as usize] |= 1 << iid;
+        } else {
+            let (word, bits) = ((iid / 64 - 1) as usize, &mut self.high[table as usize]);
+            if bits.len() <= word {
                 bits.resize(word + 1, 0);
-                bits[word] |= bit;
-                true
             }
+            bits[word] |= 1 << (iid % 64);
         }
     }
 }
@@ -306,22 +319,59 @@ impl<W: Write> Output<W> {
             + 1
             + varint_len(event_len as u64)
             + event_len;
-        let buf = &mut self.buf;
-        buf.reserve(packet_len + 4);
-        buf.push((TRACE_PACKET << 3 | 2) as u8);
-        put_varint(buf, packet_len as u64);
-        buf.push((PACKET_TIMESTAMP << 3) as u8);
-        put_varint(buf, value);
-        if absolute {
-            put_uint(buf, PACKET_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC);
-        }
-        buf.push((PACKET_SEQUENCE_ID << 3) as u8);
-        put_varint(buf, seq.into());
-        buf.push((PACKET_TRACK_EVENT << 3 | 2) as u8);
-        put_varint(buf, event_len as u64);
-        buf.extend_from_slice(head);
-        buf.extend_from_slice(body);
+        append(&mut self.buf, packet_len + 6, |w| {
+            w.byte((TRACE_PACKET << 3 | LEN) as u8);
+            w.varint(packet_len as u64);
+            w.uint(PACKET_TIMESTAMP, value);
+            if absolute {
+                w.uint(PACKET_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC);
+            }
+            w.uint(PACKET_SEQUENCE_ID, seq.into());
+            w.byte((PACKET_TRACK_EVENT << 3 | LEN) as u8);
+            w.varint(event_len as u64);
+            w.bytes(head);
+            w.bytes(body);
+        });
     }
+}
+
+/// A thread packet's timestamp: the delta from the sequence's previous one, or absolute (on
+/// CLOCK_MONOTONIC) when it goes back.
+#[inline]
+fn put_timestamp(buf: &mut Vec<u8>, last_ts: &mut u64, ts: u64) {
+    buf.push((PACKET_TIMESTAMP << 3) as u8);
+    if ts >= *last_ts {
+        put_varint(buf, ts - *last_ts);
+        *last_ts = ts;
+    } else {
+        put_varint(buf, ts);
+        put_uint(buf, PACKET_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC);
+    }
+}
+
+/// Writes the length of the message whose one-byte length placeholder is at `at` and whose
+/// body runs to the end of `buf`, widening the placeholder if the length needs more.
+#[inline(always)]
+fn set_length(buf: &mut Vec<u8>, at: usize) {
+    let len = buf.len() - at - 1;
+    if len < 0x80 {
+        buf[at] = len as u8;
+    } else {
+        widen_length(buf, at, len);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn widen_length(buf: &mut Vec<u8>, at: usize, len: usize) {
+    let (mut bytes, mut n, mut value) = ([0u8; 10], 0, len);
+    while value >= 0x80 {
+        bytes[n] = value as u8 | 0x80;
+        value >>= 7;
+        n += 1;
+    }
+    bytes[n] = value as u8;
+    buf.splice(at..at + 1, bytes[..=n].iter().copied());
 }
 
 /// Perfetto TrackEvent protobuf output. See the module documentation for the layout.
@@ -423,15 +473,24 @@ impl<W: Write> PerfettoWriter<W> {
     }
 
     /// The annotation-name id of `key`.
-    #[inline]
+    #[inline(always)]
     fn annotation_id(&mut self, key: &'static str) -> u32 {
         let address = (key.as_ptr() as usize, key.len());
-        let slot = &self.annotation_cache[(address.0 >> 3 ^ address.1) % ANNOTATION_CACHE_SLOTS];
-        if slot.0 == address {
-            return slot.1;
+        // Keys are string literals, a few bytes apart: a multiplicative hash spreads them.
+        let slot = ((address.0 ^ address.1 << 48) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58;
+        let slot = slot as usize % ANNOTATION_CACHE_SLOTS;
+        if self.annotation_cache[slot].0 == address {
+            return self.annotation_cache[slot].1;
         }
+        self.annotation_id_slow(key, slot)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn annotation_id_slow(&mut self, key: &'static str, slot: usize) -> u32 {
+        let address = (key.as_ptr() as usize, key.len());
         if let Some(&id) = self.annotation_ids.get(&address) {
-            self.annotation_cache[(address.0 >> 3 ^ address.1) % ANNOTATION_CACHE_SLOTS] = (address, id);
+            self.annotation_cache[slot] = (address, id);
             return id;
         }
         // The same text at another address (another call site) keeps one id.
@@ -442,6 +501,7 @@ impl<W: Write> PerfettoWriter<W> {
             self.iids[Table::AnnotationName as usize].push(0);
         }
         self.annotation_ids.insert(address, id);
+        self.annotation_cache[slot] = (address, id);
         id
     }
 
@@ -537,24 +597,34 @@ impl<W: Write> PerfettoWriter<W> {
 
     /// Interns `key` of `table` on the sequence (adding it to the pending `InternedData`), and
     /// returns its iid.
-    #[inline]
+    #[inline(always)]
     fn intern(&mut self, index: usize, table: Table, key: usize) -> u64 {
+        let iid = self.iids[table as usize][key];
+        if iid == 0 || !self.sequences[index].interned.contains(table, iid) {
+            return self.intern_new(index, table, key);
+        }
+        iid.into()
+    }
+
+    /// [`Self::intern`] of a key new to the sequence (or to the trace).
+    #[cold]
+    #[inline(never)]
+    fn intern_new(&mut self, index: usize, table: Table, key: usize) -> u64 {
         let slot = &mut self.iids[table as usize][key];
         if *slot == 0 {
             self.last_iid[table as usize] += 1;
             *slot = self.last_iid[table as usize];
         }
         let iid = *slot;
-        if self.sequences[index].interned.insert(table, iid) {
-            let text: &str = match table {
-                Table::AnnotationName => self.annotation_names[key],
-                _ => &self.strings[key],
-            };
-            put_message(&mut self.interned, table.field(), |m| {
-                put_uint(m, INTERNED_IID, iid.into());
-                put_bytes(m, INTERNED_NAME, text.as_bytes());
-            });
-        }
+        self.sequences[index].interned.insert(table, iid);
+        let text: &str = match table {
+            Table::AnnotationName => self.annotation_names[key],
+            _ => &self.strings[key],
+        };
+        put_message(&mut self.interned, table.field(), |m| {
+            put_uint(m, INTERNED_IID, iid.into());
+            put_bytes(m, INTERNED_NAME, text.as_bytes());
+        });
         iid.into()
     }
 
@@ -571,21 +641,50 @@ impl<W: Write> PerfettoWriter<W> {
     ) {
         let name = self.intern(index, Table::Name, name.index());
         let category = self.intern(index, Table::Category, category.index());
-        body.reserve(16 + 24 * args.len());
-        put_uint(body, EVENT_TYPE, kind);
-        put_uint(body, EVENT_NAME_IID, name);
-        put_uint(body, EVENT_CATEGORY_IIDS, category);
-        for &(key, value) in args {
-            let key = self.annotation_id(key) as usize;
-            let key = self.intern(index, Table::AnnotationName, key);
-            let interned = match value {
-                ArgValue::Interned(handle) => self.intern(index, Table::StringValue, handle.index()),
-                _ => 0,
-            };
-            put_message(body, EVENT_DEBUG_ANNOTATIONS, |a| {
-                put_uint(a, ANNOTATION_NAME_IID, key);
-                annotation_value(a, value, interned);
+        // Type, name and category; then the arguments, in runs of varint values written in
+        // place, each other kind of value on its own.
+        let mut next = 0;
+        let mut header = true;
+        while header || next < args.len() {
+            let max = 24 + MAX_ANNOTATION * (args.len() - next);
+            let other = append(body, max, |w| {
+                if std::mem::take(&mut header) {
+                    w.uint(EVENT_TYPE, kind);
+                    w.uint(EVENT_NAME_IID, name);
+                    w.uint(EVENT_CATEGORY_IIDS, category);
+                }
+                while let Some(&(key, value)) = args.get(next) {
+                    let (field, value) = match value {
+                        ArgValue::Int(v) => (ANNOTATION_INT, v as u64),
+                        ArgValue::UInt(v) => (ANNOTATION_UINT, v),
+                        ArgValue::Bool(v) => (ANNOTATION_BOOL, v.into()),
+                        ArgValue::Hex(v) => (ANNOTATION_POINTER, v),
+                        ArgValue::Interned(handle) => {
+                            (ANNOTATION_STRING_IID, self.intern(index, Table::StringValue, handle.index()))
+                        }
+                        ArgValue::Double(_) | ArgValue::Str(_) | ArgValue::UInts(_) => {
+                            return Some((key, value));
+                        }
+                    };
+                    let key = self.annotation_id(key) as usize;
+                    let key = self.intern(index, Table::AnnotationName, key);
+                    let at = w.open_short(EVENT_DEBUG_ANNOTATIONS);
+                    w.uint(ANNOTATION_NAME_IID, key);
+                    w.uint(field, value);
+                    w.close_short(at);
+                    next += 1;
+                }
+                None
             });
+            if let Some((key, value)) = other {
+                let key = self.annotation_id(key) as usize;
+                let key = self.intern(index, Table::AnnotationName, key);
+                put_message(body, EVENT_DEBUG_ANNOTATIONS, |a| {
+                    put_uint(a, ANNOTATION_NAME_IID, key);
+                    annotation_value(a, value);
+                });
+                next += 1;
+            }
         }
     }
 
@@ -631,15 +730,36 @@ impl<W: Write> PerfettoWriter<W> {
                 end = end.max(start);
             }
         }
-        let mut body = std::mem::take(&mut self.scratch);
-        body.clear();
-        self.encode(index, TYPE_SLICE_BEGIN, slice.name, slice.category, slice.args, &mut body);
-        self.write_interned(index);
+        // The packet is framed in the output around the event encoded in place: lengths are
+        // reserved as one byte and widened in the rare case they need more.
         let seq = &mut self.sequences[index];
-        self.output.event(seq.id, &mut seq.last_ts, start, &[], &body);
+        let mut buf = std::mem::take(&mut self.output.buf);
+        let packet_at = buf.len();
+        buf.extend_from_slice(&[(TRACE_PACKET << 3 | LEN) as u8, 0]);
+        put_timestamp(&mut buf, &mut seq.last_ts, start);
+        buf.push((PACKET_SEQUENCE_ID << 3) as u8);
+        put_varint(&mut buf, seq.id.into());
+        buf.extend_from_slice(&[(PACKET_TRACK_EVENT << 3 | LEN) as u8, 0]);
+        let event_at = buf.len() - 1;
         seq.held_end = Some(end);
         seq.last_root = (start, end);
-        self.scratch = body;
+        self.encode(index, TYPE_SLICE_BEGIN, slice.name, slice.category, slice.args, &mut buf);
+        set_length(&mut buf, event_at);
+        set_length(&mut buf, packet_at + 1);
+        if !self.interned.is_empty() {
+            // What the event interned goes before it.
+            let mut packet = std::mem::take(&mut self.scratch);
+            packet.clear();
+            let id = self.sequences[index].id;
+            put_message(&mut packet, TRACE_PACKET, |p| {
+                put_uint(p, PACKET_SEQUENCE_ID, id.into());
+                put_bytes(p, PACKET_INTERNED_DATA, &self.interned);
+            });
+            buf.extend_from_slice(&packet);
+            buf[packet_at..].rotate_right(packet.len());
+            self.scratch = packet;
+        }
+        self.output.buf = buf;
         Ok(())
     }
 
@@ -733,16 +853,15 @@ impl<W: Write> PerfettoWriter<W> {
     }
 }
 
-/// The value fields of a debug annotation. `interned` is the iid of an interned string value.
-#[inline]
-fn annotation_value(a: &mut Vec<u8>, value: ArgValue<'_>, interned: u64) {
+/// The value fields of a debug annotation whose value is not a varint.
+fn annotation_value(a: &mut Vec<u8>, value: ArgValue<'_>) {
     match value {
         ArgValue::Int(v) => put_uint(a, ANNOTATION_INT, v as u64),
         ArgValue::UInt(v) => put_uint(a, ANNOTATION_UINT, v),
         ArgValue::Double(v) => put_fixed64(a, ANNOTATION_DOUBLE, v.to_bits()),
         ArgValue::Bool(v) => put_uint(a, ANNOTATION_BOOL, v.into()),
         ArgValue::Str(s) => put_bytes(a, ANNOTATION_STRING, s.as_bytes()),
-        ArgValue::Interned(_) => put_uint(a, ANNOTATION_STRING_IID, interned),
+        ArgValue::Interned(_) => unreachable!("interned values are written by put_annotation"),
         ArgValue::Hex(v) => put_uint(a, ANNOTATION_POINTER, v),
         ArgValue::UInts(values) => {
             for &v in values {
