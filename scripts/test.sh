@@ -7,6 +7,7 @@
 #   MLPROF_FUZZ_SECONDS  seconds per fuzz target (default 30; fuzz/run.sh 600 for a long run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/system-deps.sh
 env_python="$(scripts/python-env.sh)"
 MLPROF_TEST_PYTHON="${MLPROF_TEST_PYTHON:-$env_python}"
 export MLPROF_TEST_PYTHON

@@ -5,24 +5,71 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicI32, Ordering};
 
-/// The libmlprof.so to inject: `--preload`, else `$MLPROF_PRELOAD`, else next to this binary.
+/// The library's file name, in a build directory and in the Python package alike.
+const PRELOAD_NAME: &str = "libmlprof.so";
+
+/// The libmlprof.so to inject, the first of: `--preload`; `$MLPROF_PRELOAD`; the one next to
+/// this binary (a cargo build: `target/release/`); the Python package's copy when this binary
+/// came from the wheel ([`installed_copy`]).
 pub fn find_preload(explicit: Option<&Path>) -> Result<PathBuf, String> {
-    let candidate = match explicit {
-        Some(path) => path.to_path_buf(),
-        None => match std::env::var_os("MLPROF_PRELOAD") {
-            Some(path) => PathBuf::from(path),
-            None => std::env::current_exe()
-                .map_err(|e| format!("cannot locate mlprof-collect itself: {e}"))?
-                .with_file_name("libmlprof.so"),
-        },
+    let chosen = match explicit {
+        Some(path) => Some((path.to_path_buf(), "--preload")),
+        None => std::env::var_os("MLPROF_PRELOAD")
+            .filter(|v| !v.is_empty())
+            .map(|path| (PathBuf::from(path), "$MLPROF_PRELOAD")),
     };
-    let absolute = std::fs::canonicalize(&candidate).map_err(|e| {
-        format!(
-            "cannot find libmlprof.so at {} ({e}); build it with `cargo build --release` or pass --preload",
-            candidate.display()
-        )
-    })?;
-    Ok(absolute)
+    if let Some((path, source)) = chosen {
+        return std::fs::canonicalize(&path)
+            .map_err(|e| format!("cannot use {} from {source}: {e}", path.display()));
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate mlprof-collect itself: {e}"))?;
+    let bin_dir = exe.parent().unwrap_or(Path::new("/"));
+    let beside = bin_dir.join(PRELOAD_NAME);
+    let found = if beside.is_file() { Some(beside) } else { installed_copy(bin_dir) };
+    match found {
+        Some(path) => std::fs::canonicalize(&path).map_err(|e| format!("cannot use {}: {e}", path.display())),
+        None => Err(format!(
+            "cannot find {PRELOAD_NAME}: it is neither next to {} nor in a Python package `mlprof` \
+             installed with it. From a checkout, build it with `cargo build --release`; from pip, \
+             reinstall with `pip install --force-reinstall mlprof`; or name it with --preload PATH \
+             (or $MLPROF_PRELOAD)",
+            exe.display()
+        )),
+    }
+}
+
+/// The wheel installs this binary into a scripts directory (`<prefix>/bin`) and the library
+/// into the Python package `mlprof` of the same installation scheme, so that `pip uninstall`
+/// removes both: `<prefix>/lib*/<python>/{site,dist}-packages/mlprof/libmlprof.so` (a venv,
+/// conda, `pip install --user`, `/usr/local` with Debian's dist-packages, lib64 on Fedora) or
+/// `<prefix>/mlprof/libmlprof.so` (`pip install --target`). When several Pythons of one prefix
+/// have it, the one whose `mlprof-<version>.dist-info` matches this binary's version wins: it
+/// was installed with this binary.
+fn installed_copy(bin_dir: &Path) -> Option<PathBuf> {
+    let prefix = bin_dir.parent()?;
+    let mut candidates = vec![prefix.join("mlprof")];
+    let subdirs = |dir: &Path| -> Vec<PathBuf> {
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map(|entries| entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect())
+            .unwrap_or_default();
+        dirs.sort();
+        dirs
+    };
+    for lib in subdirs(prefix) {
+        if !lib.file_name().is_some_and(|n| n.to_string_lossy().starts_with("lib")) {
+            continue;
+        }
+        for python in subdirs(&lib) {
+            for packages in ["site-packages", "dist-packages"] {
+                candidates.push(python.join(packages).join("mlprof"));
+            }
+        }
+    }
+    let installed: Vec<PathBuf> =
+        candidates.into_iter().filter(|package| package.join(PRELOAD_NAME).is_file()).collect();
+    let dist_info = format!("mlprof-{}.dist-info", env!("CARGO_PKG_VERSION"));
+    let ours = installed.iter().find(|package| package.with_file_name(&dist_info).is_dir());
+    ours.or(installed.first()).map(|package| package.join(PRELOAD_NAME))
 }
 
 /// Where `program` resolves to: itself when it names a path, else the first executable match
@@ -147,12 +194,20 @@ extern "C" fn on_signal(signal: libc::c_int) {
 /// SIGINT and SIGTERM set a flag: attach mode stops; launcher mode forwards SIGTERM to the child
 /// (a terminal's Ctrl-C already reaches the child through its process group).
 pub fn install_signal_handlers() {
-    // Safety: the handler only stores to an atomic.
+    // Safety: the handlers only store to an atomic (or nothing). SIGCHLD gets a handler of its
+    // own (not SIG_IGN, which would reap children behind waitpid's back) so that the end of the
+    // command interrupts the collector's sleep at once (no SA_RESTART, so the futex wait
+    // returns early).
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        let mut child: libc::sigaction = std::mem::zeroed();
+        child.sa_sigaction = on_child as *const () as libc::sighandler_t;
+        libc::sigaction(libc::SIGCHLD, &child, std::ptr::null_mut());
     }
 }
+
+extern "C" fn on_child(_signal: libc::c_int) {}
 
 pub fn termination_requested() -> bool {
     TERMINATION.load(Ordering::Relaxed) != 0
@@ -169,4 +224,62 @@ pub fn forward_termination(child: u32) {
 /// (exit code, terminating signal).
 pub fn describe(status: ExitStatus) -> (Option<i32>, Option<i32>) {
     (status.code(), status.signal())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh directory standing for an installation prefix; removed on drop.
+    struct Prefix(PathBuf);
+
+    impl Prefix {
+        fn new(tag: &str) -> Prefix {
+            let dir = std::env::temp_dir().join(format!("mlprof-prefix-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(dir.join("bin")).unwrap();
+            Prefix(dir)
+        }
+
+        /// Installs a package `mlprof` (with its dist-info of `version`) under `relative`.
+        fn install(&self, relative: &str, version: &str) -> PathBuf {
+            let packages = self.0.join(relative);
+            std::fs::create_dir_all(packages.join("mlprof")).unwrap();
+            std::fs::create_dir_all(packages.join(format!("mlprof-{version}.dist-info"))).unwrap();
+            let lib = packages.join("mlprof").join(PRELOAD_NAME);
+            std::fs::write(&lib, b"").unwrap();
+            lib
+        }
+    }
+
+    impl Drop for Prefix {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn finds_the_package_copy_of_each_installation_scheme() {
+        let ours = env!("CARGO_PKG_VERSION");
+        for (tag, relative) in [
+            ("venv", "lib/python3.11/site-packages"),
+            ("debian", "lib/python3.11/dist-packages"),
+            ("fedora", "lib64/python3.12/site-packages"),
+            ("pypy", "lib/pypy3.10/site-packages"),
+            ("target", ""),
+        ] {
+            let prefix = Prefix::new(tag);
+            let lib = prefix.install(relative, ours);
+            assert_eq!(installed_copy(&prefix.0.join("bin")), Some(lib), "{tag}");
+        }
+        assert_eq!(installed_copy(&Prefix::new("none").0.join("bin")), None);
+    }
+
+    #[test]
+    fn prefers_the_copy_installed_with_this_binary() {
+        let prefix = Prefix::new("two-pythons");
+        prefix.install("lib/python3.10/site-packages", "0.0.1");
+        let ours = prefix.install("lib/python3.12/site-packages", env!("CARGO_PKG_VERSION"));
+        assert_eq!(installed_copy(&prefix.0.join("bin")), Some(ours));
+    }
 }

@@ -83,8 +83,8 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
     EnvOption {
         name: "MLPROF_PRELOAD",
         read_by: ReadBy::Collector,
-        default: "libmlprof.so next to mlprof-collect",
-        meaning: "the library the launcher injects (--preload overrides it)",
+        default: "libmlprof.so next to mlprof-collect, else the wheel's",
+        meaning: "the library the launcher injects and --print-preload prints (--preload overrides it)",
     },
     EnvOption {
         name: "MLPROF_NVML_LIB",

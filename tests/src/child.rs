@@ -117,6 +117,24 @@ impl Driven {
         assert_eq!(line, want, "{what}");
     }
 
+    /// Writes one command line to stdin, keeping it open for the next.
+    pub fn say(&mut self, line: &str) {
+        let stdin = self.child.stdin.as_mut().expect("stdin piped and not yet closed");
+        stdin
+            .write_all(line.as_bytes())
+            .and_then(|()| stdin.write_all(b"\n"))
+            .expect("write to the child's stdin");
+        stdin.flush().expect("flush the child's stdin");
+    }
+
+    /// Reads one line of stdout (without its newline).
+    pub fn read_line(&mut self, what: &str) -> String {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap_or_else(|e| panic!("{what}: read stdout: {e}"));
+        assert!(line.ends_with('\n'), "{what}: stdout ended");
+        line.trim_end().to_string()
+    }
+
     /// Writes `bytes` to stdin and closes it.
     pub fn send(&mut self, bytes: &[u8]) {
         let mut stdin = self.child.stdin.take().expect("stdin piped and not yet closed");

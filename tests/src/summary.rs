@@ -151,6 +151,10 @@ impl Summary {
     pub fn dropped(&self) -> u64 {
         u64_of(&self.json, "dropped")
     }
+    /// Records dropped for one reason (`lane_full`, `no_lane`, `interrupted`).
+    pub fn drops(&self, reason: &str) -> u64 {
+        u64_of(&self.json["drops"], reason)
+    }
     pub fn truncated(&self) -> bool {
         match self.json.get("truncated") {
             Some(Value::Bool(b)) => *b,

@@ -246,6 +246,66 @@ fn user_sitecustomize_still_runs_under_torch() {
     assert!(!std::path::Path::new(hook_dir).exists(), "{hook_dir} still exists after the run");
 }
 
+/// A script that profiles itself (torch.profiler.profile with and without a schedule,
+/// torch.autograd.profiler.profile, record_function, its own emit_itt) runs under --torch
+/// exactly as without it: the same digest of what each profiler saw, the same exported trace;
+/// mlprof keeps the phases throughout and the op ranges whenever the script's profiler is off.
+#[test]
+fn a_script_that_profiles_itself_runs_as_without_mlprof() {
+    if !require_torch() {
+        return;
+    }
+    let dir = TempDir::new("torch-selfprof");
+    let py = python().display().to_string();
+    let script = script("torch_self_profiling.py").display().to_string();
+    let (bare_dir, torch_dir) = (dir.join("bare"), dir.join("torch"));
+    std::fs::create_dir_all(&bare_dir).unwrap();
+    std::fs::create_dir_all(&torch_dir).unwrap();
+    let mut c = std::process::Command::new(&py);
+    clean_env(&mut c).arg(&script).arg(&bare_dir);
+    let bare = output_with_timeout(c, limit());
+    assert!(bare.status.success(), "bare run\n{}", describe(&bare));
+    let out = dir.join("run.bin");
+    let o = run_collect_env(
+        &out,
+        &["--torch"],
+        &[py.as_str(), &script, &torch_dir.display().to_string()],
+        &[],
+        limit(),
+    );
+    assert!(o.status.success(), "under --torch\n{}", describe(&o));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("warning: --torch"), "{}", describe(&o));
+    let read = |d: &std::path::Path, f: &str| std::fs::read_to_string(d.join(f)).unwrap();
+    assert_eq!(
+        read(&torch_dir, "digest.json"),
+        read(&bare_dir, "digest.json"),
+        "what the script's profilers saw"
+    );
+    let x_events = |d: &std::path::Path| {
+        let trace: Value = serde_json::from_str(&read(d, "plain.json")).unwrap();
+        let events = trace.get("traceEvents").cloned().unwrap_or(trace);
+        let mut names: BTreeMap<String, u64> = BTreeMap::new();
+        for e in events.as_array().unwrap().iter().filter(|e| e["ph"] == "X") {
+            *names.entry(e["name"].as_str().unwrap_or("").to_string()).or_default() += 1;
+        }
+        names
+    };
+    assert_eq!(x_events(&torch_dir), x_events(&bare_dir), "the script's own exported trace");
+    let s = summary_json(&out);
+    let rows = s["spans"].as_array().unwrap();
+    let count = |domain: &str, name: &str| {
+        rows.iter()
+            .find(|r| r["domain"] == domain && r["name"] == name)
+            .and_then(|r| r["count"].as_u64())
+            .unwrap_or(0)
+    };
+    // 13 training steps in all (3 + 6 + 1 + 1 + 2): phases recorded throughout.
+    assert_eq!(count("mlprof.phase", "backward"), 13, "phases");
+    // Op ranges: the 5 steps when no profiler of the script ran (the scheduled wait step, the
+    // 2 after the schedule, the 2 at the end) plus the one under the script's own emit_itt.
+    assert_eq!(count("PyTorch", "my_step"), 6, "op ranges whenever the script's profiler is off");
+}
+
 #[test]
 fn torch_itt_ranges_and_marks_without_torch_option() {
     if !require_torch() {

@@ -15,6 +15,18 @@ use mlprof_format::runfile::{
     AggregateSample, DropSample, Frame, ProcessExit, ProcessInfo, RunEnd, RunInfo, RunReader,
 };
 
+/// Why records were lost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DropReasons {
+    /// The thread's lane was full (its collector fell behind).
+    pub lane_full: u64,
+    /// The thread found no lane (more threads at once than lanes, or no memory to back one).
+    pub no_lane: u64,
+    /// A signal handler's call while the thread was writing a record, or the call a thread was
+    /// cancelled in.
+    pub interrupted: u64,
+}
+
 /// One process image: a process, or the program it exec'd into.
 #[derive(Debug, Clone)]
 pub struct Image {
@@ -182,6 +194,20 @@ impl RunMeta {
     /// Records lost over the whole run (the last count of every stream).
     pub fn dropped(&self) -> u64 {
         self.drops.values().map(|d| d.dropped).sum()
+    }
+
+    /// Records lost, by why (see `DropSample`).
+    pub fn drops_by_reason(&self) -> DropReasons {
+        let mut reasons = DropReasons::default();
+        for sample in self.drops.values() {
+            if sample.stream == 0 {
+                reasons.no_lane += sample.dropped;
+            } else {
+                reasons.interrupted += sample.interrupted;
+                reasons.lane_full += sample.dropped.saturating_sub(sample.interrupted);
+            }
+        }
+        reasons
     }
 
     /// Interned string `id` (a path, a task or domain name, a kernel symbol), or a

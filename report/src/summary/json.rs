@@ -10,6 +10,7 @@ pub fn render(summary: &Summary) -> Value {
     json!({
         "events": summary.events,
         "dropped": summary.dropped,
+        "drops": summary.drops,
         "truncated": summary.truncated,
         "duration_ns": summary.duration_ns,
         "command": summary.command,

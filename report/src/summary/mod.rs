@@ -55,6 +55,8 @@ pub struct Summary {
     /// Events of function ids this build does not know (a newer recorder).
     pub unknown_events: u64,
     pub dropped: u64,
+    /// `dropped` by why.
+    pub drops: crate::run::DropReasons,
     pub truncated: bool,
     pub duration_ns: u64,
     /// Threads the run named.
@@ -248,6 +250,7 @@ impl Tally {
             events,
             unknown_events: self.unknown_events,
             dropped: meta.dropped(),
+            drops: meta.drops_by_reason(),
             truncated: meta.truncated,
             duration_ns,
             threads: meta.threads.len(),

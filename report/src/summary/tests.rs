@@ -45,6 +45,8 @@ fn renders_json_and_text() {
     assert!(text.contains("  pid 11 (ppid 10) [fork] train --epochs=1 — 1 calls, exit 0\n"));
     assert!(text.contains(&format!("     4.1 KiB          0 B        5     5.2 µs  {DATASET}\n")));
     assert!(text.ends_with(
-        "Dropped records: 3 — the counts above are missing these calls (ring full or no free lane)\n"
+        "Dropped records: 3 — the counts above are missing these calls (3 lane full, 0 no free lane, \
+         0 interrupted by a signal handler or a cancellation)\n"
     ));
+    assert_eq!(value["drops"], serde_json::json!({"lane_full": 3, "no_lane": 0, "interrupted": 0}));
 }

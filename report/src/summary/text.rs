@@ -80,10 +80,12 @@ pub fn write(summary: &Summary, top: usize, out: &mut dyn Write) -> io::Result<(
     if summary.dropped == 0 {
         writeln!(out, "Dropped records: 0")?;
     } else {
+        let d = &summary.drops;
         writeln!(
             out,
-            "Dropped records: {} — the counts above are missing these calls (ring full or no free lane)",
-            summary.dropped
+            "Dropped records: {} — the counts above are missing these calls ({} lane full, {} no free lane, \
+             {} interrupted by a signal handler or a cancellation)",
+            summary.dropped, d.lane_full, d.no_lane, d.interrupted
         )?;
     }
     if summary.unknown_events > 0 {

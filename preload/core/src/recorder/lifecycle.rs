@@ -33,8 +33,14 @@ unsafe extern "C" {
     fn on_exit(handler: extern "C" fn(libc::c_int, *mut c_void), arg: *mut c_void) -> libc::c_int;
 }
 
-/// Registers the fork, exit and thread-exit handlers (once per process image).
+/// Registers the fork, exit and thread-exit handlers, once per process image. Called by the
+/// constructor, never from a hook: `pthread_atfork` allocates, and a hook may run inside a
+/// preloaded malloc that holds its lock.
 pub(super) fn register_process_hooks() {
+    static DONE: AtomicBool = AtomicBool::new(false);
+    if DONE.swap(true, Ordering::Relaxed) {
+        return;
+    }
     let mut key: libc::pthread_key_t = 0;
     // Safety: plain libc calls with valid arguments; done once per process image (atfork
     // handlers, keys and exit handlers are inherited by fork children).

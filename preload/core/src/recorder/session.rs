@@ -12,7 +12,8 @@
 //! and swallows the writes of threads still in the middle of a record. Each join is an epoch;
 //! a thread's lane and the strings a process sent are valid for one epoch only.
 
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use mlprof_format::ring::{CLOCK_TSC, RING_CLOSED, RING_SERVING, RingHeader, RingView, validate_header};
 
@@ -31,9 +32,10 @@ const OFF: u8 = 4;
 const MAX_EPOCHS: usize = 64;
 
 static STATE: AtomicU8 = AtomicU8::new(UNJOINED);
-/// The ring of each epoch (leaked; a released one points at anonymous memory).
-static RINGS: [AtomicPtr<RingView>; MAX_EPOCHS] =
-    [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_EPOCHS];
+/// The ring of each epoch (a released one points at anonymous memory). Static storage, so that
+/// joining allocates nothing: a hook may join from inside a preloaded malloc (jemalloc's
+/// initialization maps memory with our `mmap`), where allocating would deadlock on its lock.
+static RINGS: [OnceLock<RingView>; MAX_EPOCHS] = [const { OnceLock::new() }; MAX_EPOCHS];
 /// The current epoch: index into `RINGS` + 1 (0 = none yet).
 static EPOCH: AtomicU32 = AtomicU32::new(0);
 /// Who is recording: `epoch << 32 | pid`. A thread's lane belongs to one identity: a fork
@@ -54,16 +56,12 @@ static CHECK_PERIOD: AtomicU64 = AtomicU64::new(u64::MAX);
 static NEXT_ATTEMPT: AtomicU64 = AtomicU64::new(0);
 /// How long a waiting process lets pass between two join attempts.
 const RETRY_NS: u64 = 500_000_000;
-/// Set once the process announced itself and registered its fork/exit handlers.
-static HOOKS_REGISTERED: AtomicBool = AtomicBool::new(false);
 
 /// The ring of the current epoch, if any.
 #[inline(always)]
 pub fn ring() -> Option<&'static RingView> {
     let epoch = EPOCH.load(Ordering::Acquire) as usize;
-    let slot = RINGS.get(epoch.checked_sub(1)?)?;
-    // Safety: slots hold leaked, never-freed views (whose memory is never unmapped).
-    unsafe { slot.load(Ordering::Acquire).as_ref() }
+    RINGS.get(epoch.checked_sub(1)?)?.get()
 }
 
 /// This process's pid as the recorder knows it (set at join, refreshed in fork children).
@@ -131,8 +129,8 @@ pub(super) fn may_join() -> bool {
 }
 
 /// Joins the session named by the environment; returns whether calls are recorded. Runs with
-/// the guard held, as foreign code (see `ThreadState::foreign`): joining registers fork and
-/// exit handlers, which may allocate, and a preloaded malloc may then call hooked functions.
+/// the guard held. Allocates nothing and registers nothing (see `RINGS`; the fork and exit
+/// handlers are registered by the constructor, see `lifecycle::register_process_hooks`).
 #[cold]
 pub(super) fn join() -> bool {
     let previous = STATE.load(Ordering::Acquire);
@@ -154,9 +152,6 @@ pub(super) fn join() -> bool {
     };
     STATE.store(next, Ordering::Release);
     if next == ACTIVE {
-        if !HOOKS_REGISTERED.swap(true, Ordering::Relaxed) {
-            super::lifecycle::register_process_hooks();
-        }
         super::lifecycle::announce_process();
     }
     next == ACTIVE
@@ -273,9 +268,8 @@ fn adopt(slot: usize, view: RingView, header: &RingHeader) {
     let period = header.check_period.max(1);
     CHECK_PERIOD.store(period, Ordering::Relaxed);
     NEXT_CHECK.store(clock::now().saturating_add(period), Ordering::Relaxed);
-    let view = Box::into_raw(Box::new(view));
     if let Some(entry) = RINGS.get(slot - 1) {
-        entry.store(view, Ordering::Release);
+        let _ = entry.set(view);
     }
     IDENTITY.store((slot as u64) << 32 | sys::getpid() as u64, Ordering::Relaxed);
     EPOCH.store(slot as u32, Ordering::Release);
@@ -299,6 +293,14 @@ pub fn wake_collector(ring: &RingView) {
     header.wake.fetch_add(1, Ordering::Release);
     if header.sleeping.load(Ordering::Acquire) != 0 {
         let _ = rustix::thread::futex::wake(&header.wake, rustix::thread::futex::Flags::empty(), 1);
+    }
+}
+
+/// Wakes the collector, which sleeps while a lane filled to half (see `LaneWriter::push`).
+#[cold]
+pub fn wake_sleeping_collector(writer: &mlprof_format::ring::LaneWriter) {
+    if let Some(word) = writer.wake_word() {
+        let _ = rustix::thread::futex::wake(word, rustix::thread::futex::Flags::empty(), 1);
     }
 }
 

@@ -1,5 +1,9 @@
 //! `mlprof`: reports on run files written by `mlprof-collect`. The reports themselves live in
-//! the `mlprof-report` library; this binary parses the command line and prints.
+//! the `mlprof-report` library; this crate parses the command line and prints.
+//!
+//! The program is a library whose one public item is [`main`]: `src/bin/mlprof.rs` calls it,
+//! and so does the `mlprof` of the Python wheel (crate `wheel/`), which then reuses this crate
+//! as compiled by `cargo build --release` instead of compiling it again.
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal};
@@ -100,7 +104,8 @@ fn stdout_error(e: std::io::Error) -> String {
     format!("writing the report: {e}")
 }
 
-fn main() -> ExitCode {
+/// The whole `mlprof` program: parses the command line, runs the report.
+pub fn main() -> ExitCode {
     // Like other Unix tools, end quietly when the reader of our output goes away (`| head`).
     // Safety: restoring the default disposition of SIGPIPE before any output.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };

@@ -22,6 +22,12 @@ use mlprof_format::runfile::{
 use crate::segment::Segment;
 use crate::timebase::Timebase;
 
+mod procfs;
+mod strings;
+
+use procfs::{owner_uid, thread_alive, zombie_exit};
+use strings::{Strings, split_argv};
+
 const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);
 const LIVENESS_EVERY: Duration = Duration::from_millis(100);
 /// String bytes kept in memory to name processes (ids are kept for every string).
@@ -35,6 +41,8 @@ struct Stream {
     tid: u32,
     /// The process image the thread belongs to (see `Lane::image`).
     image: u64,
+    /// When the collector first saw the claim.
+    opened: Instant,
     refused: bool,
     aggregates: [(u64, u64, u64); AGG_SLOTS],
     /// (dropped, interrupted) as last written.
@@ -71,14 +79,19 @@ pub struct Drainer {
     final_aggregates: u64,
     uid: u32,
     /// Process images that announced themselves without a fork (a program started or exec'd)
-    /// during this pass: (pid, image). Lanes of an older image of the same pid are freed.
-    new_images: Vec<(u32, u64)>,
+    /// during this pass: pid → (start time, image), the latest per pid (a pass can see several
+    /// images of one pid: an exec chain). Lanes of any other image of that pid are freed.
+    new_images: HashMap<u32, (u64, u64)>,
+    /// The latest image announced by each pid.
+    current_images: HashMap<u32, u64>,
     /// Lanes seen `CLAIMING` at the last liveness check, with their state word: a lane still
     /// holding the same word a period later was abandoned by a killed claimer.
     claiming: HashMap<u32, u32>,
     /// Pids whose exit is recorded.
     exits: HashSet<u32>,
     quiet: bool,
+    /// Records taken from the fullest lane in the last pass (what the next sleep is sized by).
+    busiest_lane: usize,
     pub totals: Totals,
 }
 
@@ -103,10 +116,12 @@ impl Drainer {
             final_aggregates: 0,
             // Safety: geteuid cannot fail.
             uid: unsafe { libc::geteuid() },
-            new_images: Vec::new(),
+            new_images: HashMap::new(),
+            current_images: HashMap::new(),
             claiming: HashMap::new(),
             exits: HashSet::new(),
             quiet,
+            busiest_lane: 0,
             totals: Totals::default(),
         }
     }
@@ -124,6 +139,17 @@ impl Drainer {
         &self.segment
     }
 
+    /// How long the collector may sleep after a pass that took `busiest` records from its
+    /// fullest lane over `elapsed`: until that lane, at that rate, would be a quarter full, but
+    /// 1 ms at least and 100 ms at most (liveness checks and aggregate snapshots need no more).
+    /// A lane that fills faster than foreseen wakes the collector at half full anyway.
+    pub fn next_sleep(&self, elapsed: Duration) -> Duration {
+        let quarter = self.segment.geometry.lane_capacity as f64 / 4.0;
+        let rate = self.busiest_lane as f64 / elapsed.as_secs_f64().max(1e-6);
+        let seconds = if rate > 0.0 { quarter / rate } else { f64::INFINITY };
+        Duration::from_secs_f64(seconds.clamp(0.001, 0.1))
+    }
+
     /// The run file, for the frames of the energy sampler.
     pub fn writer_mut(&mut self) -> &mut RunWriter {
         &mut self.writer
@@ -133,6 +159,7 @@ impl Drainer {
     pub fn drain_once(&mut self) -> io::Result<usize> {
         self.segment.heartbeat(self.timebase.now());
         let mut taken = 0;
+        let mut busiest = 0;
         for index in 0..self.segment.geometry.lane_count {
             let word = self.lane(index).state.load(Ordering::Acquire);
             let state = lane_state(word);
@@ -140,11 +167,14 @@ impl Drainer {
                 continue;
             }
             self.open_stream(index)?;
-            taken += self.drain_lane(index)?;
+            let from_lane = self.drain_lane(index)?;
+            taken += from_lane;
+            busiest = busiest.max(from_lane);
             if state == LANE_RETIRED {
                 self.close_stream(index)?;
             }
         }
+        self.busiest_lane = busiest;
         self.free_replaced_images()?;
         self.write_batch()?;
         if let Some(message) = self.segment.replenish()
@@ -205,6 +235,7 @@ impl Drainer {
             pid,
             tid,
             image,
+            opened: Instant::now(),
             refused,
             aggregates: [(0, 0, 0); AGG_SLOTS],
             dropped: (0, 0),
@@ -263,7 +294,10 @@ impl Drainer {
                         forked: event.extra & PROC_FORKED != 0,
                     };
                     if !process.forked {
-                        new_images.push((pid, image));
+                        let latest = new_images.entry(pid).or_insert((process.start_ns, image));
+                        if process.start_ns >= latest.0 {
+                            *latest = (process.start_ns, image);
+                        }
                     }
                     // A fork child refers to its parent's command line, which the parent's lane
                     // may deliver later in this pass: wait for it.
@@ -329,45 +363,6 @@ impl Drainer {
     }
 }
 
-/// The strings the run has defined: every id (so each is written once), and the bytes of the
-/// first [`STRING_MEMORY_LIMIT`] bytes' worth (to name processes by their command line).
-#[derive(Default)]
-struct Strings {
-    known: HashSet<u64>,
-    bytes: HashMap<u64, Vec<u8>>,
-    memory: usize,
-}
-
-impl Strings {
-    /// Writes string `id` to the run file the first time it is defined.
-    fn define(&mut self, writer: &mut RunWriter, id: u64, bytes: &[u8]) -> io::Result<()> {
-        if self.known.insert(id) {
-            writer.write_string(id, bytes)?;
-            if self.memory + bytes.len() <= STRING_MEMORY_LIMIT {
-                self.memory += bytes.len();
-                self.bytes.insert(id, bytes.to_vec());
-            }
-        }
-        Ok(())
-    }
-
-    fn is_known(&self, id: u64) -> bool {
-        self.known.contains(&id)
-    }
-
-    fn bytes(&self, id: u64) -> Option<&[u8]> {
-        self.bytes.get(&id).map(Vec::as_slice)
-    }
-}
-
-fn split_argv(bytes: &[u8]) -> Vec<String> {
-    bytes
-        .split(|&b| b == 0)
-        .filter(|part| !part.is_empty())
-        .map(|part| String::from_utf8_lossy(part).into_owned())
-        .collect()
-}
-
 impl Drainer {
     /// Writes the pass's events in end-time order, and any held events whose path is now known.
     fn write_batch(&mut self) -> io::Result<()> {
@@ -424,6 +419,22 @@ impl Drainer {
             }
         }
         self.claiming = claiming;
+        // A lane of an older image that the collector first saw after the newer image announced
+        // itself: after a liveness period it cannot be a newer image's lane whose announcement
+        // is still on its way, so it is the replaced image's.
+        let stale: Vec<u32> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| {
+                self.current_images.get(&s.pid).is_some_and(|&image| image != s.image)
+                    && s.opened.elapsed() >= LIVENESS_EVERY
+            })
+            .map(|(&index, _)| index)
+            .collect();
+        for index in stale {
+            self.drain_lane(index)?;
+            self.close_stream(index)?;
+        }
         self.write_batch()
     }
 
@@ -435,10 +446,11 @@ impl Drainer {
             return Ok(());
         }
         let new_images = std::mem::take(&mut self.new_images);
+        self.current_images.extend(new_images.iter().map(|(&pid, &(_, image))| (pid, image)));
         let replaced: Vec<u32> = self
             .streams
             .iter()
-            .filter(|(_, s)| new_images.iter().any(|&(pid, image)| s.pid == pid && s.image != image))
+            .filter(|(_, s)| new_images.get(&s.pid).is_some_and(|&(_, image)| s.image != image))
             .map(|(&index, _)| index)
             .collect();
         for index in replaced {
@@ -581,37 +593,4 @@ impl Drainer {
         })?;
         Ok(self.totals)
     }
-}
-
-/// A thread is alive while /proc lists it and it is not a zombie.
-fn thread_alive(pid: u32, tid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) {
-        Ok(stat) => match stat.rfind(')').and_then(|at| stat[at + 1..].split_whitespace().next()) {
-            Some(state) => state != "Z" && state != "X",
-            None => true,
-        },
-        Err(_) => false,
-    }
-}
-
-/// How process `pid` ended, while it is a zombie (its parent has not reaped it yet): field 52
-/// of /proc/PID/stat is its wait status. (exit code, signal).
-fn zombie_exit(pid: u32) -> Option<(Option<i32>, Option<i32>)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();
-    // After the ')' the fields start at 3 (state); the wait status is field 52.
-    if fields.first() != Some(&"Z") {
-        return None;
-    }
-    let status: i32 = fields.get(52 - 3)?.parse().ok()?;
-    if status & 0x7f != 0 {
-        Some((None, Some(status & 0x7f)))
-    } else {
-        Some((Some((status >> 8) & 0xff), None))
-    }
-}
-
-fn owner_uid(pid: u32) -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid())
 }

@@ -1,5 +1,9 @@
 //! `mlprof-collect`: creates the shared-memory ring, runs or serves the profiled processes,
 //! drains the ring into `run.bin`, and prints a one-paragraph summary.
+//!
+//! The program is a library whose one public item is [`main`]: `src/bin/mlprof-collect.rs`
+//! calls it, and so does the `mlprof-collect` of the Python wheel (crate `wheel/`), which then
+//! reuses this crate as compiled by `cargo build --release` instead of compiling it again.
 
 mod drain;
 mod energy;
@@ -28,8 +32,8 @@ Modes:
       writes run.bin and exits with CMD's exit status.
   mlprof-collect --out run.bin [--session NAME]
       Attach: serves the session until SIGINT/SIGTERM. Any process started elsewhere with
-      LD_PRELOAD=/path/to/libmlprof.so (and MLPROF_SESSION=NAME for a session other than
-      'default') joins it.
+      LD_PRELOAD=$(mlprof-collect --print-preload) (and MLPROF_SESSION=NAME for a session
+      other than 'default') joins it.
 
 Then: mlprof summary run.bin, mlprof convert run.bin -o trace.json
 Environment variables: see --help.";
@@ -47,9 +51,14 @@ struct Args {
     /// Session name (attach mode; also usable in launcher mode). Defaults to $MLPROF_SESSION or 'default'.
     #[arg(long)]
     session: Option<String>,
-    /// libmlprof.so to preload (default: $MLPROF_PRELOAD, else the one next to this binary).
+    /// libmlprof.so to preload (default: $MLPROF_PRELOAD, else the one next to this binary,
+    /// else the one of the Python package installed with it).
     #[arg(long)]
     preload: Option<PathBuf>,
+    /// Print the absolute path of the libmlprof.so the launcher would inject and exit, for
+    /// attach mode: `LD_PRELOAD=$(mlprof-collect --print-preload) python train.py`.
+    #[arg(long, conflicts_with = "command")]
+    print_preload: bool,
     /// Lanes in the ring: threads that can record at the same time.
     #[arg(long, default_value_t = RingGeometry::DEFAULT.lane_count)]
     lanes: u32,
@@ -84,7 +93,8 @@ struct Args {
     command: Vec<String>,
 }
 
-fn main() -> ExitCode {
+/// The whole `mlprof-collect` program: parses the command line, runs, reports.
+pub fn main() -> ExitCode {
     let args = Args::parse();
     match run(args) {
         Ok(code) => code,
@@ -96,6 +106,10 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<ExitCode, String> {
+    if args.print_preload {
+        println!("{}", launch::find_preload(args.preload.as_deref())?.display());
+        return Ok(ExitCode::SUCCESS);
+    }
     let geometry = RingGeometry { lane_count: args.lanes, lane_capacity: args.lane_records };
     if !geometry.is_valid() {
         return Err("--lanes must be 1..=65536 and --lane-records a power of two in 64..=16777216".into());
@@ -192,19 +206,20 @@ fn run(args: Args) -> Result<ExitCode, String> {
             torch_hook.iter().map(|hook| ("PYTHONPATH", hook.python_path())).collect();
         let mut child = launch::spawn(&args.command, &preload, &shm_path, &session, &extra_env)?;
         let child_pid = child.id();
+        let mut since = Instant::now();
         let status = loop {
             let pass = drain(&mut drainer, &mut sampler)?;
             if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
                 break status;
             }
             launch::forward_termination(child_pid);
-            pause(&drainer, pass);
+            pause(&drainer, pass, &mut since);
         };
         // Children the command left behind (or that are still exiting) get a grace period.
         let deadline = Instant::now() + Duration::from_millis(args.linger_ms);
         while Instant::now() < deadline && drainer.has_live_lanes() {
             let pass = drain(&mut drainer, &mut sampler)?;
-            pause(&drainer, pass);
+            pause(&drainer, pass, &mut since);
         }
         drop(torch_hook);
         let (code, signal) = launch::describe(status);
@@ -222,9 +237,10 @@ fn run(args: Args) -> Result<ExitCode, String> {
         } else {
             eprintln!("mlprof-collect: session '{session}' ready");
         }
+        let mut since = Instant::now();
         while !launch::termination_requested() {
             let pass = drain(&mut drainer, &mut sampler)?;
-            pause(&drainer, pass);
+            pause(&drainer, pass, &mut since);
         }
         0
     };
@@ -281,11 +297,16 @@ fn energy_config(args: &Args) -> energy::EnergyConfig {
     }
 }
 
-/// Waits for the next pass: 0.5 ms while records flow (a lane of 65536 records lasts ~26 ms at
-/// 2.5 M records/s, and on a busy machine a wake-up can come late), 5 ms when idle, or until a
-/// producer wakes the collector (a thread found no free lane) since the pass began (`wake`).
-fn pause(drainer: &Drainer, (taken, wake): (usize, u32)) {
-    drainer.segment().sleep(wake, Duration::from_micros(if taken > 0 { 500 } else { 5000 }));
+/// Waits for the next pass. The collector sleeps most of the time: as long as the fullest lane
+/// can go before it is a quarter full at the rate of the last pass, 100 ms at most (aggregate
+/// snapshots and liveness checks need no more), so an idle run costs ten passes a second; a
+/// producer whose lane is half full wakes it at once (`LaneWriter::push`), and so does a thread
+/// that found no free lane (`recorder::session::wake_collector`).
+fn pause(drainer: &Drainer, (_taken, wake): (usize, u32), since: &mut Instant) {
+    let now = Instant::now();
+    let sleep = drainer.next_sleep(now.duration_since(*since));
+    drainer.segment().sleep(wake, sleep);
+    *since = Instant::now();
 }
 
 fn report(args: &Args, totals: &Totals, elapsed: Duration) {
