@@ -10,6 +10,9 @@
 //! order, not causal order. Should a record arrive later than that (see
 //! [`FdIntervals::inexact`]), the conversion starts over with the run's complete fd history
 //! from a full metadata pass (a second read of the file): the trace is always the same.
+//! A thread whose first span is found only after some of its calls were written needs no
+//! second pass: the span goes out of order with an absolute timestamp (a Perfetto writer's
+//! "late parent"), and trace_processor nests slices by time.
 //!
 //! What becomes what: a recorded call is a slice on its thread named after the function, with
 //! its arguments (`calls`); an ITT task a slice named after the task, a marker an instant, a
@@ -716,6 +719,8 @@ mod tests {
     use super::*;
     use crate::test_run::{self, DATASET, START};
     use crate::trace::chrome::ChromeWriter;
+    use crate::trace::perfetto::PerfettoWriter;
+    use mlprof_format::record::IttSpan;
     use mlprof_format::runfile::{RunEnd, RunInfo, RunWriter};
     use mlprof_format::string_id;
 
@@ -737,6 +742,55 @@ mod tests {
         )
         .unwrap();
         (outcome, serde_json::from_slice(&json).unwrap())
+    }
+
+    #[test]
+    fn a_span_found_after_its_threads_calls_were_written_still_encloses_them() {
+        // Two reads, then (a batch later, as a task is recorded when it ends) the task around
+        // them: read ahead, the thread is known to have spans and its reads wait in its
+        // forest; not, they were written first and the task goes out as a late parent.
+        let path = std::env::temp_dir().join(format!("mlprof-report-late-span-{}.bin", std::process::id()));
+        let info = RunInfo { start_mono_ns: START, ..RunInfo::default() };
+        let mut w = RunWriter::create(&path, &info).unwrap();
+        let read = Event { kind: Func::Read as u16, pid: 10, tid: 10, fd: 0, dur: 100, ..Event::default() };
+        w.write_events(&[Event { start: START + 1_000, ..read }, Event { start: START + 2_000, ..read }])
+            .unwrap();
+        let task = IttSpan {
+            kind: Func::IttTask as u16,
+            pid: 10,
+            tid: 10,
+            start: START + 500,
+            dur: 4_500,
+            ..IttSpan::default()
+        };
+        w.write_events(&[task.into_event()]).unwrap();
+        w.finish(&RunEnd::default()).unwrap();
+        let meta = RunMeta::load_metadata(&path).unwrap();
+        let convert = |lookahead| {
+            let mut stats = None;
+            let outcome = convert_looking_ahead(
+                &meta,
+                &path,
+                &Options::default(),
+                &mut |_| PerfettoWriter::new(Vec::new(), false),
+                &mut |_, w| {
+                    stats = Some(w.stats());
+                    w.finish().map(drop)
+                },
+                &mut |_| {},
+                lookahead,
+            )
+            .unwrap();
+            (outcome.events, outcome.second_pass, stats.unwrap())
+        };
+        let (ahead, late) = (convert(LOOKAHEAD_EVENTS), convert(0));
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!((ahead.0, ahead.1.as_deref()), (3, None));
+        assert_eq!((ahead.2.late_parents, ahead.2.clamped), (0, 0));
+        // Learning spans late costs no second pass: the writer puts the task out of order,
+        // with an absolute timestamp, and trace_processor nests it by time.
+        assert_eq!((late.0, late.1.as_deref()), (3, None));
+        assert_eq!((late.2.late_parents, late.2.clamped), (1, 0));
     }
 
     #[test]
