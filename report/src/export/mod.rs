@@ -35,7 +35,7 @@ use mlprof_format::runfile::Frame;
 use parquet::data_type::ByteArray;
 use rustc_hash::FxHashMap;
 
-use crate::run::{self, FdCache, RunMeta, bytes_moved};
+use crate::run::{self, RunMeta, bytes_moved};
 use table::{Kind, Spec, Symbols, Table, col, delta, opt};
 
 const EVENTS: &[Spec] = &[
@@ -228,7 +228,6 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
     // (pid, image) → the partitions of its rank in events, spans and gpu_calls.
     let mut partition_of: FxHashMap<(u32, usize), (usize, usize, usize)> = FxHashMap::default();
     let mut files: HashMap<u64, FileTotals> = HashMap::new();
-    let mut fd_cache = FdCache::default();
     let mut kernels: FxHashMap<(u32, u64), u32> = FxHashMap::default();
     let kinds: [u32; 5] = ["task", "frame", "marker", "pause", "resume"].map(|k| text(&mut symbols, k));
     let mut devices: HashMap<u32, (u32, u32, bool)> = HashMap::new();
@@ -255,7 +254,7 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
                     let name = names[&event.kind];
                     match func.api() {
                         Api::Libc => {
-                            let path_id = meta.fds.path_of_cached(&meta, event, &mut fd_cache);
+                            let path_id = meta.fds.path_of(&meta, event);
                             let bytes = bytes_moved(func, event);
                             if let Some(path_id) = path_id {
                                 let file = files.entry(path_id).or_default();
