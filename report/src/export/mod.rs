@@ -35,7 +35,7 @@ use mlprof_format::runfile::Frame;
 use parquet::data_type::ByteArray;
 use rustc_hash::FxHashMap;
 
-use crate::run::{self, RunMeta, bytes_moved};
+use crate::run::{self, FdCache, RunMeta, bytes_moved};
 use table::{Kind, Spec, Symbols, Table, col, delta, opt};
 
 const EVENTS: &[Spec] = &[
@@ -194,7 +194,11 @@ struct FileTotals {
 
 /// Exports one run into `dir` (see the module documentation).
 pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
-    let meta = RunMeta::load(path)?;
+    let mut meta = RunMeta::load(path)?;
+    // The run's complete fd histories, looked up through a cache (most calls on an fd fall in
+    // the interval of the one before): taken out of `meta`, which the lookups read.
+    let mut fds = std::mem::take(&mut meta.fds);
+    let mut fd_cache = FdCache::default();
     let id = run_id(&meta);
     let io_err = |e: std::io::Error| format!("writing {}: {e}", dir.display());
     let tables = ["events", "spans", "gpu_calls", "processes", "files", "energy", "runs"];
@@ -254,7 +258,15 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
                     let name = names[&event.kind];
                     match func.api() {
                         Api::Libc => {
-                            let path_id = meta.fds.path_of(&meta, event);
+                            let path_id = match func.class() {
+                                // An open names its own path.
+                                Class::Open => (event.arg2 != 0).then_some(event.arg2),
+                                Class::Clock => None,
+                                _ if event.fd < 0 => None,
+                                _ => fds
+                                    .lookup_cached(&meta, event.pid, event.fd, event.start, &mut fd_cache)
+                                    .map(|index| fds.path_id(index)),
+                            };
                             let bytes = bytes_moved(func, event);
                             if let Some(path_id) = path_id {
                                 let file = files.entry(path_id).or_default();
