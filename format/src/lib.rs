@@ -8,6 +8,7 @@
 //!   [`runfile::FORMAT_MAJOR`]/[`runfile::FORMAT_MINOR`]).
 //! * [`energy`]: the energy frames of `run.bin` (devices, samples, notes; since format 1.2).
 //! * [`options`]: the one table of `MLPROF_*` environment variables and who reads each.
+//! * [`syscalls`]: x86_64 system call names by number (complete mode, the strace-shaped view).
 //!
 //! The ring ABI and the file format have separate versions: the ring is a live protocol between
 //! one build of the preload and one build of the collector, the file outlives both.
@@ -23,6 +24,7 @@ pub mod options;
 pub mod record;
 pub mod ring;
 pub mod runfile;
+pub mod syscalls;
 
 /// FNV-1a, 64 bit: the id of an interned string. Chosen because the preload computes it
 /// without allocation or tables on the hook path, and because ids then agree across processes,
