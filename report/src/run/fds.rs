@@ -12,6 +12,22 @@ const FD_CACHE_SLOTS: usize = 256;
 /// times in (after, until].
 type FdAnswer = ((u32, i32), u64, u64, Option<u64>);
 
+/// What an fd became at a change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Named {
+    /// Opened: the path id.
+    Path(u64),
+    /// Closed.
+    Closed,
+    /// A duplicate (dup, dup2, dup3, fcntl F_DUPFD) of this fd of the same process, as it was at
+    /// this time (the duplicating call's start).
+    Dup(i32, u64),
+}
+
+/// fcntl's commands that duplicate an fd.
+const F_DUPFD: u32 = 0;
+const F_DUPFD_CLOEXEC: u32 = 1030;
+
 /// Recent answers of [`FdIntervals::path_of_cached`], by a hash of (pid, fd).
 pub struct FdCache {
     slots: Box<[FdAnswer; FD_CACHE_SLOTS]>,
@@ -31,9 +47,9 @@ impl Default for FdCache {
 /// were when the child started.
 #[derive(Default)]
 pub struct FdIntervals {
-    /// (pid, fd) → (time, path id or 0 for closed), sorted by time. A fast non-cryptographic
-    /// hash: this map is looked up once per call in every report.
-    changes: rustc_hash::FxHashMap<(u32, i32), Vec<(u64, u64)>>,
+    /// (pid, fd) → (time, what it became), sorted by time. A fast non-cryptographic hash:
+    /// this map is looked up once per call in every report.
+    changes: rustc_hash::FxHashMap<(u32, i32), Vec<(u64, Named)>>,
 }
 
 impl FdIntervals {
@@ -48,9 +64,16 @@ impl FdIntervals {
         let end = event.start.saturating_add(event.dur);
         match func.class() {
             Class::Open if event.arg2 != 0 => {
-                self.changes.entry((event.pid, event.fd)).or_default().push((end, event.arg2))
+                self.changes.entry((event.pid, event.fd)).or_default().push((end, Named::Path(event.arg2)))
             }
-            Class::Close => self.changes.entry((event.pid, event.fd)).or_default().push((event.start, 0)),
+            Class::Close => {
+                self.changes.entry((event.pid, event.fd)).or_default().push((event.start, Named::Closed))
+            }
+            // A duplicate names what its source named (dup2 onto an open fd replaces it).
+            Class::Fd if duplicates(func, event) && event.ret >= 0 && event.ret != event.fd as i64 => {
+                let copy = Named::Dup(event.fd, event.start);
+                self.changes.entry((event.pid, event.ret as i32)).or_default().push((end, copy))
+            }
             _ => {}
         }
     }
@@ -63,32 +86,60 @@ impl FdIntervals {
 
     /// The path id `fd` of `pid` named at `time`.
     fn lookup(&self, meta: &RunMeta, pid: u32, fd: i32, time: u64, cache: &mut FdCache) -> Option<u64> {
-        let slot = &mut cache.slots[(pid as usize ^ (fd as usize).wrapping_mul(31)) % FD_CACHE_SLOTS];
+        let index = (pid as usize ^ (fd as usize).wrapping_mul(31)) % FD_CACHE_SLOTS;
+        let slot = cache.slots[index];
         if slot.0 == (pid, fd) && slot.1 < time && time <= slot.2 {
             return slot.3;
         }
+        let (path, valid) = self.lookup_uncached(meta, pid, fd, time, 0);
+        if let Some((after, until)) = valid {
+            cache.slots[index] = ((pid, fd), after, until, path);
+        }
+        path
+    }
+
+    /// What `fd` of `pid` named at `time`, and the interval (after, until] the same answer holds
+    /// for when that comes from `pid`'s own changes. `depth` bounds chains of duplicates (a
+    /// duplicate's source is looked up as it was when the duplicate was made: never a cycle,
+    /// since that is earlier, but bounded all the same) and of fork parents.
+    fn lookup_uncached(
+        &self,
+        meta: &RunMeta,
+        pid: u32,
+        fd: i32,
+        time: u64,
+        depth: u32,
+    ) -> (Option<u64>, Option<(u64, u64)>) {
+        let asked = pid;
         let (mut pid, mut time) = (pid, time);
-        let asked = (pid, fd);
         for _ in 0..16 {
             if let Some(changes) = self.changes.get(&(pid, fd)) {
                 // Changes strictly before the call: a close's own change is at its start.
                 let at = changes.partition_point(|&(t, _)| t < time);
                 if at > 0 {
-                    let path = changes[at - 1].1;
-                    let path = (path != 0).then_some(path);
-                    if (pid, fd) == asked {
-                        // The same answer holds until the next change.
-                        let until = changes.get(at).map_or(u64::MAX, |c| c.0);
-                        *slot = ((pid, fd), changes[at - 1].0, until, path);
-                    }
-                    return path;
+                    let (changed, named) = changes[at - 1];
+                    let path = match named {
+                        Named::Path(path) => Some(path),
+                        Named::Closed => None,
+                        Named::Dup(_, _) if depth >= 16 => None,
+                        Named::Dup(source, made) => {
+                            self.lookup_uncached(meta, pid, source, made, depth + 1).0
+                        }
+                    };
+                    // The same answer holds until the next change.
+                    let valid = (pid == asked).then(|| (changed, changes.get(at).map_or(u64::MAX, |c| c.0)));
+                    return (path, valid);
                 }
             }
             // Nothing in this process before `time`: a fork child's fd comes from its parent.
-            let image = meta.images.get(&pid).and_then(|images| images.first()).filter(|i| i.info.forked)?;
+            let Some(image) =
+                meta.images.get(&pid).and_then(|images| images.first()).filter(|i| i.info.forked)
+            else {
+                return (None, None);
+            };
             (pid, time) = (image.info.ppid, image.info.start_ns);
         }
-        None
+        (None, None)
     }
 
     /// The path id a call's fd refers to (an open names its own path).
@@ -105,11 +156,37 @@ impl FdIntervals {
             return None;
         }
         match func.class() {
-            Class::Open => (event.arg2 != 0).then_some(event.arg2),
-            Class::Clock => None,
-            Class::Map if event.fd < 0 => None,
+            _ if func.has_path() && event.arg2 != 0 => Some(event.arg2),
+            Class::Open | Class::Clock | Class::Syscall | Class::Load => None,
             _ if event.fd < 0 => None,
             _ => self.lookup(meta, event.pid, event.fd, event.start, cache),
         }
+    }
+
+    /// The path a call's own path argument names, made absolute when it is relative to an `*at`
+    /// call's directory fd (`fstatat(dfd, "f0")` → the directory's path + `/f0`); `None` for
+    /// calls without a path argument. `name` is the call's own path string.
+    pub fn resolve_relative(
+        &self,
+        meta: &RunMeta,
+        event: &Event,
+        name: &str,
+        cache: &mut FdCache,
+    ) -> Option<String> {
+        if name.starts_with('/') || event.fd < 0 {
+            return None;
+        }
+        let dir = self.lookup(meta, event.pid, event.fd, event.start, cache)?;
+        let dir = meta.strings.get(&dir)?;
+        Some(format!("{}/{name}", dir.trim_end_matches('/')))
+    }
+}
+
+/// Whether a descriptor call made a duplicate (its `ret` is the new fd).
+fn duplicates(func: Func, event: &Event) -> bool {
+    match func {
+        Func::Dup | Func::Dup2 | Func::Dup3 => true,
+        Func::Fcntl | Func::Fcntl64 => matches!(event.extra, F_DUPFD | F_DUPFD_CLOEXEC),
+        _ => false,
     }
 }

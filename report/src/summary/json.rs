@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{FileRow, GpuSummary, ProcessRow, Summary};
+use super::{FileRow, GpuSummary, ProcessRow, StartupRow, Summary};
 use crate::pipeline::{DataPipeline, Distribution, SpanRow};
 
 pub fn render(summary: &Summary) -> Value {
@@ -23,6 +23,36 @@ pub fn render(summary: &Summary) -> Value {
         "gpu": summary.gpu.as_ref().map_or(Value::Null, gpu),
         "spans": summary.spans.iter().map(span).collect::<Vec<_>>(),
         "data_pipeline": summary.data_pipeline.as_ref().map_or(Value::Null, data_pipeline),
+        "startup": summary.startup.iter().map(startup).collect::<Vec<_>>(),
+    })
+}
+
+/// `mlprof summary --syscalls --json`.
+pub fn render_syscalls(summary: &Summary) -> Value {
+    let view = &summary.syscalls;
+    json!({
+        "syscalls": view.syscalls,
+        "trapped_pids": view.trapped_pids,
+        "folded_pids": view.folded_pids,
+        "not_folded": view.not_folded,
+    })
+}
+
+fn startup(row: &StartupRow) -> Value {
+    json!({
+        "pid": row.pid,
+        "cmdline": row.cmdline,
+        "start_ns": row.start_ns,
+        "duration_ns": row.duration_ns,
+        "until": row.until,
+        "library_loads": row.library_loads,
+        "metadata": row.metadata,
+        "opens": row.opens,
+        "reads": row.reads,
+        "gpu": row.gpu,
+        "other": row.other,
+        "libraries": row.libraries,
+        "truncated": row.truncated,
     })
 }
 
