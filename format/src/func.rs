@@ -70,7 +70,7 @@ pub enum Class {
     Transfer,
     /// Library loading: dlopen (`arg2` = path id, `ret` = handle) and dlclose (`arg` = handle).
     Load,
-    /// A system call trapped in complete mode (`mlprof-collect --all-syscalls`): `extra` = the
+    /// A system call trapped in complete mode (reserved: no preload writes it yet): `extra` = the
     /// system call number, `arg`/`arg2` = its first two arguments, `ret` = the kernel's return.
     Syscall,
 }

@@ -69,12 +69,6 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         meaning: "an ITT collector (VTune's) to forward every ITT call to; the launcher moves a user's INTEL_LIBITTNOTIFY64 here",
     },
     EnvOption {
-        name: "MLPROF_ALL_SYSCALLS",
-        read_by: ReadBy::Preload,
-        default: "0",
-        meaning: "1: complete mode (mlprof-collect --all-syscalls sets it): also trap and record every system call no hook sees (glibc-internal, raw syscall(), the dynamic loader), x86_64 Linux 5.11+",
-    },
-    EnvOption {
         name: "MLPROF_QUIET",
         read_by: ReadBy::Preload,
         default: "0",

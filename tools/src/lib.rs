@@ -38,8 +38,8 @@ enum Command {
         /// Rows in the top-files tables.
         #[arg(long, default_value_t = 10)]
         top: usize,
-        /// The calls as the system calls they make, like `strace -c -f` (trapped ones in
-        /// complete mode, libc calls folded otherwise).
+        /// The calls as the system calls they make, like `strace -c -f` (libc calls folded into
+        /// the system calls glibc makes for them).
         #[arg(long)]
         syscalls: bool,
     },

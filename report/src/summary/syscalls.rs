@@ -1,8 +1,9 @@
 //! The strace-shaped view (`mlprof summary --syscalls`): the run's calls as the system calls
 //! they make, so the table reads like `strace -f -c`.
 //!
-//! A process in complete mode (`mlprof-collect --all-syscalls`) recorded every system call it
-//! made as a trapped call: those are counted as they are. Any other process is folded: each
+//! A process in complete mode (trapped system call records; not written by any released
+//! preload yet, see README "System calls") would have recorded every system call it made:
+//! those are counted as they are. Any other process is folded: each
 //! recorded libc call becomes the system calls glibc (2.33 and later, x86_64) makes for it —
 //! `open64`/`fopen` → `openat`, `stat` → `newfstatat`, `__xstat` → `stat`, `opendir` → `openat`
 //! and `newfstatat`, `readdir` → `getdents64` when it refilled its buffer, `isatty` → `ioctl`,
@@ -10,7 +11,7 @@
 //! fold carries the call's error and time; the others count once each when it succeeded. What
 //! has no fixed system call is listed apart, not folded: stdio's buffered `fread`/`fwrite`
 //! (zero or more `read`s and `write`s, and an `fstat` on first use), and `dlopen`/`dlclose`
-//! (the loader's own opens, reads and maps, which only complete mode sees).
+//! (the loader's own opens, reads and maps, which no symbol hook sees).
 
 use std::collections::BTreeMap;
 

@@ -385,7 +385,7 @@ pub fn write_syscalls(summary: &Summary, out: &mut dyn Write) -> io::Result<()> 
         writeln!(
             out,
             "Folded from libc calls (default mode; glibc-internal calls, the loader's and raw syscall() \
-             are not seen: mlprof-collect --all-syscalls traps them): {} process(es).",
+             are not seen): {} process(es).",
             view.folded_pids.len()
         )?;
     }
