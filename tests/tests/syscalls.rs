@@ -187,13 +187,16 @@ fn strace_counts(trace: &str) -> BTreeMap<String, (u64, u64)> {
         if line.contains("MLPROF_MARK1") {
             on = true;
         }
-        if on && !line.starts_with("+++") && !line.starts_with("---") {
-            if let Some(name) = line.split('(').next().filter(|n| !n.is_empty() && !n.contains(' ')) {
-                let entry = counts.entry(name.to_string()).or_insert((0, 0));
-                entry.0 += 1;
-                if line.contains(" = -1 ") {
-                    entry.1 += 1;
-                }
+        let name = line.split('(').next().filter(|n| !n.is_empty() && !n.contains(' '));
+        if on
+            && !line.starts_with("+++")
+            && !line.starts_with("---")
+            && let Some(name) = name
+        {
+            let entry = counts.entry(name.to_string()).or_insert((0, 0));
+            entry.0 += 1;
+            if line.contains(" = -1 ") {
+                entry.1 += 1;
             }
         }
         if line.contains("MLPROF_MARK2") {

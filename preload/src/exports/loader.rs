@@ -26,7 +26,7 @@ use mlprof_format::func::Func;
 use mlprof_format::record::Event;
 
 use crate::real::{Real, as_fn};
-use crate::recorder::Span;
+use crate::recorder::{self, Span};
 use crate::{guard, library, user_memory};
 
 static REAL_DLOPEN: Real = Real::new(c"dlopen");
@@ -57,6 +57,11 @@ pub unsafe extern "C" fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void
 #[cfg(target_arch = "x86_64")]
 extern "C" fn route(file: *const c_char, mode: c_int, caller: usize) -> usize {
     let real = REAL_DLOPEN.get().unwrap_or(no_dlopen as *const () as usize);
+    // The process-wide state first (main's hook pattern): a process that does not record goes
+    // straight to the real dlopen, its caller's return address in place.
+    if !recorder::session::may_record() {
+        return real;
+    }
     let Some(thread) = guard::current() else { return real };
     if thread.in_hook.get() || library::contains(caller) {
         return real;
