@@ -35,6 +35,7 @@ pub fn render_syscalls(summary: &Summary) -> Value {
         "trapped_pids": view.trapped_pids,
         "folded_pids": view.folded_pids,
         "not_folded": view.not_folded,
+        "per_process": view.per_pid.iter().map(|(pid, calls)| (pid.to_string(), json!(calls))).collect::<serde_json::Map<_, _>>(),
     })
 }
 

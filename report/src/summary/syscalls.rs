@@ -48,6 +48,17 @@ pub struct SyscallView {
     pub trapped_pids: Vec<u32>,
     /// Processes counted by folding their libc calls.
     pub folded_pids: Vec<u32>,
+    /// The same table per process (pid), so that one process, or a window a program marks by
+    /// running it in a child, can be held against strace.
+    pub per_pid: BTreeMap<u32, BTreeMap<String, SyscallStats>>,
+}
+
+impl SyscallView {
+    /// Counts `stats` of system call `name` made by `pid`, in the total and per process.
+    fn add(&mut self, pid: u32, name: &str, stats: &SyscallStats) {
+        self.syscalls.entry(name.to_string()).or_default().add(stats);
+        self.per_pid.entry(pid).or_default().entry(name.to_string()).or_default().add(stats);
+    }
 }
 
 /// The system calls glibc makes for `func` as recorded in `event`: `Some(&[])` for none,
@@ -201,7 +212,7 @@ impl SyscallTally {
             let is_trapped = trapped.contains(&pid);
             if func == Func::TrappedSyscall {
                 let stats = SyscallStats { count, errors: if error { count } else { 0 }, total_ns };
-                view.syscalls.entry(syscall_name(key)).or_default().add(&stats);
+                view.add(pid, &syscall_name(key), &stats);
                 continue;
             }
             if is_trapped {
@@ -218,7 +229,7 @@ impl SyscallTally {
                             _ if error => continue,
                             _ => SyscallStats { count, errors: 0, total_ns: 0 },
                         };
-                        view.syscalls.entry(name.to_string()).or_default().add(&stats);
+                        view.add(pid, name, &stats);
                     }
                 }
             }
@@ -226,7 +237,7 @@ impl SyscallTally {
         for (pid, stats) in &self.clocks {
             if !trapped.contains(pid) {
                 folded_pids.insert(*pid);
-                view.syscalls.entry("clock_gettime".to_string()).or_default().add(stats);
+                view.add(*pid, "clock_gettime", stats);
             }
         }
         view.trapped_pids = trapped.into_iter().collect();
@@ -293,5 +304,8 @@ mod tests {
         assert_eq!(view.trapped_pids, [1]);
         assert_eq!(view.folded_pids, [2]);
         assert_eq!(view.not_folded["fread"], 1);
+        assert_eq!(view.per_pid[&1]["openat"], SyscallStats { count: 1, errors: 0, total_ns: 10 });
+        assert_eq!(view.per_pid[&2]["openat"], SyscallStats { count: 2, errors: 0, total_ns: 25 });
+        assert!(!view.per_pid[&2].contains_key("fread"));
     }
 }
