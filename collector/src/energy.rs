@@ -11,7 +11,7 @@
 
 use std::ffi::CString;
 use std::fs::File;
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -91,7 +91,7 @@ impl Sampler {
     }
 
     /// Writes whatever the sampler has handed over so far.
-    pub fn write_pending(&mut self, writer: &mut RunWriter) -> io::Result<()> {
+    pub fn write_pending(&mut self, writer: &mut RunWriter<impl Write>) -> io::Result<()> {
         while let Ok(msg) = self.rx.try_recv() {
             match msg {
                 Msg::Device(device) => writer.write_energy_device(&device)?,
@@ -103,7 +103,7 @@ impl Sampler {
     }
 
     /// Stops the sampler (after one last reading) and writes the rest.
-    pub fn stop(mut self, writer: &mut RunWriter) -> io::Result<Option<SamplerCost>> {
+    pub fn stop(mut self, writer: &mut RunWriter<impl Write>) -> io::Result<Option<SamplerCost>> {
         self.stop.store(true, Ordering::Release);
         let cost = self.handle.take().and_then(|h| h.join().ok());
         self.write_pending(writer)?;

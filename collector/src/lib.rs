@@ -7,6 +7,7 @@
 
 mod drain;
 mod energy;
+mod file_writer;
 mod launch;
 mod segment;
 mod timebase;
@@ -21,6 +22,7 @@ use mlprof_format::ring::{RING_ABI_VERSION, RingGeometry, is_valid_session_name,
 use mlprof_format::runfile::{RunInfo, RunWriter};
 
 use crate::drain::{Drainer, Totals};
+use crate::file_writer::BackgroundFile;
 use crate::segment::Segment;
 use crate::timebase::Timebase;
 
@@ -193,8 +195,8 @@ fn run(args: Args) -> Result<ExitCode, String> {
         lane_count: geometry.lane_count,
         lane_capacity: geometry.lane_capacity,
     };
-    let writer = RunWriter::create(&args.out, &info)
-        .map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;
+    let writer =
+        create_run_file(&args.out, &info).map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;
     let mut drainer = Drainer::new(segment, timebase, writer, args.quiet);
     let mut sampler = (!args.no_energy).then(|| energy::Sampler::start(energy_config(&args)));
     launch::install_signal_handlers();
@@ -335,6 +337,14 @@ fn report(args: &Args, totals: &Totals, elapsed: Duration) {
             totals.refused_records, totals.corrupt_lanes
         );
     }
+}
+
+/// The run file (private to the user: it names files and command lines), written by a thread
+/// of its own (`file_writer`).
+fn create_run_file(path: &std::path::Path, info: &RunInfo) -> std::io::Result<RunWriter<BackgroundFile>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    RunWriter::new(BackgroundFile::new(file)?, info)
 }
 
 fn hostname() -> String {

@@ -4,20 +4,28 @@
 //!
 //! ```text
 //! cargo run --release -p mlprof-format --example synth_run -- OUT N [--threads T] [--procs P]
-//!                                                               [--paths K] [--seed S]
+//!                                       [--paths K] [--open-every E] [--seed S]
 //! ```
 //!
 //! The run looks like a PyTorch job with DataLoader workers: process 0 (the trainer) and P-1
 //! forked workers, T threads each. Worker threads (and the trainer's extra threads) read
 //! dataset files: `open64` (a path from a pool of K dataset files, cycled like epochs), the
-//! `ioctl(TCGETS)` Python's `open()` makes (fails with ENOTTY), `lseek64`, 1-6 `read`s (the
+//! `ioctl(TCGETS)` Python's `open()` makes (fails with ENOTTY), `lseek64`, 1-5 `read`s (the
 //! last one returns 0), `close`; now and then an `mmap64`/`munmap` pair. The trainer's main
-//! thread writes checkpoints: `open64(O_WRONLY|O_CREAT|O_TRUNC)`, 64 KiB `write`s, `fsync`,
-//! `close`, and appends lines to a log through `fopen64`/`fwrite`/`fclose`. Every thread reads
-//! the clock (aggregated `clock_gettime` counters, one sample per thread per batch). fds are
-//! allocated per process (lowest free number, as the kernel does), paths are defined as string
-//! frames the first time they are used, events go out in batches of 64 Ki sorted by end time
-//! (as the collector writes them). Deterministic for a given seed.
+//! thread writes checkpoints: `open64(O_WRONLY|O_CREAT|O_TRUNC)`, 8-64 64 KiB `write`s,
+//! `fsync`, `close`, and appends lines to a log through `fopen64`/`fwrite`/`fclose`. That is
+//! an open (and a close) every ~7 events, a pathological rate for the fd tables of the
+//! reports; `--open-every E` reads and writes files in more calls (E-4 reads per dataset file
+//! on average, E-3 writes per checkpoint, E-2 lines per log open) for about one open per E
+//! events. Every thread reads the clock (aggregated `clock_gettime` counters, one sample per
+//! thread per batch).
+//!
+//! Threads run on one clock: each call starts a little after its thread's previous one ended,
+//! and the thread whose next call starts first makes it, so the records of all threads are in
+//! time order as a collector would drain them. fds are allocated per process (lowest free
+//! number, as the kernel does), paths are defined as string frames the first time they are
+//! used, events go out in batches of 64 Ki sorted by end time (as the collector writes them).
+//! Deterministic for a given seed.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -77,6 +85,8 @@ struct Thread {
     fd: i32,
     file_bytes: u64,
     last_end: u64,
+    /// When the thread's next call starts.
+    next_start: u64,
     stream: u64,
     clock_calls: u64,
     clock_ns: u64,
@@ -120,16 +130,21 @@ struct Args {
     threads: u32,
     procs: u32,
     paths: u64,
+    /// Events per open (0: the default shapes, one open every ~7 events).
+    open_every: u64,
     seed: u64,
 }
 
 fn usage() -> String {
-    "usage: synth_run OUT N [--threads T (4)] [--procs P (3)] [--paths K (20000)] [--seed S (1)]".into()
+    "usage: synth_run OUT N [--threads T (4)] [--procs P (3)] [--paths K (20000)] [--open-every E] \
+     [--seed S (1)]"
+        .into()
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut positional = Vec::new();
-    let mut args = Args { out: PathBuf::new(), n: 0, threads: 4, procs: 3, paths: 20000, seed: 1 };
+    let mut args =
+        Args { out: PathBuf::new(), n: 0, threads: 4, procs: 3, paths: 20000, open_every: 0, seed: 1 };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = |name: &str| -> Result<u64, String> {
@@ -140,6 +155,7 @@ fn parse_args() -> Result<Args, String> {
             "--threads" => args.threads = value("--threads")?.clamp(1, 1024) as u32,
             "--procs" => args.procs = value("--procs")?.clamp(1, 1024) as u32,
             "--paths" => args.paths = value("--paths")?.max(1),
+            "--open-every" => args.open_every = value("--open-every")?.max(5),
             "--seed" => args.seed = value("--seed")?,
             "-h" | "--help" => return Err(usage()),
             _ if arg.starts_with("--") => return Err(format!("unknown option {arg}\n{}", usage())),
@@ -237,6 +253,7 @@ fn run() -> Result<(), String> {
                 fd: -1,
                 file_bytes: 0,
                 last_end: start_ns + 2_000_000 + p as u64 * 50_000_000,
+                next_start: start_ns + 100_000_000 + p as u64 * 50_000_000 + rng.range(0, 10_000),
                 stream: threads.len() as u64 + 1,
                 clock_calls: 0,
                 clock_ns: 0,
@@ -254,17 +271,25 @@ fn run() -> Result<(), String> {
     let mut next_path = 0u64;
     let mut batch: Vec<Event> = Vec::with_capacity(BATCH);
     let mut now = start_ns + 100_000_000;
+    // Calls per file: (first, last) of a uniform count (averaging E-4 reads, E-3 writes, E-2 lines).
+    let per_file = |default: (u64, u64), fixed_calls: u64| match args.open_every {
+        0 => default,
+        e => (1, (2 * (e - fixed_calls) - 1).max(1)),
+    };
+    let (reads, writes, lines) = (per_file((1, 5), 4), per_file((8, 64), 3), per_file((1, 1), 2));
+    let (mut opens, mut closes) = (0u64, 0u64);
     let mut written = 0u64;
     let mut strings = 3u64;
     while written < args.n {
         let want = (args.n - written).min(BATCH as u64) as usize;
         batch.clear();
         while batch.len() < want {
-            now += rng.range(100, 1500);
-            let ti = rng.below(threads.len() as u64) as usize;
+            // The thread whose next call starts first (a few dozen threads: a scan is enough).
+            let ti = (0..threads.len()).min_by_key(|&i| threads[i].next_start).unwrap_or(0);
             let th = &mut threads[ti];
             let process = &mut procs[th.proc_index];
-            let start = now.max(th.last_end + rng.range(200, 3000));
+            let start = th.next_start;
+            now = start;
             let mut e = Event { pid: th.pid, tid: th.tid, fd: th.fd, start, ..Default::default() };
             match th.step {
                 Step::Idle => {
@@ -290,7 +315,7 @@ fn run() -> Result<(), String> {
                         e.ret = 0x5555_0000 + fd as i64;
                         e.dur = rng.range(3_000, 15_000);
                         th.fd = fd;
-                        th.step = Step::Write { left: 1 };
+                        th.step = Step::Write { left: rng.range(lines.0, lines.1) as u32 };
                         th.file_bytes = u64::MAX; // marks the stdio log
                     } else if th.writer {
                         let fd = process.alloc_fd(start);
@@ -302,7 +327,7 @@ fn run() -> Result<(), String> {
                         e.extra = O_WRONLY_CREAT_TRUNC;
                         e.dur = rng.range(5_000, 40_000);
                         th.fd = fd;
-                        th.step = Step::Write { left: rng.range(8, 64) as u32 };
+                        th.step = Step::Write { left: rng.range(writes.0, writes.1) as u32 };
                         th.file_bytes = 0;
                     } else {
                         let path = next_path % args.paths;
@@ -341,7 +366,12 @@ fn run() -> Result<(), String> {
                     e.extra = 1; // SEEK_CUR
                     e.ret = 0;
                     e.dur = rng.range(200, 1_000);
-                    th.step = Step::Read { left: rng.range(1, 5) as u32 };
+                    let left = rng.range(reads.0, reads.1);
+                    if args.open_every > 0 {
+                        // A file big enough for its reads: 64 KiB each, the last one returns 0.
+                        th.file_bytes = (left.saturating_sub(1) * 65536).saturating_sub(rng.below(32768));
+                    }
+                    th.step = Step::Read { left: left as u32 };
                 }
                 Step::Read { left } => {
                     // Python reads the size it stat'ed plus one, then reads to EOF.
@@ -401,6 +431,10 @@ fn run() -> Result<(), String> {
                 }
             }
             th.last_end = e.start + e.dur;
+            th.next_start = th.last_end + rng.range(200, 3000);
+            let kind = Func::from_id(e.kind).map(Func::class);
+            opens += (kind == Some(mlprof_format::func::Class::Open)) as u64;
+            closes += (kind == Some(mlprof_format::func::Class::Close)) as u64;
             th.events += 1;
             // Python, torch and the DataLoader read the clock a few times per call.
             let reads = rng.range(0, 4);
@@ -441,7 +475,8 @@ fn run() -> Result<(), String> {
     let bytes = w.bytes_written();
     w.finish(&RunEnd { end_ns, events: written, dropped: 0 }).map_err(io_err)?;
     println!(
-        "events={written} clock_calls={clock} processes={} threads={} strings={strings} bytes={bytes}",
+        "events={written} clock_calls={clock} processes={} threads={} strings={strings} bytes={bytes} \
+         opens={opens} closes={closes}",
         procs.len(),
         threads.len()
     );

@@ -250,7 +250,7 @@ fn run_time(meta: &RunMeta, seconds: Option<f64>, flag: &str) -> Result<Option<u
 /// `mlprof convert`: the run as a Perfetto or Chrome trace (or several), with a line of
 /// progress every second when asked, and a line on how big the trace is and how to open it.
 fn convert(input: &Path, request: ConvertRequest) -> Result<(), String> {
-    let meta = RunMeta::load_readable(input)?;
+    let meta = RunMeta::load_metadata(input)?;
     for warning in &meta.warnings {
         eprintln!("mlprof: warning: {warning}");
     }
@@ -294,7 +294,8 @@ fn convert(input: &Path, request: ConvertRequest) -> Result<(), String> {
             eprintln!("mlprof convert: {} events ({done:.0}%)", p.events);
         }
     };
-    let mut clamped = 0;
+    // Per part: a conversion that starts over closes its parts again.
+    let mut clamped = Vec::new();
     let result = match format {
         TraceFormat::Chrome => mlprof_report::convert::convert(
             &meta,
@@ -309,8 +310,9 @@ fn convert(input: &Path, request: ConvertRequest) -> Result<(), String> {
             input,
             &options,
             &mut |i| PerfettoWriter::new(create(i)?, request.compress),
-            &mut |_, w| {
-                clamped += w.stats().clamped;
+            &mut |i, w| {
+                clamped.resize(clamped.len().max(i + 1), 0);
+                clamped[i] = w.stats().clamped;
                 w.finish().map(drop)
             },
             &mut report,
@@ -323,6 +325,10 @@ fn convert(input: &Path, request: ConvertRequest) -> Result<(), String> {
     for warning in &outcome.warnings {
         eprintln!("mlprof: warning: {warning}");
     }
+    if let Some(reason) = &outcome.second_pass {
+        eprintln!("mlprof convert: read the run twice to name every fd's file exactly ({reason})");
+    }
+    let clamped: u64 = clamped.iter().sum();
     if clamped > 0 {
         eprintln!(
             "mlprof: warning: {clamped} slices started inside the slice before them on their thread without \

@@ -19,6 +19,7 @@ use mlprof_format::runfile::{
     AggregateSample, DropSample, ProcessExit, ProcessInfo, RunEnd, RunWriter, SymbolInfo, ThreadInfo,
 };
 
+use crate::file_writer::BackgroundFile;
 use crate::segment::Segment;
 use crate::timebase::Timebase;
 
@@ -63,7 +64,7 @@ pub struct Totals {
 pub struct Drainer {
     segment: Segment,
     timebase: Timebase,
-    writer: RunWriter,
+    writer: RunWriter<BackgroundFile>,
     streams: HashMap<u32, Stream>,
     next_stream: u64,
     strings: Strings,
@@ -96,7 +97,12 @@ pub struct Drainer {
 }
 
 impl Drainer {
-    pub fn new(segment: Segment, timebase: Timebase, writer: RunWriter, quiet: bool) -> Drainer {
+    pub fn new(
+        segment: Segment,
+        timebase: Timebase,
+        writer: RunWriter<BackgroundFile>,
+        quiet: bool,
+    ) -> Drainer {
         let now = Instant::now();
         Drainer {
             segment,
@@ -151,7 +157,7 @@ impl Drainer {
     }
 
     /// The run file, for the frames of the energy sampler.
-    pub fn writer_mut(&mut self) -> &mut RunWriter {
+    pub fn writer_mut(&mut self) -> &mut RunWriter<BackgroundFile> {
         &mut self.writer
     }
 
@@ -586,11 +592,13 @@ impl Drainer {
         self.snapshot_all()?;
         self.totals.aggregated_calls = self.final_aggregates;
         self.totals.dropped += self.no_lane_drops;
-        self.writer.finish(&RunEnd {
-            end_ns: crate::timebase::monotonic_ns(),
-            events: self.totals.events,
-            dropped: self.totals.dropped,
-        })?;
+        self.writer
+            .finish(&RunEnd {
+                end_ns: crate::timebase::monotonic_ns(),
+                events: self.totals.events,
+                dropped: self.totals.dropped,
+            })?
+            .close()?;
         Ok(self.totals)
     }
 }

@@ -19,7 +19,12 @@ pub(super) struct Strings {
 
 impl Strings {
     /// Writes string `id` to the run file the first time it is defined.
-    pub(super) fn define(&mut self, writer: &mut RunWriter, id: u64, bytes: &[u8]) -> io::Result<()> {
+    pub(super) fn define(
+        &mut self,
+        writer: &mut RunWriter<impl io::Write>,
+        id: u64,
+        bytes: &[u8],
+    ) -> io::Result<()> {
         if self.known.insert(id) {
             writer.write_string(id, bytes)?;
             if self.memory + bytes.len() <= STRING_MEMORY_LIMIT {

@@ -76,13 +76,30 @@ pub struct RunReader<R: Read = BufReader<File>> {
     ended: bool,
     skipped_frames: u64,
     skip_events: bool,
+    /// Moves the input forward without reading (where it can seek), and the input's length.
+    seek_over: Option<(SeekOver<R>, u64)>,
 }
+
+/// Moves an input forward by a number of bytes without reading them.
+type SeekOver<R> = fn(&mut R, u64) -> io::Result<()>;
 
 impl RunReader<BufReader<File>> {
     /// Opens `path` and reads its header.
     pub fn open(path: &Path) -> Result<Self, Error> {
         let file = File::open(path)?;
         RunReader::new(BufReader::with_capacity(1 << 20, file))
+    }
+
+    /// Opens `path` for metadata-only reading ([`RunReader::skip_events`]): event frames are
+    /// sought over, never read, so a pass costs the metadata frames, not the file's size.
+    pub fn open_metadata(path: &Path) -> Result<Self, Error> {
+        let file = File::open(path)?;
+        let len = file.metadata()?.len();
+        // A small buffer: each seek past an events frame refills it.
+        let mut reader = RunReader::new(BufReader::with_capacity(64 << 10, file))?;
+        reader.skip_events = true;
+        reader.seek_over = Some((|input, n| input.seek_relative(n as i64), len));
+        Ok(reader)
     }
 }
 
@@ -141,6 +158,7 @@ impl<R: Read> RunReader<R> {
             ended: false,
             skipped_frames: 0,
             skip_events: false,
+            seek_over: None,
         })
     }
 
@@ -222,6 +240,17 @@ impl<R: Read> RunReader<R> {
             }
             let padded = len as usize + padding_for(len);
             if kind == FRAME_EVENTS && self.skip_events {
+                if let Some((seek, input_len)) = self.seek_over {
+                    let end = self.offset + 8 + len as u64;
+                    if end > input_len {
+                        self.offset = input_len;
+                        return self.truncate("inside a frame");
+                    }
+                    seek(&mut self.input, padded as u64)?;
+                    // The padding of the very last frame may be missing after a kill.
+                    self.offset = (self.offset + 8 + padded as u64).min(input_len);
+                    continue;
+                }
                 let skipped = io::copy(&mut (&mut self.input).take(padded as u64), &mut io::sink())?;
                 if skipped < len as u64 {
                     self.offset += 8 + skipped;

@@ -6,21 +6,22 @@ use std::io;
 use mlprof_format::func::{Api, Class, Func};
 use mlprof_format::record::{Event, FLAG_NESTED, GpuCall, copy_direction_name};
 
-use super::{Converter, Text};
+use super::{Converter, Kind, Text, ThreadState};
 use crate::run::{bytes_moved, nccl_datatype_name, nccl_op_name};
-use crate::trace::{ArgList, ArgValue, Slice, ThreadHandle, TraceWriter};
+use crate::trace::{ArgList, ArgValue, Slice, TraceWriter};
 
 /// The most arguments a call has (an NCCL collective: 10).
 const MAX_ARGS: usize = 12;
 
 pub(super) fn write<W: TraceWriter>(
     c: &mut Converter<'_, W>,
-    func: Func,
+    kind: Kind,
     event: &Event,
-    thread: ThreadHandle,
+    thread: ThreadState,
 ) -> io::Result<()> {
-    let category = match func.api() {
-        Api::Libc => match func.class() {
+    let Kind { func, class, api } = kind;
+    let category = match api {
+        Api::Libc => match class {
             Class::Map => "mmap",
             Class::Clock => "clock",
             Class::Ioctl => "ioctl",
@@ -43,11 +44,11 @@ pub(super) fn write<W: TraceWriter>(
             texts
         }
     };
-    let mut args = ArgList::<MAX_ARGS>::new();
     // A launch's grid and block dimensions: declared here to outlive the list that borrows them.
     let dimensions;
-    if func.api() == Api::Libc {
-        libc_args(c, func, event, &mut args);
+    let mut args = ArgList::<MAX_ARGS>::new();
+    if api == Api::Libc {
+        libc_args(c, func, class, event, &mut args);
     } else {
         let call = GpuCall::from_event(event);
         dimensions = [call.grid(), call.block()].map(|(x, y, z)| [x, y, z].map(u64::from));
@@ -55,10 +56,10 @@ pub(super) fn write<W: TraceWriter>(
     }
     // A call encloses nothing recorded after it unless its thread has spans (ITT tasks, or GPU
     // calls that wrap driver calls) that may arrive later around it.
-    let outermost = !c.meta.span_threads.contains(&(event.pid, event.tid));
+    let outermost = !thread.spans;
     let slice =
         Slice { start_ns: event.start, dur_ns: event.dur, name, category, args: args.as_slice(), outermost };
-    c.out.slice(thread, &slice)
+    c.out.slice(thread.handle, &slice)
 }
 
 /// fd, return value, bytes moved and asked for, errno, the class's own fields, and the path the
@@ -66,19 +67,21 @@ pub(super) fn write<W: TraceWriter>(
 fn libc_args<W: TraceWriter>(
     c: &mut Converter<'_, W>,
     func: Func,
+    class: Class,
     event: &Event,
     args: &mut ArgList<'_, MAX_ARGS>,
 ) {
     args.push("fd", ArgValue::Int(event.fd.into()));
     args.push("ret", ArgValue::Int(event.ret));
-    if func.moves_bytes() {
-        args.push("bytes", ArgValue::UInt(bytes_moved(func, event)));
+    if matches!(class, Class::Read | Class::Write) {
+        // Bytes moved (`bytes_moved` of a read or write) and asked for.
+        args.push("bytes", ArgValue::UInt(event.arg2));
         args.push("asked", ArgValue::UInt(event.arg));
     }
     if event.is_error() {
         args.push("errno", ArgValue::Int(event.errno.into()));
     }
-    match func.class() {
+    match class {
         Class::Map => args.push("length", ArgValue::UInt(event.arg)),
         Class::Seek => {
             args.push("offset", ArgValue::Int(event.arg as i64));
@@ -88,9 +91,22 @@ fn libc_args<W: TraceWriter>(
         Class::Ioctl => args.push("request", ArgValue::Hex(event.arg)),
         _ => {}
     }
-    let meta = c.meta;
-    if let Some(path) = meta.fds.path_of_cached(meta, event, &mut c.fd_cache) {
-        args.push("path", ArgValue::Interned(c.text(Text::Run(path))));
+    let path = match class {
+        // A call with a path argument names it: an open its own path (a failed one too, when
+        // it got that far), a stat or an unlink the path it was given.
+        _ if func.has_path() && event.arg2 != 0 => Some(match c.fds.path_index(event.arg2) {
+            Some(index) => c.path_text(index),
+            None => c.text(Text::Run(event.arg2)),
+        }),
+        Class::Open | Class::Clock | Class::Syscall | Class::Load => None,
+        _ if event.fd < 0 => None,
+        _ => c
+            .fds
+            .lookup_cached(c.meta, event.pid, event.fd, event.start, &mut c.fd_cache)
+            .map(|index| c.path_text(index)),
+    };
+    if let Some(path) = path {
+        args.push("path", ArgValue::Interned(path));
     }
 }
 

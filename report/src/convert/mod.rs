@@ -1,6 +1,18 @@
 //! `mlprof convert`: a run as a timeline, written to any [`TraceWriter`]. One pass over the
-//! file after the metadata: each event is written as it is read, so memory holds the metadata
-//! (processes, strings, fd tables) and the writer's handles, never the events.
+//! file's events, each written as it is read, after a pass over its metadata frames: memory
+//! holds the metadata (processes, strings), the fds in use and the writer's handles, never
+//! the events.
+//!
+//! Which file a call's fd named, and whether a thread has spans (ITT tasks, GPU calls) that
+//! may enclose its calls, are learned from the events themselves: batches are read
+//! [`LOOKAHEAD_EVENTS`] ahead of the one converted, and their opens, closes and spans noted
+//! first ([`FdIntervals::observe_streaming`]), because the collector writes records in drain
+//! order, not causal order. Should a record arrive later than that (see
+//! [`FdIntervals::inexact`]), the conversion starts over with the run's complete fd history
+//! from a full metadata pass (a second read of the file): the trace is always the same.
+//! A thread whose first span is found only after some of its calls were written needs no
+//! second pass: the span goes out of order with an absolute timestamp (a Perfetto writer's
+//! "late parent"), and trace_processor nests slices by time.
 //!
 //! What becomes what: a recorded call is a slice on its thread named after the function, with
 //! its arguments (`calls`); an ITT task a slice named after the task, a marker an instant, a
@@ -14,19 +26,22 @@
 mod calls;
 mod itt;
 
+use std::collections::VecDeque;
 use std::io;
 use std::path::Path;
 
-use mlprof_format::energy::EnergyDevice;
+use mlprof_format::energy::{EnergyDevice, EnergySample};
 use mlprof_format::func::{Api, Func};
+use mlprof_format::record::Event;
 use mlprof_format::runfile::{AggregateSample, DropSample, Frame};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::energy::tracks::EnergyTracks;
-use crate::run::{self, FdCache, Image, RunMeta};
+use crate::run::{self, FdCache, FdIntervals, Image, PathIndex, RunMeta};
 use crate::trace::{
     CounterHandle, CounterUnit, CounterValue, ProcessHandle, StringHandle, ThreadHandle, TraceWriter,
 };
+use mlprof_format::func::Class;
 
 /// Where a conversion is, reported after each batch of events.
 #[derive(Debug, Clone, Copy)]
@@ -43,6 +58,20 @@ pub enum ConvertError {
     Read(String),
     /// The writer's output failed.
     Write(io::Error),
+}
+
+/// Why a pass stopped early.
+enum Stop {
+    Error(ConvertError),
+    /// A streaming pass met a record it would have needed earlier: `convert` starts over with
+    /// the complete fd history.
+    Inexact(String),
+}
+
+impl From<io::Error> for Stop {
+    fn from(e: io::Error) -> Self {
+        Stop::Error(ConvertError::Write(e))
+    }
 }
 
 impl From<io::Error> for ConvertError {
@@ -149,12 +178,24 @@ pub struct Outcome {
     pub parts: usize,
     /// Problems with the input met on the way (corrupt data ends the conversion early).
     pub warnings: Vec<String>,
+    /// Why the conversion was done again with the run's complete fd history (a record of an
+    /// open or close arrived in the file after calls it names), if it was.
+    pub second_pass: Option<String>,
 }
 
-/// Writes the run at `input`, whose metadata is `meta`, as one trace or (with
-/// `split_every`) several: `open(i)` makes the writer of part `i` (from 0), `close(i, w)`
-/// finishes it. `on_progress` is called after every batch of events. Corrupt data ends the
-/// conversion with a warning: the traces hold what was readable.
+/// Events read ahead of the batch being converted, so that their opens, closes and spans are
+/// known before the calls they concern (the collector writes in drain order, and holds an
+/// open back until its path is defined). 16 MiB of records.
+pub const LOOKAHEAD_EVENTS: usize = 1 << 18;
+
+/// Writes the run at `input`, whose metadata is `meta` (from [`RunMeta::load_metadata`] or any
+/// other load), as one trace or (with `split_every`) several: `open(i)` makes the writer of
+/// part `i` (from 0), `close(i, w)` finishes it. `on_progress` is called after every batch of
+/// events. Corrupt data ends the conversion with a warning: the traces hold what was readable.
+///
+/// Should the streaming pass meet an fd change too late (see the module documentation), the
+/// writers of that pass are dropped unfinished and the conversion starts over: `open(0)` is
+/// called again, and `close` again for every part.
 pub fn convert<W: TraceWriter>(
     meta: &RunMeta,
     input: &Path,
@@ -163,12 +204,74 @@ pub fn convert<W: TraceWriter>(
     close: &mut dyn FnMut(usize, W) -> io::Result<()>,
     on_progress: &mut dyn FnMut(&Progress),
 ) -> Result<Outcome, ConvertError> {
+    convert_looking_ahead(meta, input, options, open, close, on_progress, LOOKAHEAD_EVENTS)
+}
+
+/// [`convert`], reading `lookahead` events ahead.
+fn convert_looking_ahead<W: TraceWriter>(
+    meta: &RunMeta,
+    input: &Path,
+    options: &Options<'_>,
+    open: &mut dyn FnMut(usize) -> io::Result<W>,
+    close: &mut dyn FnMut(usize, W) -> io::Result<()>,
+    on_progress: &mut dyn FnMut(&Progress),
+    lookahead: usize,
+) -> Result<Outcome, ConvertError> {
+    let streaming = Learned {
+        fds: FdIntervals::streaming(meta.images.values().flatten()),
+        span_threads: FxHashSet::default(),
+        lookahead: Some(lookahead),
+    };
+    match convert_with(meta, input, options, open, close, on_progress, streaming) {
+        Ok(outcome) => Ok(outcome),
+        Err(Stop::Error(e)) => Err(e),
+        Err(Stop::Inexact(reason)) => {
+            let complete = RunMeta::load_readable(input).map_err(ConvertError::Read)?;
+            let learned = Learned { fds: complete.fds, span_threads: complete.span_threads, lookahead: None };
+            match convert_with(meta, input, options, open, close, on_progress, learned) {
+                Ok(outcome) => Ok(Outcome { second_pass: Some(reason), ..outcome }),
+                Err(Stop::Error(e)) => Err(e),
+                Err(Stop::Inexact(reason)) => unreachable!("a complete fd history is exact: {reason}"),
+            }
+        }
+    }
+}
+
+/// What the events tell about the run: which file each fd named, which threads have spans.
+struct Learned {
+    fds: FdIntervals,
+    span_threads: FxHashSet<(u32, u32)>,
+    /// Events read ahead when they are learned while converting (else they are complete).
+    lookahead: Option<usize>,
+}
+
+/// A frame read ahead, waiting for its turn.
+enum Item {
+    Events(Vec<Event>),
+    Aggregates(Vec<AggregateSample>),
+    Drops(Vec<DropSample>),
+    EnergyDevice(EnergyDevice),
+    EnergySamples(Vec<EnergySample>),
+}
+
+fn convert_with<W: TraceWriter>(
+    meta: &RunMeta,
+    input: &Path,
+    options: &Options<'_>,
+    open: &mut dyn FnMut(usize) -> io::Result<W>,
+    close: &mut dyn FnMut(usize, W) -> io::Result<()>,
+    on_progress: &mut dyn FnMut(&Progress),
+    learned: Learned,
+) -> Result<Outcome, Stop> {
     let total_bytes = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0);
-    let mut converter = Converter::new(meta, options, open(0)?);
+    let mut converter = Converter::new(meta, options, open(0)?, learned);
     converter.declare_named_tracks()?;
-    let mut reader = run::open(input).map_err(ConvertError::Read)?;
+    let mut reader = run::open(input).map_err(|e| Stop::Error(ConvertError::Read(e)))?;
     let mut outcome = Outcome { parts: 1, ..Outcome::default() };
-    let mut in_part = 0u64;
+    let mut window = VecDeque::new();
+    let mut spare: Vec<Vec<Event>> = Vec::new();
+    // Events in `window`.
+    let mut ahead = 0;
     loop {
         let frame = match reader.next_frame() {
             Ok(Some(frame)) => frame,
@@ -180,54 +283,77 @@ pub fn convert<W: TraceWriter>(
                 break;
             }
         };
-        match frame {
+        let item = match frame {
+            Frame::Events(batch) if converter.streaming => {
+                converter.observe(batch);
+                let mut events = spare.pop().unwrap_or_default();
+                events.extend_from_slice(batch);
+                ahead += events.len();
+                Item::Events(events)
+            }
             Frame::Events(batch) => {
-                for event in batch {
-                    let Some(func) = Func::from_id(event.kind) else {
-                        continue;
-                    };
-                    let api = func.api();
-                    if !options.only.api(api)
-                        || !options.pid(event.pid)
-                        || !options.in_window(event.start, event.start.saturating_add(event.dur))
-                    {
-                        continue;
-                    }
-                    if options.split_every.is_some_and(|n| in_part >= n) {
-                        let next = open(outcome.parts)?;
-                        let full = std::mem::replace(&mut converter.out, next);
-                        close(outcome.parts - 1, full)?;
-                        outcome.parts += 1;
-                        in_part = 0;
-                        converter.new_part()?;
-                    }
-                    let thread = converter.thread(event.pid, event.tid)?;
-                    if api == Api::Itt {
-                        itt::write(&mut converter, func, event, thread)?;
-                    } else {
-                        calls::write(&mut converter, func, event, thread)?;
-                    }
-                    in_part += 1;
-                    outcome.events += 1;
-                }
+                converter.events(batch, &mut outcome, open, close)?;
                 on_progress(&Progress { events: outcome.events, bytes_read: reader.offset(), total_bytes });
+                continue;
             }
-            Frame::Aggregates(samples) if options.only.io => converter.aggregates(&samples)?,
-            Frame::Drops(samples) => converter.drops(&samples)?,
-            Frame::EnergyDevice(device) if options.only.energy => {
-                converter.energy.device(&device, &mut converter.out)?;
-                converter.devices.push(device);
+            Frame::Aggregates(samples) if options.only.io => Item::Aggregates(samples),
+            Frame::Drops(samples) => Item::Drops(samples),
+            Frame::EnergyDevice(device) if options.only.energy => Item::EnergyDevice(device),
+            Frame::EnergySamples(samples) if options.only.energy => Item::EnergySamples(samples),
+            _ => continue,
+        };
+        if !converter.streaming {
+            converter.item(item, &mut outcome, open, close, &mut spare)?;
+            continue;
+        }
+        window.push_back(item);
+        while ahead > converter.lookahead
+            && let Some(item) = window.pop_front()
+        {
+            if let Item::Events(events) = &item {
+                ahead -= events.len();
             }
-            Frame::EnergySamples(mut samples) if options.only.energy => {
-                samples.retain(|s| options.in_window(s.time_ns, s.time_ns));
-                converter.energy.samples(&samples, &mut converter.out)?;
-            }
-            _ => {}
+            converter.item(item, &mut outcome, open, close, &mut spare)?;
+            on_progress(&Progress { events: outcome.events, bytes_read: reader.offset(), total_bytes });
         }
     }
+    while let Some(item) = window.pop_front() {
+        converter.item(item, &mut outcome, open, close, &mut spare)?;
+    }
+    converter.exact()?;
+    on_progress(&Progress { events: outcome.events, bytes_read: reader.offset(), total_bytes });
     let Converter { out, .. } = converter;
     close(outcome.parts - 1, out)?;
     Ok(outcome)
+}
+
+/// What a record's `kind` says, looked up once per event.
+#[derive(Clone, Copy)]
+struct Kind {
+    func: Func,
+    class: Class,
+    api: Api,
+}
+
+/// Kinds of the functions known, as a table (`Func::from_id` and `Func::class` are long
+/// matches).
+const KINDS: usize = 1024;
+static KIND_TABLE: [Option<Kind>; KINDS] = {
+    let mut table = [None; KINDS];
+    let mut kind = 0;
+    while kind < KINDS {
+        if let Some(func) = Func::from_id(kind as u16) {
+            table[kind] = Some(Kind { func, class: func.class(), api: func.api() });
+        }
+        kind += 1;
+    }
+    table
+};
+
+/// What a record's kind says, if it is a function this build knows.
+#[inline]
+fn kind_of(kind: u16) -> Option<Kind> {
+    KIND_TABLE.get(kind as usize).copied().flatten()
 }
 
 /// A string the trace uses, by what it is in the run: computed and interned once.
@@ -259,7 +385,9 @@ struct Converter<'a, W: TraceWriter> {
     options: &'a Options<'a>,
     out: W,
     processes: FxHashMap<u32, ProcessHandle>,
-    threads: FxHashMap<(u32, u32), ThreadHandle>,
+    /// Index in `thread_states` of each thread declared in this part.
+    threads: FxHashMap<(u32, u32), u32>,
+    thread_states: Vec<ThreadState>,
     texts: FxHashMap<Text, StringHandle>,
     counters: FxHashMap<CounterKey, CounterHandle>,
     energy: EnergyTracks,
@@ -267,28 +395,56 @@ struct Converter<'a, W: TraceWriter> {
     devices: Vec<EnergyDevice>,
     /// (name, category) of each function, by id: two handles looked up per call otherwise.
     function_texts: Vec<Option<(StringHandle, StringHandle)>>,
-    /// Recent thread handles, by a hash of (pid, tid).
-    thread_cache: Box<[(u64, Option<ThreadHandle>); THREAD_CACHE_SLOTS]>,
+    /// The handle of each path, by its index in `fds`.
+    path_texts: Vec<Option<StringHandle>>,
+    /// Recent threads, by a hash of (pid, tid): (pid << 32 | tid, index in `thread_states`).
+    thread_cache: Box<[(u64, u32); THREAD_CACHE_SLOTS]>,
+    fds: FdIntervals,
     fd_cache: FdCache,
+    /// Threads that recorded ITT spans or GPU calls: on them a call may lie inside a slice
+    /// recorded after it (a task, a runtime call around a driver call). On the other threads
+    /// no call encloses another, which lets a trace writer put each out as it comes.
+    span_threads: FxHashSet<(u32, u32)>,
+    /// `fds` and `span_threads` are learned as the events stream (else known beforehand)...
+    streaming: bool,
+    /// ...from events read this far ahead.
+    lookahead: usize,
+    /// Events written to the current part.
+    in_part: u64,
+}
+
+/// A thread of the current part.
+#[derive(Clone, Copy)]
+struct ThreadState {
+    handle: ThreadHandle,
+    /// In `span_threads`.
+    spans: bool,
 }
 
 const THREAD_CACHE_SLOTS: usize = 256;
 
 impl<'a, W: TraceWriter> Converter<'a, W> {
-    fn new(meta: &'a RunMeta, options: &'a Options<'a>, out: W) -> Self {
+    fn new(meta: &'a RunMeta, options: &'a Options<'a>, out: W, learned: Learned) -> Self {
         Converter {
             meta,
             options,
             out,
             processes: Default::default(),
             threads: Default::default(),
+            thread_states: Vec::new(),
             texts: Default::default(),
             counters: Default::default(),
             energy: Default::default(),
             devices: Vec::new(),
             function_texts: Vec::new(),
-            thread_cache: Box::new([(0, None); THREAD_CACHE_SLOTS]),
+            path_texts: Vec::new(),
+            thread_cache: Box::new([(u64::MAX, 0); THREAD_CACHE_SLOTS]),
+            fds: learned.fds,
             fd_cache: FdCache::default(),
+            span_threads: learned.span_threads,
+            streaming: learned.lookahead.is_some(),
+            lookahead: learned.lookahead.unwrap_or(0),
+            in_part: 0,
         }
     }
 
@@ -296,9 +452,11 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
     fn new_part(&mut self) -> io::Result<()> {
         self.processes.clear();
         self.threads.clear();
+        self.thread_states.clear();
         self.texts.clear();
         self.function_texts.clear();
-        self.thread_cache.fill((0, None));
+        self.path_texts.clear();
+        self.thread_cache.fill((u64::MAX, 0));
         self.counters.clear();
         self.energy = EnergyTracks::default();
         self.declare_named_tracks()?;
@@ -306,6 +464,103 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
             self.energy.device(device, &mut self.out)?;
         }
         Ok(())
+    }
+
+    /// Streaming: notes the fd changes and the spans of a batch read ahead.
+    fn observe(&mut self, batch: &[Event]) {
+        let mut last = None;
+        for event in batch {
+            let Some(kind) = kind_of(event.kind) else { continue };
+            if kind.api == Api::Libc {
+                // Opens, closes and duplicates (descriptor calls) change what an fd names.
+                if matches!(kind.class, Class::Open | Class::Close | Class::Fd) {
+                    self.fds.observe_streaming(self.meta, event, &mut self.fd_cache);
+                }
+            } else if last != Some((event.pid, event.tid)) {
+                last = Some((event.pid, event.tid));
+                if self.span_threads.insert((event.pid, event.tid))
+                    && let Some(&index) = self.threads.get(&(event.pid, event.tid))
+                {
+                    self.thread_states[index as usize].spans = true;
+                }
+            }
+        }
+    }
+
+    /// Converts a frame read ahead; an events buffer goes back to `spare`.
+    fn item(
+        &mut self,
+        item: Item,
+        outcome: &mut Outcome,
+        open: &mut dyn FnMut(usize) -> io::Result<W>,
+        close: &mut dyn FnMut(usize, W) -> io::Result<()>,
+        spare: &mut Vec<Vec<Event>>,
+    ) -> Result<(), Stop> {
+        match item {
+            Item::Events(mut events) => {
+                self.events(&events, outcome, open, close)?;
+                events.clear();
+                spare.push(events);
+            }
+            Item::Aggregates(samples) => self.aggregates(&samples)?,
+            Item::Drops(samples) => self.drops(&samples)?,
+            Item::EnergyDevice(device) => {
+                self.energy.device(&device, &mut self.out)?;
+                self.devices.push(device);
+            }
+            Item::EnergySamples(mut samples) => {
+                samples.retain(|s| self.options.in_window(s.time_ns, s.time_ns));
+                self.energy.samples(&samples, &mut self.out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes a batch of events.
+    fn events(
+        &mut self,
+        batch: &[Event],
+        outcome: &mut Outcome,
+        open: &mut dyn FnMut(usize) -> io::Result<W>,
+        close: &mut dyn FnMut(usize, W) -> io::Result<()>,
+    ) -> Result<(), Stop> {
+        let options = self.options;
+        for event in batch {
+            let Some(kind) = kind_of(event.kind) else {
+                continue;
+            };
+            if !options.only.api(kind.api)
+                || !options.pid(event.pid)
+                || !options.in_window(event.start, event.start.saturating_add(event.dur))
+            {
+                continue;
+            }
+            if options.split_every.is_some_and(|n| self.in_part >= n) {
+                let next = open(outcome.parts)?;
+                let full = std::mem::replace(&mut self.out, next);
+                close(outcome.parts - 1, full)?;
+                outcome.parts += 1;
+                self.in_part = 0;
+                self.new_part()?;
+            }
+            let thread = self.thread(event.pid, event.tid)?;
+            if kind.api == Api::Itt {
+                itt::write(self, kind.func, event, thread.handle)?;
+            } else {
+                calls::write(self, kind, event, thread)?;
+            }
+            self.in_part += 1;
+            outcome.events += 1;
+        }
+        self.exact()
+    }
+
+    /// Whether the streaming pass can go on exactly.
+    fn exact(&self) -> Result<(), Stop> {
+        match self.fds.inexact() {
+            Some(reason) => Err(Stop::Inexact(reason.to_string())),
+            None => Ok(()),
+        }
     }
 
     /// Names every process (its programs, in exec order) and every named thread, by id
@@ -324,9 +579,17 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         for (&(pid, tid), name) in threads {
             let process = self.process(pid)?;
             let thread = self.out.thread(process, tid, Some(&format!("{name} ({tid})")))?;
-            self.threads.insert((pid, tid), thread);
+            self.add_thread(pid, tid, thread);
         }
         Ok(())
+    }
+
+    fn add_thread(&mut self, pid: u32, tid: u32, handle: ThreadHandle) -> u32 {
+        let spans = self.span_threads.contains(&(pid, tid));
+        self.thread_states.push(ThreadState { handle, spans });
+        let index = (self.thread_states.len() - 1) as u32;
+        self.threads.insert((pid, tid), index);
+        index
     }
 
     /// The process `pid`, declared without a name the first time the run mentions it
@@ -340,22 +603,38 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         Ok(process)
     }
 
-    fn thread(&mut self, pid: u32, tid: u32) -> io::Result<ThreadHandle> {
+    #[inline]
+    fn thread(&mut self, pid: u32, tid: u32) -> io::Result<ThreadState> {
         let key = u64::from(pid) << 32 | u64::from(tid);
         let slot = (tid ^ pid.rotate_left(7)) as usize % THREAD_CACHE_SLOTS;
-        if let (cached, Some(thread)) = self.thread_cache[slot]
-            && cached == key
-        {
-            return Ok(thread);
+        let (cached, index) = self.thread_cache[slot];
+        if cached == key {
+            return Ok(self.thread_states[index as usize]);
         }
-        if let Some(&thread) = self.threads.get(&(pid, tid)) {
-            self.thread_cache[slot] = (key, Some(thread));
-            return Ok(thread);
+        let index = match self.threads.get(&(pid, tid)) {
+            Some(&index) => index,
+            None => {
+                let process = self.process(pid)?;
+                let thread = self.out.thread(process, tid, None)?;
+                self.add_thread(pid, tid, thread)
+            }
+        };
+        self.thread_cache[slot] = (key, index);
+        Ok(self.thread_states[index as usize])
+    }
+
+    /// The handle of path `index` of `fds`.
+    #[inline]
+    fn path_text(&mut self, index: PathIndex) -> StringHandle {
+        if let Some(&Some(handle)) = self.path_texts.get(index as usize) {
+            return handle;
         }
-        let process = self.process(pid)?;
-        let thread = self.out.thread(process, tid, None)?;
-        self.threads.insert((pid, tid), thread);
-        Ok(thread)
+        let handle = self.text(Text::Run(self.fds.path_id(index)));
+        if self.path_texts.len() <= index as usize {
+            self.path_texts.resize(index as usize + 1, None);
+        }
+        self.path_texts[index as usize] = Some(handle);
+        handle
     }
 
     fn text(&mut self, text: Text) -> StringHandle {
@@ -441,6 +720,110 @@ mod tests {
     use super::*;
     use crate::test_run::{self, DATASET, START};
     use crate::trace::chrome::ChromeWriter;
+    use crate::trace::perfetto::PerfettoWriter;
+    use mlprof_format::record::IttSpan;
+    use mlprof_format::runfile::{RunEnd, RunInfo, RunWriter};
+    use mlprof_format::string_id;
+
+    /// Converts `path` to Chrome JSON, reading `lookahead` events ahead.
+    fn chrome(path: &Path, lookahead: usize) -> (Outcome, serde_json::Value) {
+        let meta = RunMeta::load_metadata(path).unwrap();
+        let mut json = Vec::new();
+        let outcome = convert_looking_ahead(
+            &meta,
+            path,
+            &Options::default(),
+            &mut |_| ChromeWriter::new(Vec::new(), START),
+            &mut |_, w| {
+                json = w.finish()?;
+                Ok(())
+            },
+            &mut |_| {},
+            lookahead,
+        )
+        .unwrap();
+        (outcome, serde_json::from_slice(&json).unwrap())
+    }
+
+    #[test]
+    fn a_span_found_after_its_threads_calls_were_written_still_encloses_them() {
+        // Two reads, then (a batch later, as a task is recorded when it ends) the task around
+        // them: read ahead, the thread is known to have spans and its reads wait in its
+        // forest; not, they were written first and the task goes out as a late parent.
+        let path = std::env::temp_dir().join(format!("mlprof-report-late-span-{}.bin", std::process::id()));
+        let info = RunInfo { start_mono_ns: START, ..RunInfo::default() };
+        let mut w = RunWriter::create(&path, &info).unwrap();
+        let read = Event { kind: Func::Read as u16, pid: 10, tid: 10, fd: 0, dur: 100, ..Event::default() };
+        w.write_events(&[Event { start: START + 1_000, ..read }, Event { start: START + 2_000, ..read }])
+            .unwrap();
+        let task = IttSpan {
+            kind: Func::IttTask as u16,
+            pid: 10,
+            tid: 10,
+            start: START + 500,
+            dur: 4_500,
+            ..IttSpan::default()
+        };
+        w.write_events(&[task.into_event()]).unwrap();
+        w.finish(&RunEnd::default()).unwrap();
+        let meta = RunMeta::load_metadata(&path).unwrap();
+        let convert = |lookahead| {
+            let mut stats = None;
+            let outcome = convert_looking_ahead(
+                &meta,
+                &path,
+                &Options::default(),
+                &mut |_| PerfettoWriter::new(Vec::new(), false),
+                &mut |_, w| {
+                    stats = Some(w.stats());
+                    w.finish().map(drop)
+                },
+                &mut |_| {},
+                lookahead,
+            )
+            .unwrap();
+            (outcome.events, outcome.second_pass, stats.unwrap())
+        };
+        let (ahead, late) = (convert(LOOKAHEAD_EVENTS), convert(0));
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!((ahead.0, ahead.1.as_deref()), (3, None));
+        assert_eq!((ahead.2.late_parents, ahead.2.clamped), (0, 0));
+        // Learning spans late costs no second pass: the writer puts the task out of order,
+        // with an absolute timestamp, and trace_processor nests it by time.
+        assert_eq!((late.0, late.1.as_deref()), (3, None));
+        assert_eq!((late.2.late_parents, late.2.clamped), (1, 0));
+    }
+
+    #[test]
+    fn an_open_recorded_after_its_reads_names_them_all_the_same() {
+        // The collector holds an open back until its path is defined: here its read comes a
+        // batch before it in the file.
+        let path = std::env::temp_dir().join(format!("mlprof-report-late-open-{}.bin", std::process::id()));
+        let info = RunInfo { start_mono_ns: START, ..RunInfo::default() };
+        let mut w = RunWriter::create(&path, &info).unwrap();
+        w.write_string(string_id(DATASET.as_bytes()), DATASET.as_bytes()).unwrap();
+        let base = Event { pid: 10, tid: 10, fd: 3, ..Event::default() };
+        let read = Event { kind: Func::Read as u16, start: START + 5_000, dur: 100, ..base };
+        let open = Event {
+            kind: Func::Open as u16,
+            start: START + 1_000,
+            dur: 1_000,
+            ret: 3,
+            arg2: string_id(DATASET.as_bytes()),
+            ..base
+        };
+        w.write_events(&[read]).unwrap();
+        w.write_events(&[open]).unwrap();
+        w.finish(&RunEnd::default()).unwrap();
+        let converted = [chrome(&path, LOOKAHEAD_EVENTS), chrome(&path, 0)];
+        std::fs::remove_file(&path).unwrap();
+        for (lookahead, (outcome, trace)) in [LOOKAHEAD_EVENTS, 0].into_iter().zip(converted) {
+            let read = trace["traceEvents"].as_array().unwrap().iter().find(|r| r["name"] == "read").unwrap();
+            assert_eq!(read["args"]["path"], DATASET, "lookahead {lookahead}");
+            // Read ahead, the open was known in time; not, the run was read again.
+            assert_eq!(outcome.second_pass.is_some(), lookahead == 0, "{:?}", outcome.second_pass);
+        }
+    }
 
     #[test]
     fn a_run_becomes_named_tracks_slices_and_counters() {

@@ -1,11 +1,11 @@
-//! A run file's metadata, read in a first pass (events are passed over), and the attribution
-//! rules the reports share: which process image an event belongs to and which file an fd names.
+//! A run file's metadata, read in a first pass, and the attribution rules the reports share:
+//! which process image an event belongs to and which file an fd names.
 
 mod calls;
 mod fds;
 
 pub use calls::{bytes_moved, demangle, nccl_datatype_bytes, nccl_datatype_name, nccl_op_name};
-pub use fds::{FdCache, FdIntervals};
+pub use fds::{FdCache, FdIntervals, KEEP_NS, PathIndex};
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -67,18 +67,28 @@ pub fn open(path: &Path) -> Result<RunReader, String> {
 
 impl RunMeta {
     pub fn load(path: &Path) -> Result<RunMeta, String> {
-        Self::load_with(path, false)
+        Self::load_with(path, false, false)
     }
 
     /// Like [`RunMeta::load`], but corrupt data after the header ends the run with a warning
     /// instead of an error: what precedes it is the run (`mlprof convert` writes what was
     /// readable).
     pub fn load_readable(path: &Path) -> Result<RunMeta, String> {
-        Self::load_with(path, true)
+        Self::load_with(path, true, false)
     }
 
-    fn load_with(path: &Path, tolerate_corruption: bool) -> Result<RunMeta, String> {
-        let mut reader = open(path)?;
+    /// Like [`RunMeta::load_readable`], but events are not read: `fds` and `span_threads` stay
+    /// empty. For `mlprof convert`, which learns them from the events as it streams them.
+    pub fn load_metadata(path: &Path) -> Result<RunMeta, String> {
+        Self::load_with(path, true, true)
+    }
+
+    fn load_with(path: &Path, tolerate_corruption: bool, skip_events: bool) -> Result<RunMeta, String> {
+        let mut reader = if skip_events {
+            RunReader::open_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?
+        } else {
+            open(path)?
+        };
         let mut meta = RunMeta::default();
         let mut exits = Vec::new();
         let mut corrupt = None;
@@ -136,7 +146,7 @@ impl RunMeta {
         for images in meta.images.values_mut() {
             images.sort_by_key(|i| i.info.start_ns);
         }
-        meta.fds.seal();
+        meta.fds.seal(&meta.images);
         // An exit belongs to the last image that started before it; the launcher's own record
         // (with the signal, if any) completes what the exit hook saw.
         for exit in exits {
@@ -213,5 +223,46 @@ impl RunMeta {
         } else {
             self.info.command.join(" ")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_run;
+
+    #[test]
+    fn a_metadata_pass_skips_events_and_their_tables() {
+        let run = test_run::write("metadata-only");
+        let full = RunMeta::load(run.path()).unwrap();
+        let meta = RunMeta::load_metadata(run.path()).unwrap();
+        assert_eq!(meta.images.len(), full.images.len());
+        assert_eq!((meta.threads.len(), meta.strings.len()), (full.threads.len(), full.strings.len()));
+        assert_eq!(meta.images[&11][0].exit.as_ref().map(|e| e.exit_code), Some(Some(0)));
+        assert_eq!(meta.dropped(), 3);
+        assert!(meta.end.is_some() && !meta.truncated);
+        assert_eq!((meta.fds.changes_kept(), meta.span_threads.len()), (0, 0));
+        assert!(full.fds.changes_kept() > 0);
+    }
+
+    #[test]
+    fn a_metadata_pass_over_a_cut_events_frame_says_truncated() {
+        let run = test_run::write("metadata-cut");
+        let bytes = std::fs::read(run.path()).unwrap();
+        // The events frame: the first frame of kind FRAME_EVENTS (16-byte file header, then
+        // frames of an 8-byte header — kind u16, length u32 at 4 — and a padded payload).
+        let mut at = 16;
+        while u16::from_le_bytes([bytes[at], bytes[at + 1]]) != mlprof_format::runfile::FRAME_EVENTS {
+            let len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+            at += 8 + len.div_ceil(8) * 8;
+        }
+        let cut = run.path().with_extension("cut");
+        std::fs::write(&cut, &bytes[..at + 8 + 100]).unwrap();
+        let meta = RunMeta::load_metadata(&cut);
+        std::fs::remove_file(&cut).unwrap();
+        let meta = meta.unwrap();
+        assert!(meta.truncated, "{:?}", meta.warnings);
+        assert!(meta.warnings.iter().any(|w| w.contains("inside a frame")), "{:?}", meta.warnings);
+        assert_eq!(meta.images.len(), 2, "what precedes the cut is read");
     }
 }

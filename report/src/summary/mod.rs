@@ -138,7 +138,6 @@ struct Tally {
     files: HashMap<u64, FileRow>,
     /// Paths of `*at` calls made absolute here (id → path).
     joined: HashMap<u64, String>,
-    fd_cache: crate::run::FdCache,
     first_ns: u64,
     last_ns: u64,
     gpu: gpu::GpuTally,
@@ -155,7 +154,6 @@ impl Default for Tally {
             by_image_and_func: Default::default(),
             files: HashMap::new(),
             joined: HashMap::new(),
-            fd_cache: Default::default(),
             first_ns: u64::MAX,
             last_ns: 0,
             gpu: Default::default(),
@@ -190,7 +188,7 @@ impl Tally {
         self.startup.add(func, event);
         let image = meta.image_at(event.pid, event.start).unwrap_or(0);
         self.by_image_and_func.entry((event.pid, image, event.kind)).or_default().add(&stats);
-        if let Some(path_id) = meta.fds.path_of_cached(meta, event, &mut self.fd_cache) {
+        if let Some(path_id) = meta.fds.path_of(meta, event) {
             let path_id = self.absolute(meta, func, event, path_id);
             let file = self.files.entry(path_id).or_default();
             file.calls += 1;
@@ -218,7 +216,7 @@ impl Tally {
             return path_id;
         }
         let Some(name) = meta.strings.get(&path_id) else { return path_id };
-        match meta.fds.resolve_relative(meta, event, name, &mut self.fd_cache) {
+        match meta.fds.resolve_relative(meta, event, name) {
             Some(joined) => {
                 let id = mlprof_format::string_id(joined.as_bytes());
                 self.joined.entry(id).or_insert(joined);

@@ -21,6 +21,7 @@ pub mod perfetto;
 mod proto;
 
 use std::io;
+use std::mem::MaybeUninit;
 
 /// A process track. Handles are minted by one writer and mean nothing to another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -171,30 +172,50 @@ pub trait TraceWriter {
         Self: Sized;
 }
 
-/// Arguments built on the stack: up to `N` pairs, no allocation.
+/// Arguments built on the stack: up to `N` pairs, no allocation. The slots are left
+/// uninitialized until pushed: a call's list is built once per event, and most use few of
+/// their slots.
 pub struct ArgList<'a, const N: usize> {
-    items: [(&'static str, ArgValue<'a>); N],
+    items: [MaybeUninit<(&'static str, ArgValue<'a>)>; N],
     len: usize,
 }
 
 impl<'a, const N: usize> ArgList<'a, N> {
     pub fn new() -> Self {
-        ArgList { items: [("", ArgValue::Int(0)); N], len: 0 }
+        ArgList { items: [const { MaybeUninit::uninit() }; N], len: 0 }
     }
 
     /// Adds a pair. More than `N` is a bug in the caller, and panics.
+    #[inline]
     pub fn push(&mut self, key: &'static str, value: ArgValue<'a>) {
-        self.items[self.len] = (key, value);
+        self.items[self.len].write((key, value));
         self.len += 1;
     }
 
     pub fn as_slice(&self) -> Args<'_> {
-        &self.items[..self.len]
+        let initialized = &self.items[..self.len];
+        // Safety: `push` wrote each of the first `len` slots (and nothing ever un-writes one);
+        // MaybeUninit<T> has the layout of T, so the prefix is a valid [T] of `len` elements.
+        unsafe { std::slice::from_raw_parts(initialized.as_ptr().cast(), initialized.len()) }
     }
 }
 
 impl<const N: usize> Default for ArgList<'_, N> {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_arg_list_gives_back_what_was_pushed() {
+        let mut args = ArgList::<4>::new();
+        assert!(args.as_slice().is_empty());
+        args.push("fd", ArgValue::Int(3));
+        args.push("path", ArgValue::Str("/data"));
+        assert_eq!(args.as_slice(), &[("fd", ArgValue::Int(3)), ("path", ArgValue::Str("/data"))]);
     }
 }

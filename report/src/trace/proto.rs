@@ -88,6 +88,79 @@ pub fn put_message(buf: &mut Vec<u8>, field: u32, body: impl FnOnce(&mut Vec<u8>
     }
 }
 
+/// Appends what `write` writes through a [`Spare`], at most `max` bytes, to `buf`.
+///
+/// The hot paths write a few dozen bytes per event; `Vec::push` checks the capacity and
+/// stores the length for each of them, this reserves once and sets the length once.
+#[inline]
+pub fn append<R>(buf: &mut Vec<u8>, max: usize, write: impl FnOnce(&mut Spare<'_>) -> R) -> R {
+    buf.reserve(max);
+    let len = buf.len();
+    let mut spare = Spare { bytes: &mut buf.spare_capacity_mut()[..max], n: 0 };
+    let result = write(&mut spare);
+    let n = spare.n;
+    // Safety: `Spare` only writes `bytes[n]` and then increments `n` (or rewrites a byte below
+    // `n`), so the first `n` bytes of the spare capacity after `len` are initialized.
+    unsafe { buf.set_len(len + n) };
+    result
+}
+
+/// The spare capacity of a `Vec<u8>`, written from its start ([`append`]). Writing past the
+/// `max` given to `append` panics.
+pub struct Spare<'a> {
+    bytes: &'a mut [std::mem::MaybeUninit<u8>],
+    n: usize,
+}
+
+impl Spare<'_> {
+    #[inline(always)]
+    pub fn byte(&mut self, byte: u8) {
+        self.bytes[self.n].write(byte);
+        self.n += 1;
+    }
+
+    #[inline(always)]
+    pub fn varint(&mut self, mut value: u64) {
+        while value >= 0x80 {
+            self.byte(value as u8 | 0x80);
+            value >>= 7;
+        }
+        self.byte(value as u8);
+    }
+
+    #[inline(always)]
+    pub fn bytes(&mut self, bytes: &[u8]) {
+        for (to, &byte) in self.bytes[self.n..self.n + bytes.len()].iter_mut().zip(bytes) {
+            to.write(byte);
+        }
+        self.n += bytes.len();
+    }
+
+    /// A varint field.
+    #[inline(always)]
+    pub fn uint(&mut self, field: u32, value: u64) {
+        self.varint(u64::from(field << 3 | VARINT));
+        self.varint(value);
+    }
+
+    /// Opens a nested message whose length will fit one byte (under 128): returns where its
+    /// length goes, for [`Spare::close_short`].
+    #[inline(always)]
+    pub fn open_short(&mut self, field: u32) -> usize {
+        self.byte((field << 3 | LEN) as u8);
+        self.byte(0);
+        self.n - 1
+    }
+
+    /// Closes the message opened at `at`.
+    #[inline(always)]
+    pub fn close_short(&mut self, at: usize) {
+        let len = self.n - at - 1;
+        assert!(len < 0x80, "a short message of {len} bytes");
+        self.bytes[at].write(len as u8);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +180,28 @@ mod tests {
             assert_eq!(buf, bytes, "{value}");
             assert_eq!(varint_len(value), bytes.len(), "{value}");
         }
+    }
+
+    #[test]
+    fn spare_writes_what_vec_writes() {
+        let mut expected = vec![1, 2];
+        put_uint(&mut expected, 3, 300);
+        put_message(&mut expected, 4, |m| put_uint(m, 17, u64::MAX));
+        let mut buf = vec![1, 2];
+        let n = append(&mut buf, 32, |w| {
+            w.uint(3, 300);
+            let at = w.open_short(4);
+            w.uint(17, u64::MAX);
+            w.close_short(at);
+            w.n
+        });
+        assert_eq!((buf, n), (expected.clone(), expected.len() - 2));
+    }
+
+    #[test]
+    #[should_panic]
+    fn spare_cannot_write_past_its_reservation() {
+        append(&mut Vec::new(), 2, |w| w.varint(u64::MAX));
     }
 
     #[test]

@@ -1,0 +1,240 @@
+//! Encoding events: interned tables and per-sequence iid sets, annotation keys, and the
+//! TrackEvent body of a slice or instant (interning what it names first).
+
+use std::io::Write;
+
+use super::PerfettoWriter;
+use super::field::*;
+use crate::trace::proto::{append, put_bytes, put_fixed64, put_message, put_uint};
+use crate::trace::{ArgValue, Args, StringHandle};
+
+pub(super) const ANNOTATION_CACHE_SLOTS: usize = 64;
+/// The most bytes a debug annotation with a varint value takes: its tag and length, the key's
+/// tag and iid (a varint of up to 32 bits), the value's tag (up to 2 bytes) and varint.
+pub(super) const MAX_ANNOTATION: usize = 2 + 1 + 5 + 2 + 10;
+
+/// The interned tables. Each has its own iid space (as in Perfetto's `InternedData`), so an
+/// event name's iid stays one byte however many paths were interned before it.
+#[derive(Clone, Copy)]
+pub(super) enum Table {
+    Name = 0,
+    Category = 1,
+    AnnotationName = 2,
+    StringValue = 3,
+}
+
+impl Table {
+    pub(super) fn field(self) -> u32 {
+        match self {
+            Table::Name => INTERNED_EVENT_NAMES,
+            Table::Category => INTERNED_CATEGORIES,
+            Table::AnnotationName => INTERNED_ANNOTATION_NAMES,
+            Table::StringValue => INTERNED_STRING_VALUES,
+        }
+    }
+}
+
+/// Which iids of each table a sequence has interned: bit sets, as iids are dense. The first
+/// 64 of each table (every name, category and key of most runs) live inline.
+#[derive(Default)]
+pub(super) struct Interned {
+    pub(super) low: [u64; 4],
+    pub(super) high: [Vec<u64>; 4],
+}
+
+impl Interned {
+    /// Whether `iid` is marked.
+    #[inline]
+    pub(super) fn contains(&self, table: Table, iid: u32) -> bool {
+        if iid < 64 {
+            self.low[table as usize] & 1 << iid != 0
+        } else {
+            let word = (iid / 64 - 1) as usize;
+            self.high[table as usize].get(word).is_some_and(|w| w & 1 << (iid % 64) != 0)
+        }
+    }
+
+    pub(super) fn insert(&mut self, table: Table, iid: u32) {
+        if iid < 64 {
+            self.low[table as usize] |= 1 << iid;
+        } else {
+            let (word, bits) = ((iid / 64 - 1) as usize, &mut self.high[table as usize]);
+            if bits.len() <= word {
+                bits.resize(word + 1, 0);
+            }
+            bits[word] |= 1 << (iid % 64);
+        }
+    }
+}
+
+impl<W: Write> PerfettoWriter<W> {
+    /// The annotation-name id of `key`.
+    #[inline(always)]
+    pub(super) fn annotation_id(&mut self, key: &'static str) -> u32 {
+        let address = (key.as_ptr() as usize, key.len());
+        // Keys are string literals, a few bytes apart: a multiplicative hash spreads them.
+        let slot = ((address.0 ^ address.1 << 48) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58;
+        let slot = slot as usize % ANNOTATION_CACHE_SLOTS;
+        if self.annotation_cache[slot].0 == address {
+            return self.annotation_cache[slot].1;
+        }
+        self.annotation_id_slow(key, slot)
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(super) fn annotation_id_slow(&mut self, key: &'static str, slot: usize) -> u32 {
+        let address = (key.as_ptr() as usize, key.len());
+        if let Some(&id) = self.annotation_ids.get(&address) {
+            self.annotation_cache[slot] = (address, id);
+            return id;
+        }
+        // The same text at another address (another call site) keeps one id.
+        let next = self.annotation_names.len() as u32;
+        let id = *self.annotation_by_text.entry(key).or_insert(next);
+        if id == next {
+            self.annotation_names.push(key);
+            self.iids[Table::AnnotationName as usize].push(0);
+        }
+        self.annotation_ids.insert(address, id);
+        self.annotation_cache[slot] = (address, id);
+        id
+    }
+
+    /// Interns `key` of `table` on the sequence (adding it to the pending `InternedData`), and
+    /// returns its iid.
+    #[inline(always)]
+    pub(super) fn intern(&mut self, index: usize, table: Table, key: usize) -> u64 {
+        let iid = self.iids[table as usize][key];
+        if iid == 0 || !self.sequences[index].interned.contains(table, iid) {
+            return self.intern_new(index, table, key);
+        }
+        iid.into()
+    }
+
+    /// [`Self::intern`] of a key new to the sequence (or to the trace).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn intern_new(&mut self, index: usize, table: Table, key: usize) -> u64 {
+        let slot = &mut self.iids[table as usize][key];
+        if *slot == 0 {
+            self.last_iid[table as usize] += 1;
+            *slot = self.last_iid[table as usize];
+        }
+        let iid = *slot;
+        self.sequences[index].interned.insert(table, iid);
+        let text: &str = match table {
+            Table::AnnotationName => self.annotation_names[key],
+            _ => &self.strings[key],
+        };
+        put_message(&mut self.interned, table.field(), |m| {
+            put_uint(m, INTERNED_IID, iid.into());
+            put_bytes(m, INTERNED_NAME, text.as_bytes());
+        });
+        iid.into()
+    }
+
+    /// Appends the TrackEvent body of a slice's BEGIN or of an instant to `body`.
+    #[inline]
+    pub(super) fn encode(
+        &mut self,
+        index: usize,
+        kind: u64,
+        name: StringHandle,
+        category: StringHandle,
+        args: Args<'_>,
+        body: &mut Vec<u8>,
+    ) {
+        let name = self.intern(index, Table::Name, name.index());
+        let category = self.intern(index, Table::Category, category.index());
+        // Type, name and category; then the arguments, in runs of varint values written in
+        // place, each other kind of value on its own.
+        let mut next = 0;
+        let mut header = true;
+        while header || next < args.len() {
+            let max = 24 + MAX_ANNOTATION * (args.len() - next);
+            let other = append(body, max, |w| {
+                if std::mem::take(&mut header) {
+                    w.uint(EVENT_TYPE, kind);
+                    w.uint(EVENT_NAME_IID, name);
+                    w.uint(EVENT_CATEGORY_IIDS, category);
+                }
+                while let Some(&(key, value)) = args.get(next) {
+                    let (field, value) = match value {
+                        ArgValue::Int(v) => (ANNOTATION_INT, v as u64),
+                        ArgValue::UInt(v) => (ANNOTATION_UINT, v),
+                        ArgValue::Bool(v) => (ANNOTATION_BOOL, v.into()),
+                        ArgValue::Hex(v) => (ANNOTATION_POINTER, v),
+                        ArgValue::Interned(handle) => {
+                            (ANNOTATION_STRING_IID, self.intern(index, Table::StringValue, handle.index()))
+                        }
+                        ArgValue::Double(_) | ArgValue::Str(_) | ArgValue::UInts(_) => {
+                            return Some((key, value));
+                        }
+                    };
+                    let key = self.annotation_id(key) as usize;
+                    let key = self.intern(index, Table::AnnotationName, key);
+                    let at = w.open_short(EVENT_DEBUG_ANNOTATIONS);
+                    w.uint(ANNOTATION_NAME_IID, key);
+                    w.uint(field, value);
+                    w.close_short(at);
+                    next += 1;
+                }
+                None
+            });
+            if let Some((key, value)) = other {
+                let key = self.annotation_id(key) as usize;
+                let key = self.intern(index, Table::AnnotationName, key);
+                put_message(body, EVENT_DEBUG_ANNOTATIONS, |a| {
+                    put_uint(a, ANNOTATION_NAME_IID, key);
+                    annotation_value(a, value);
+                });
+                next += 1;
+            }
+        }
+    }
+
+    /// Encodes an event into the sequence's arena; returns where its body starts.
+    pub(super) fn encode_pending(
+        &mut self,
+        index: usize,
+        kind: u64,
+        name: StringHandle,
+        category: StringHandle,
+        args: Args<'_>,
+    ) -> usize {
+        let mut arena = std::mem::take(&mut self.sequences[index].arena);
+        let from = arena.len();
+        self.encode(index, kind, name, category, args, &mut arena);
+        self.sequences[index].arena = arena;
+        from
+    }
+
+    /// Writes the `InternedData` the event being built needs, before it.
+    pub(super) fn write_interned(&mut self, index: usize) {
+        if !self.interned.is_empty() {
+            let id = self.sequences[index].id;
+            let interned = std::mem::take(&mut self.interned);
+            self.output.packet(id, |p| put_bytes(p, PACKET_INTERNED_DATA, &interned));
+            self.interned = interned;
+        }
+    }
+}
+
+/// The value fields of a debug annotation whose value is not a varint.
+pub(super) fn annotation_value(a: &mut Vec<u8>, value: ArgValue<'_>) {
+    match value {
+        ArgValue::Int(v) => put_uint(a, ANNOTATION_INT, v as u64),
+        ArgValue::UInt(v) => put_uint(a, ANNOTATION_UINT, v),
+        ArgValue::Double(v) => put_fixed64(a, ANNOTATION_DOUBLE, v.to_bits()),
+        ArgValue::Bool(v) => put_uint(a, ANNOTATION_BOOL, v.into()),
+        ArgValue::Str(s) => put_bytes(a, ANNOTATION_STRING, s.as_bytes()),
+        ArgValue::Interned(_) => unreachable!("interned values are written by put_annotation"),
+        ArgValue::Hex(v) => put_uint(a, ANNOTATION_POINTER, v),
+        ArgValue::UInts(values) => {
+            for &v in values {
+                put_message(a, ANNOTATION_ARRAY, |e| put_uint(e, ANNOTATION_UINT, v));
+            }
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! The packet stream: packets framed into a buffer, written plain or as zlib-deflated
+//! `compressed_packets` batches; timestamps and length fields of thread packets.
+
+use std::io::{self, Write};
+
+use super::field::*;
+use crate::trace::proto::{LEN, append, put_bytes, put_message, put_uint, put_varint, tag_len, varint_len};
+
+/// Uncompressed bytes per `compressed_packets` batch (Perfetto's own writer stays under 512 KB).
+pub(super) const COMPRESS_BATCH: usize = 400 << 10;
+/// Bytes gathered before an uncompressed write.
+pub(super) const WRITE_BATCH: usize = 1 << 20;
+
+/// The packet stream: plain or in compressed batches.
+pub(super) struct Output<W: Write> {
+    pub(super) out: W,
+    /// Serialized `Trace.packet` fields not yet written.
+    pub(super) buf: Vec<u8>,
+    pub(super) compress: Option<flate2::Compression>,
+    /// Bytes written to `out`.
+    pub(super) written: u64,
+}
+
+impl<W: Write> Output<W> {
+    /// Writes or compresses what is gathered once a batch is full.
+    #[inline]
+    pub(super) fn maybe_flush(&mut self) -> io::Result<()> {
+        let limit = if self.compress.is_some() { COMPRESS_BATCH } else { WRITE_BATCH };
+        if self.buf.len() >= limit { self.flush() } else { Ok(()) }
+    }
+
+    pub(super) fn flush(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        match self.compress {
+            None => {
+                self.out.write_all(&self.buf)?;
+                self.written += self.buf.len() as u64;
+            }
+            Some(level) => {
+                let mut z = flate2::write::ZlibEncoder::new(Vec::with_capacity(self.buf.len() / 4), level);
+                z.write_all(&self.buf)?;
+                let deflated = z.finish()?;
+                let mut packet = Vec::with_capacity(deflated.len() + 16);
+                put_bytes(&mut packet, PACKET_COMPRESSED, &deflated);
+                let mut framed = Vec::with_capacity(packet.len() + 8);
+                put_bytes(&mut framed, TRACE_PACKET, &packet);
+                self.out.write_all(&framed)?;
+                self.written += framed.len() as u64;
+            }
+        }
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// One packet of sequence `seq` whose other fields `body` writes.
+    pub(super) fn packet(&mut self, seq: u32, body: impl FnOnce(&mut Vec<u8>)) {
+        put_message(&mut self.buf, TRACE_PACKET, |p| {
+            put_uint(p, PACKET_SEQUENCE_ID, seq.into());
+            body(p);
+        });
+    }
+
+    /// A TrackEvent packet of a thread sequence: the timestamp as a delta from the sequence's
+    /// previous one, or absolute when it goes back; the event is `head` then `body`.
+    #[inline]
+    pub(super) fn event(&mut self, seq: u32, last_ts: &mut u64, ts: u64, head: &[u8], body: &[u8]) {
+        let (value, absolute) = if ts >= *last_ts {
+            let delta = ts - *last_ts;
+            *last_ts = ts;
+            (delta, false)
+        } else {
+            (ts, true)
+        };
+        let event_len = head.len() + body.len();
+        let clock_len = if absolute { tag_len(PACKET_TIMESTAMP_CLOCK_ID) + 1 } else { 0 };
+        let packet_len = 1
+            + varint_len(value)
+            + clock_len
+            + 1
+            + varint_len(seq.into())
+            + 1
+            + varint_len(event_len as u64)
+            + event_len;
+        append(&mut self.buf, packet_len + 6, |w| {
+            w.byte((TRACE_PACKET << 3 | LEN) as u8);
+            w.varint(packet_len as u64);
+            w.uint(PACKET_TIMESTAMP, value);
+            if absolute {
+                w.uint(PACKET_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC);
+            }
+            w.uint(PACKET_SEQUENCE_ID, seq.into());
+            w.byte((PACKET_TRACK_EVENT << 3 | LEN) as u8);
+            w.varint(event_len as u64);
+            w.bytes(head);
+            w.bytes(body);
+        });
+    }
+}
+
+/// A thread packet's timestamp: the delta from the sequence's previous one, or absolute (on
+/// CLOCK_MONOTONIC) when it goes back.
+#[inline]
+pub(super) fn put_timestamp(buf: &mut Vec<u8>, last_ts: &mut u64, ts: u64) {
+    buf.push((PACKET_TIMESTAMP << 3) as u8);
+    if ts >= *last_ts {
+        put_varint(buf, ts - *last_ts);
+        *last_ts = ts;
+    } else {
+        put_varint(buf, ts);
+        put_uint(buf, PACKET_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC);
+    }
+}
+
+/// Writes the length of the message whose one-byte length placeholder is at `at` and whose
+/// body runs to the end of `buf`, widening the placeholder if the length needs more.
+#[inline(always)]
+pub(super) fn set_length(buf: &mut Vec<u8>, at: usize) {
+    let len = buf.len() - at - 1;
+    if len < 0x80 {
+        buf[at] = len as u8;
+    } else {
+        widen_length(buf, at, len);
+    }
+}
+
+#[cold]
+#[inline(never)]
+pub(super) fn widen_length(buf: &mut Vec<u8>, at: usize, len: usize) {
+    let (mut bytes, mut n, mut value) = ([0u8; 10], 0, len);
+    while value >= 0x80 {
+        bytes[n] = value as u8 | 0x80;
+        value >>= 7;
+        n += 1;
+    }
+    bytes[n] = value as u8;
+    buf.splice(at..at + 1, bytes[..=n].iter().copied());
+}
