@@ -9,6 +9,7 @@
  *   clock_gettime  clock_gettime(CLOCK_MONOTONIC)
  *   open_close     open("/dev/null", O_RDONLY) + close()
  *   ioctl          ioctl(FIONREAD) on a pipe (created once per thread)
+ *   stat           stat("/dev/null") (a path hook: the path is copied into the record's lane)
  *   cuda           cudaStreamQuery(0) of the real CUDA runtime named by $CALLS_CUDART
  *                  (dlopened RTLD_GLOBAL; the function is looked up with RTLD_DEFAULT, so a
  *                  preloaded interposer's definition wins, as for a program linked to it)
@@ -48,11 +49,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
-enum op { OP_READ, OP_WRITE_NULL, OP_CLOCK, OP_OPEN_CLOSE, OP_IOCTL, OP_CUDA };
+enum op { OP_READ, OP_WRITE_NULL, OP_CLOCK, OP_OPEN_CLOSE, OP_IOCTL, OP_CUDA, OP_STAT };
 
 static const struct { const char *name; enum op op; } ops[] = {
     {"read", OP_READ},
@@ -61,6 +63,7 @@ static const struct { const char *name; enum op op; } ops[] = {
     {"open_close", OP_OPEN_CLOSE},
     {"ioctl", OP_IOCTL},
     {"cuda", OP_CUDA},
+    {"stat", OP_STAT},
 };
 
 static int (*g_stream_query)(void *);
@@ -127,6 +130,13 @@ static int run_batch(struct worker *w, long n, int fd, int pipe_rd)
         for (long i = 0; i < n; i++) {
             if (ioctl(pipe_rd, FIONREAD, &avail) != 0) { fail(w, "ioctl FIONREAD"); return -1; }
             sink += (uint64_t)avail;
+        }
+        break;
+    case OP_STAT:
+        for (long i = 0; i < n; i++) {
+            struct stat st;
+            if (stat("/dev/null", &st) != 0) { fail(w, "stat /dev/null"); return -1; }
+            sink += (uint64_t)st.st_ino;
         }
         break;
     case OP_CUDA:
@@ -200,7 +210,7 @@ static void *worker_main(void *arg)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: calls OP N THREADS [RATE]\n  RATE: calls/s per thread, paced in 1 ms ticks\n  OP: read write_null clock_gettime open_close ioctl cuda\n");
+    fprintf(stderr, "usage: calls OP N THREADS [RATE]\n  RATE: calls/s per thread, paced in 1 ms ticks\n  OP: read write_null clock_gettime open_close ioctl cuda stat\n");
     exit(2);
 }
 

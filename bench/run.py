@@ -37,7 +37,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
-ALL_OPS = ["read", "write_null", "clock_gettime", "open_close", "ioctl", "cuda"]
+ALL_OPS = ["read", "write_null", "clock_gettime", "open_close", "ioctl", "cuda", "stat"]
 ALL_VARIANTS = ["bare", "shim", "mlprof", "strace", "mlprof_base"]
 DEFAULT_VARIANTS = ["bare", "shim", "mlprof", "strace"]
 # libc functions each OP calls in its loop (per iteration), as named in
@@ -49,9 +49,10 @@ OP_FUNCS = {
     "open_close": ["open", "close"],
     "ioctl": ["ioctl"],
     "cuda": ["cudaStreamQuery"],
+    "stat": ["stat"],
 }
 # Ops the counting shim does not intercept (its row then measures the bare call).
-SHIM_BLIND = {"cuda"}
+SHIM_BLIND = {"cuda", "stat"}
 
 
 class BenchError(Exception):

@@ -50,12 +50,36 @@ pub enum Class {
     Span,
     /// An annotated instant (ITT marker, pause, resume).
     Instant,
+    /// The stat family, statx, access/faccessat: metadata looked up by path (`arg2` = path id,
+    /// `fd` = the directory fd of an `*at` call, `AT_FDCWD`, or -1) or by fd (`fd`).
+    Stat,
+    /// Directory reads: readdir/readdir64 (`extra` = 1 when the call refilled glibc's buffer,
+    /// i.e. made a `getdents64`), getdents64, fdopendir; `fd` = the directory's fd.
+    Dir,
+    /// Namespace changes: mkdir, rmdir, unlink, rename and their `*at` forms (`arg2` = path id,
+    /// the source path for a rename).
+    Namespace,
+    /// Descriptor control: dup/dup2/dup3 and fcntl (`fd` = the fd asked about, `ret` = the new fd
+    /// of a dup, `extra` = fcntl's command).
+    Fd,
+    /// File size, space and caching: ftruncate, fallocate, posix_fallocate, posix_fadvise
+    /// (`arg` = offset or length, `arg2` = length, `extra` = mode or advice).
+    Space,
+    /// In-kernel copies: sendfile, copy_file_range (`fd` = destination, `extra` = source fd,
+    /// `arg`/`arg2` = bytes asked/done).
+    Transfer,
+    /// Library loading: dlopen (`arg2` = path id, `ret` = handle) and dlclose (`arg` = handle).
+    Load,
+    /// A system call trapped in complete mode (reserved: no preload writes it yet): `extra` = the
+    /// system call number, `arg`/`arg2` = its first two arguments, `ret` = the kernel's return.
+    Syscall,
 }
 
 /// The library an intercepted function belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Api {
-    /// The C library (file I/O, mmap, clocks, ioctl); ids below 100.
+    /// The C library (file I/O, mmap, clocks, ioctl); ids below 100, and 700..=899 (metadata,
+    /// directories, descriptors, library loading, trapped system calls).
     Libc,
     /// The CUDA runtime (`libcudart`); ids 100..=299.
     CudaRuntime,
@@ -241,17 +265,79 @@ funcs! {
     IttMarker = 602, "itt_marker", Instant;
     IttPause = 603, "itt_pause", Instant;
     IttResume = 604, "itt_resume", Instant;
+    // The C library, continued (700..=899): metadata and namespace calls, directories,
+    // descriptors, library loading, and the system calls complete mode traps.
+    Stat = 700, "stat", Stat;
+    Stat64 = 701, "stat64", Stat;
+    Lstat = 702, "lstat", Stat;
+    Lstat64 = 703, "lstat64", Stat;
+    Fstat = 704, "fstat", Stat;
+    Fstat64 = 705, "fstat64", Stat;
+    Fstatat = 706, "fstatat", Stat;
+    Fstatat64 = 707, "fstatat64", Stat;
+    Statx = 708, "statx", Stat;
+    Xstat = 709, "__xstat", Stat;
+    Xstat64 = 710, "__xstat64", Stat;
+    Lxstat = 711, "__lxstat", Stat;
+    Lxstat64 = 712, "__lxstat64", Stat;
+    Fxstat = 713, "__fxstat", Stat;
+    Fxstat64 = 714, "__fxstat64", Stat;
+    Fxstatat = 715, "__fxstatat", Stat;
+    Fxstatat64 = 716, "__fxstatat64", Stat;
+    Access = 720, "access", Stat;
+    Faccessat = 721, "faccessat", Stat;
+    Opendir = 730, "opendir", Open;
+    Fdopendir = 731, "fdopendir", Dir;
+    Readdir = 732, "readdir", Dir;
+    Readdir64 = 733, "readdir64", Dir;
+    Closedir = 734, "closedir", Close;
+    Getdents64 = 735, "getdents64", Dir;
+    Mkdir = 740, "mkdir", Namespace;
+    Mkdirat = 741, "mkdirat", Namespace;
+    Rmdir = 742, "rmdir", Namespace;
+    Unlink = 743, "unlink", Namespace;
+    Unlinkat = 744, "unlinkat", Namespace;
+    Rename = 745, "rename", Namespace;
+    Renameat = 746, "renameat", Namespace;
+    Dup = 750, "dup", Fd;
+    Dup2 = 751, "dup2", Fd;
+    Dup3 = 752, "dup3", Fd;
+    Fcntl = 753, "fcntl", Fd;
+    Fcntl64 = 754, "fcntl64", Fd;
+    Ftruncate = 760, "ftruncate", Space;
+    Ftruncate64 = 761, "ftruncate64", Space;
+    Fallocate = 762, "fallocate", Space;
+    Fallocate64 = 763, "fallocate64", Space;
+    PosixFallocate = 764, "posix_fallocate", Space;
+    PosixFallocate64 = 765, "posix_fallocate64", Space;
+    PosixFadvise = 766, "posix_fadvise", Space;
+    PosixFadvise64 = 767, "posix_fadvise64", Space;
+    SyncFileRange = 768, "sync_file_range", Sync;
+    Sendfile = 770, "sendfile", Transfer;
+    Sendfile64 = 771, "sendfile64", Transfer;
+    CopyFileRange = 772, "copy_file_range", Transfer;
+    Isatty = 780, "isatty", Ioctl;
+    Tcgetattr = 781, "tcgetattr", Ioctl;
+    Dlopen = 790, "dlopen", Load;
+    Dlclose = 791, "dlclose", Load;
+    TrappedSyscall = 800, "trapped_syscall", Syscall;
 }
 
 impl Func {
     /// Whether the call transfers bytes (its `arg`/`arg2` are bytes asked/done).
     pub const fn moves_bytes(self) -> bool {
-        matches!(self.class(), Class::Read | Class::Write)
+        matches!(self.class(), Class::Read | Class::Write | Class::Transfer)
     }
 
-    /// Whether `arg2` holds an interned path id.
+    /// Whether `arg2` holds an interned path id (when not 0: a call by fd, or a path that
+    /// could not be read, has none).
     pub const fn has_path(self) -> bool {
-        matches!(self.class(), Class::Open)
+        match self.class() {
+            Class::Open | Class::Namespace => true,
+            Class::Stat => !matches!(self, Func::Fstat | Func::Fstat64 | Func::Fxstat | Func::Fxstat64),
+            Class::Load => matches!(self, Func::Dlopen),
+            _ => false,
+        }
     }
 
     /// The library the function belongs to (from its id range).
@@ -313,5 +399,18 @@ mod tests {
         }
         assert_eq!(Func::from_id(0), None);
         assert_eq!(Func::from_id(9999), None);
+    }
+
+    #[test]
+    fn the_continued_libc_range_is_libc() {
+        for &f in Func::ALL {
+            if (700..=899).contains(&(f as u16)) {
+                assert_eq!(f.api(), Api::Libc, "{}", f.name());
+            }
+        }
+        assert!(Func::Stat.has_path() && Func::Statx.has_path() && Func::Access.has_path());
+        assert!(!Func::Fstat64.has_path() && !Func::Fxstat.has_path() && !Func::Dlclose.has_path());
+        assert!(Func::Opendir.has_path() && Func::Rename.has_path() && Func::Dlopen.has_path());
+        assert!(Func::Sendfile.moves_bytes() && !Func::Stat.moves_bytes());
     }
 }

@@ -16,7 +16,17 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 /// | mmap | fd | length | prot | flags |
 /// | munmap | -1 | length | – | – |
 /// | clock_gettime (events mode) | -1 | – | – | clock id |
-/// | ioctl | fd | request code | – | – |
+/// | ioctl, isatty/tcgetattr | fd | request code (`TCGETS` for isatty/tcgetattr) | – | – |
+/// | stat family, access | fd asked about, `*at` dir fd, `AT_FDCWD` or -1 | mask, mode or version | path string id (0: by fd) | flags |
+/// | opendir | dir fd | – | path string id | – |
+/// | readdir, getdents64, fdopendir | dir fd | bytes asked (getdents64) | – | 1: a `getdents64` refill |
+/// | closedir | dir fd | – | – | – |
+/// | mkdir, rmdir, unlink, rename, `*at` | `*at` dir fd or -1 | mode or flags | path string id (source of a rename) | – |
+/// | dup, dup2, dup3, fcntl | fd asked about | target fd or fcntl argument | – | fcntl command / dup3 flags |
+/// | ftruncate, fallocate, fadvise, sync_file_range | fd | offset (length for ftruncate) | length | mode, advice or flags |
+/// | sendfile, copy_file_range | destination fd | bytes asked | bytes done | source fd |
+/// | dlopen, dlclose | -1 | mode / handle | path string id (dlopen) | 1: passed on untimed |
+/// | trapped system call | first argument | first argument | second argument | system call number |
 ///
 /// `ret` is the return value (an address for mmap, items for fread/fwrite), `errno` is the
 /// errno the call left when it failed, else 0.

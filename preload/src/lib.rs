@@ -19,7 +19,7 @@ mod exports;
 mod gpu;
 mod itt_stamp;
 
-use mlprof_preload_core::{guard, itt, real, recorder};
+use mlprof_preload_core::{guard, itt, library, real, recorder, user_memory};
 
 // Safety: runs once at load time, after libc is initialized. It only joins the session early
 // (hooks also do it lazily, since other libraries' constructors can call them first) and sets

@@ -133,6 +133,71 @@ fn invalid_pointers_fail_as_without_mlprof() {
     e.finish();
 }
 
+/// Issue 16's hooks (stat family, access, namespace, directories, descriptors, space, copies,
+/// terminal) called with invalid pointers, descriptors and flags: the same return values and
+/// errno as without mlprof, no crash, every call recorded as failed.
+#[test]
+fn invalid_pointers_in_metadata_calls_fail_as_without_mlprof() {
+    let dir = TempDir::new("badptr-meta");
+    let prog = compile("badptr_meta", &dir);
+    let bare = output_with_timeout(
+        {
+            let mut c = Command::new(&prog);
+            clean_env(&mut c);
+            c
+        },
+        default_timeout(),
+    );
+    assert!(bare.status.success(), "{}", describe(&bare));
+    let out = dir.join("run.bin");
+    let profiled = run_collect_ok(&out, &[&prog]);
+    assert_eq!(
+        String::from_utf8_lossy(&profiled.stdout),
+        String::from_utf8_lossy(&bare.stdout),
+        "results and errno under mlprof must equal those without it"
+    );
+    let s = clean_summary(&out);
+    let calls = s.proc_exact(&prog).calls();
+    let mut e = s.expect();
+    // (function, calls): every one fails; see tests/programs/badptr_meta.c.
+    let expected = [
+        ("stat", 4),
+        ("lstat", 1),
+        ("fstatat", 3),
+        ("fstat", 1),
+        ("statx", 2),
+        ("__xstat", 1),
+        ("access", 2),
+        ("faccessat", 1),
+        ("mkdir", 1),
+        ("mkdirat", 1),
+        ("rmdir", 1),
+        ("unlink", 1),
+        ("unlinkat", 1),
+        ("rename", 2),
+        ("renameat", 1),
+        ("fdopendir", 1),
+        ("closedir", 1),
+        ("getdents64", 1),
+        ("dup", 1),
+        ("dup2", 1),
+        ("dup3", 1),
+        ("fcntl", 1),
+        ("ftruncate", 1),
+        ("fallocate", 1),
+        ("posix_fadvise", 1),
+        ("sendfile", 1),
+        ("copy_file_range", 1),
+        ("isatty", 1),
+        ("tcgetattr", 1),
+    ];
+    for (f, count) in expected {
+        e.eq(format_args!("badptr_meta: {f} calls"), calls.count(f), count);
+        e.eq(format_args!("badptr_meta: {f} errors"), calls.errors(f), count);
+    }
+    e.finish();
+}
+
 /// A 10 kHz SIGALRM handler calls clock_gettime and write while the main loop makes millions
 /// of clock reads: every clock read is counted exactly (the handler's included), and every
 /// write is recorded or counted as interrupted.

@@ -6,7 +6,7 @@
 //! as compiled by `cargo build --release` instead of compiling it again.
 
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal};
+use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -38,6 +38,10 @@ enum Command {
         /// Rows in the top-files tables.
         #[arg(long, default_value_t = 10)]
         top: usize,
+        /// The calls as the system calls they make, like `strace -c -f` (libc calls folded into
+        /// the system calls glibc makes for them).
+        #[arg(long)]
+        syscalls: bool,
     },
     /// Energy per device, per process and per span name (the recorded calls), with
     /// uncertainties and coverage; `--ops` for the operator table.
@@ -132,7 +136,7 @@ pub fn main() -> ExitCode {
     // Safety: restoring the default disposition of SIGPIPE before any output.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let result = match Cli::parse().command {
-        Command::Summary { run, json, top } => summary_command(&run, json, top),
+        Command::Summary { run, json, top, syscalls } => summary_command(&run, json, top, syscalls),
         Command::Energy { run, json, ops, csv, append, top } => {
             energy_command(&run, EnergyOutput::from_flags(json, ops, csv, append), top)
         }
@@ -162,14 +166,15 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// `mlprof summary`: tables, or JSON.
-fn summary_command(run: &Path, json: bool, top: usize) -> Result<(), String> {
+/// `mlprof summary`: tables, or JSON; the system call view with `--syscalls`.
+fn summary_command(run: &Path, json: bool, top: usize, syscalls: bool) -> Result<(), String> {
     let summary = summary::Summary::compute(run)?;
-    if json {
-        println!("{}", summary::json::render(&summary));
-        Ok(())
-    } else {
-        summary::text::write(&summary, top, &mut std::io::stdout().lock()).map_err(stdout_error)
+    let mut out = std::io::stdout().lock();
+    match (json, syscalls) {
+        (true, false) => writeln!(out, "{}", summary::json::render(&summary)).map_err(stdout_error),
+        (true, true) => writeln!(out, "{}", summary::json::render_syscalls(&summary)).map_err(stdout_error),
+        (false, false) => summary::text::write(&summary, top, &mut out).map_err(stdout_error),
+        (false, true) => summary::text::write_syscalls(&summary, &mut out).map_err(stdout_error),
     }
 }
 

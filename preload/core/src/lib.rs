@@ -7,7 +7,7 @@
 //!
 //! 1. [`sys`] (raw system calls), [`clock`] (timestamps), [`config`] (`MLPROF_*` options),
 //!    [`guard`] (the per-thread state: reentrancy guard, errno), [`user_memory`] (reading the
-//!    application's pointers without faulting);
+//!    application's pointers without faulting), [`library`] (where our own code lies);
 //! 2. [`real`]: the next definition of each hooked symbol, and glibc's own `dlsym`;
 //! 3. [`recorder`]: joining the collector's ring, the process lifecycle (fork, exec, exit,
 //!    vfork, thread exit), lanes, strings and the record API the hooks use ([`recorder::Span`],
@@ -27,6 +27,7 @@ pub mod config;
 pub mod gpu;
 pub mod guard;
 pub mod itt;
+pub mod library;
 pub mod real;
 pub mod recorder;
 pub mod sys;

@@ -1,7 +1,9 @@
-//! Every symbol libmlprof.so exports: the hooks. This file holds the libc hooks; the
-//! submodules hold the CUDA runtime (`cuda_runtime`), CUDA driver (`cuda_driver`) and NCCL
-//! (`nccl`) hooks, the driver entry-point lookups and `dlsym` (`entry_points`), and the ITT
-//! collector entry points (`itt`). Each hook resolves the real function lazily, passes straight
+//! Every symbol libmlprof.so exports: the hooks. This file holds the libc I/O hooks; the
+//! submodules hold the metadata and namespace calls (`metadata`), directories (`dirs`),
+//! descriptor, space and terminal calls (`fds`), `dlopen`/`dlclose` (`loader`), the CUDA
+//! runtime (`cuda_runtime`), CUDA driver (`cuda_driver`) and NCCL (`nccl`) hooks, the driver
+//! entry-point lookups and `dlsym` (`entry_points`), and the ITT collector entry points
+//! (`itt`). Each hook resolves the real function lazily, passes straight
 //! through when it must not record (see `Span::begin`), and otherwise times the real call and
 //! writes one record. Variadic C functions (`open`, `openat`, `ioctl`) are declared with their
 //! optional argument as a fixed one, which the x86_64 and aarch64 SysV ABIs allow.
@@ -56,8 +58,13 @@ fn iov_bytes(iov: *const iovec, count: c_int, ret: ssize_t) -> usize {
 
 pub mod cuda_driver;
 mod cuda_runtime;
+mod dirs;
 mod entry_points;
+mod fds;
 mod itt;
+#[cfg(target_arch = "x86_64")]
+mod loader;
+mod metadata;
 mod nccl;
 
 pub use itt::itt_task_begin_address;

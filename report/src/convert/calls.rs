@@ -48,7 +48,7 @@ pub(super) fn write<W: TraceWriter>(
     let dimensions;
     let mut args = ArgList::<MAX_ARGS>::new();
     if api == Api::Libc {
-        libc_args(c, class, event, &mut args);
+        libc_args(c, func, class, event, &mut args);
     } else {
         let call = GpuCall::from_event(event);
         dimensions = [call.grid(), call.block()].map(|(x, y, z)| [x, y, z].map(u64::from));
@@ -66,6 +66,7 @@ pub(super) fn write<W: TraceWriter>(
 /// fd named.
 fn libc_args<W: TraceWriter>(
     c: &mut Converter<'_, W>,
+    func: Func,
     class: Class,
     event: &Event,
     args: &mut ArgList<'_, MAX_ARGS>,
@@ -91,12 +92,13 @@ fn libc_args<W: TraceWriter>(
         _ => {}
     }
     let path = match class {
-        // An open names its own path (a failed one too, when it got that far).
-        Class::Open if event.arg2 != 0 => Some(match c.fds.path_index(event.arg2) {
+        // A call with a path argument names it: an open its own path (a failed one too, when
+        // it got that far), a stat or an unlink the path it was given.
+        _ if func.has_path() && event.arg2 != 0 => Some(match c.fds.path_index(event.arg2) {
             Some(index) => c.path_text(index),
             None => c.text(Text::Run(event.arg2)),
         }),
-        Class::Open | Class::Clock => None,
+        Class::Open | Class::Clock | Class::Syscall | Class::Load => None,
         _ if event.fd < 0 => None,
         _ => c
             .fds

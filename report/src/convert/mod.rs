@@ -472,8 +472,9 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         for event in batch {
             let Some(kind) = kind_of(event.kind) else { continue };
             if kind.api == Api::Libc {
-                if matches!(kind.class, Class::Open | Class::Close) {
-                    self.fds.observe_streaming(event, &mut self.fd_cache);
+                // Opens, closes and duplicates (descriptor calls) change what an fd names.
+                if matches!(kind.class, Class::Open | Class::Close | Class::Fd) {
+                    self.fds.observe_streaming(self.meta, event, &mut self.fd_cache);
                 }
             } else if last != Some((event.pid, event.tid)) {
                 last = Some((event.pid, event.tid));

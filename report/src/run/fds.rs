@@ -14,6 +14,15 @@
 //!   a change recorded after a call it would have named was looked up, a lookup older than
 //!   what was forgotten — and reported by [`FdIntervals::inexact`]: the caller then starts
 //!   over with the complete history.
+//!
+//! A duplicate (`dup`, `dup2`, `dup3`, `fcntl(F_DUPFD*)`) is a change of its new fd to what its
+//! source fd named when the duplicating call started, resolved once: complete mode resolves
+//! the run's duplicates in [`FdIntervals::seal`], in the order they were made (a duplicate of
+//! a duplicate finds its source's change); streaming resolves each as it is observed, looking
+//! its source up like a call on it, so that a change of the source recorded later is detected
+//! like any other. Either way a duplicate is then one change like an open, 12 bytes.
+
+use std::collections::HashMap;
 
 use mlprof_format::func::{Api, Class, Func};
 use mlprof_format::record::Event;
@@ -22,6 +31,10 @@ use rustc_hash::FxHashMap;
 use super::{Image, RunMeta};
 
 const FD_CACHE_SLOTS: usize = 256;
+
+/// fcntl's commands that duplicate an fd.
+const F_DUPFD: u32 = 0;
+const F_DUPFD_CLOEXEC: u32 = 1030;
 
 /// How much of its past a streaming history keeps, before its latest change (run time).
 /// Records reach the file within a collector pass or two of happening; only a call longer
@@ -114,7 +127,19 @@ pub struct FdIntervals {
     /// Path string ids by index, and the index of each.
     paths: Vec<u64>,
     path_index: FxHashMap<u64, PathIndex>,
+    /// Complete mode: the duplicates observed, resolved by [`FdIntervals::seal`].
+    duplicates: Vec<Duplicate>,
     streaming: Option<Streaming>,
+}
+
+/// A duplicating call: fd `new` of `pid` names, from `end` on, what `source` named at `start`.
+#[derive(Clone, Copy)]
+struct Duplicate {
+    pid: u32,
+    source: i32,
+    new: i32,
+    start: u64,
+    end: u64,
 }
 
 /// The change `event` makes to its fd: (time, path string id or 0 for a close).
@@ -132,6 +157,25 @@ fn change(event: &Event) -> Option<(u64, u64)> {
         Class::Close => Some((event.start, 0)),
         _ => None,
     }
+}
+
+/// The duplicate `event` makes, if it is a successful `dup`, `dup2`, `dup3` or
+/// `fcntl(F_DUPFD*)` onto another fd (its `ret` is the new fd; dup2 onto an open fd replaces
+/// it).
+#[inline]
+fn duplicate(event: &Event) -> Option<Duplicate> {
+    let func = Func::from_id(event.kind)?;
+    let duplicates = match func {
+        Func::Dup | Func::Dup2 | Func::Dup3 => true,
+        Func::Fcntl | Func::Fcntl64 => matches!(event.extra, F_DUPFD | F_DUPFD_CLOEXEC),
+        _ => false,
+    };
+    let new = i32::try_from(event.ret).ok()?;
+    if !duplicates || event.is_error() || event.fd < 0 || new < 0 || new == event.fd {
+        return None;
+    }
+    let end = event.start.saturating_add(event.dur);
+    Some(Duplicate { pid: event.pid, source: event.fd, new, start: event.start, end })
 }
 
 impl FdIntervals {
@@ -174,10 +218,14 @@ impl FdIntervals {
             let history = self.histories.entry((event.pid, event.fd)).or_default();
             history.times.push(time);
             history.paths.push(path);
+        } else if let Some(dup) = duplicate(event) {
+            self.duplicates.push(dup);
         }
     }
 
-    pub(super) fn seal(&mut self) {
+    /// Complete mode: sorts the histories, then resolves the duplicates (`images`: the run's,
+    /// in start order, for fds inherited at a fork).
+    pub(super) fn seal(&mut self, images: &HashMap<u32, Vec<Image>>) {
         for history in self.histories.values_mut() {
             if !history.times.is_sorted() {
                 let mut order: Vec<(u64, u32)> =
@@ -185,22 +233,37 @@ impl FdIntervals {
                 order.sort_by_key(|&(time, _)| time);
                 (history.times, history.paths) = order.into_iter().unzip();
             }
+        }
+        // In the order they were made: a duplicate's source change, if itself a duplicate,
+        // ended before this one started, so it was resolved first.
+        let mut duplicates = std::mem::take(&mut self.duplicates);
+        duplicates.sort_by_key(|d| d.start);
+        for dup in duplicates {
+            let path = self.path_at(images, dup.pid, dup.source, dup.start);
+            self.histories.entry((dup.pid, dup.new)).or_default().insert(dup.end, path);
+        }
+        for history in self.histories.values_mut() {
             history.times.shrink_to_fit();
             history.paths.shrink_to_fit();
         }
     }
 
     /// Streaming mode: records the change `event` makes, if any, before the calls it names are
-    /// looked up; `cache` is the one lookups use.
+    /// looked up; `cache` is the one lookups use. A duplicate's source is looked up at the duplicating call's start, as a call on it
+    /// would be (`meta`: the run's processes, for fds inherited at a fork).
     #[inline]
-    pub fn observe_streaming(&mut self, event: &Event, cache: &mut FdCache) {
+    pub fn observe_streaming(&mut self, meta: &RunMeta, event: &Event, cache: &mut FdCache) {
         if let Some((time, path)) = change(event) {
+            let path = if path == 0 { 0 } else { self.index_path(path) + 1 };
             self.add_change(event.pid, event.fd, time, path, cache);
+        } else if let Some(dup) = duplicate(event) {
+            let (path, _, _) = self.lookup(meta, dup.pid, dup.source, dup.start);
+            self.add_change(dup.pid, dup.new, dup.end, path, cache);
         }
     }
 
-    fn add_change(&mut self, pid: u32, fd: i32, time: u64, path: u64, cache: &mut FdCache) {
-        let path = if path == 0 { 0 } else { self.index_path(path) + 1 };
+    /// Streaming: fd `fd` of `pid` names path index + 1 `path` (0: closed) from `time` on.
+    fn add_change(&mut self, pid: u32, fd: i32, time: u64, path: u32, cache: &mut FdCache) {
         let Some(streaming) = self.streaming.as_mut() else { return };
         let history = self.histories.entry((pid, fd)).or_default();
         let slot = &mut cache.slots[slot_of(pid, fd)];
@@ -323,8 +386,8 @@ impl FdIntervals {
         path.checked_sub(1)
     }
 
-    /// The path string id a call's fd refers to (an open names its own path), from a complete
-    /// history.
+    /// The path string id a call refers to, from a complete history: a call with a path
+    /// argument names it (an open too), a call on an fd what the fd named when it started.
     pub fn path_of(&self, meta: &RunMeta, event: &Event) -> Option<u64> {
         let func = Func::from_id(event.kind)?;
         if func.api() != Api::Libc {
@@ -332,26 +395,50 @@ impl FdIntervals {
             return None;
         }
         match func.class() {
-            Class::Open => (event.arg2 != 0).then_some(event.arg2),
-            Class::Clock => None,
+            _ if func.has_path() && event.arg2 != 0 => Some(event.arg2),
+            Class::Open | Class::Clock | Class::Syscall | Class::Load => None,
             _ if event.fd < 0 => None,
-            _ => {
-                let (mut pid, mut time) = (event.pid, event.start);
-                for _ in 0..16 {
-                    if let Some(history) = self.histories.get(&(pid, event.fd)) {
-                        let at = history.before(time);
-                        if at > 0 {
-                            let path = history.paths[at - 1];
-                            return path.checked_sub(1).map(|i| self.paths[i as usize]);
-                        }
-                    }
-                    let image =
-                        meta.images.get(&pid).and_then(|images| images.first()).filter(|i| i.info.forked)?;
-                    (pid, time) = (image.info.ppid, image.info.start_ns);
-                }
-                None
-            }
+            _ => self.fd_path(meta, event.pid, event.fd, event.start),
         }
+    }
+
+    /// The path string id `fd` of `pid` named at `time`, from a complete history.
+    fn fd_path(&self, meta: &RunMeta, pid: u32, fd: i32, time: u64) -> Option<u64> {
+        let path = self.path_at(&meta.images, pid, fd, time);
+        path.checked_sub(1).and_then(|i| self.paths.get(i as usize).copied())
+    }
+
+    /// The path index + 1 (0: none) `fd` of `pid` named at `time`, from a complete history
+    /// (a fork child's fds are its parent's at its start).
+    fn path_at(&self, images: &HashMap<u32, Vec<Image>>, pid: u32, fd: i32, time: u64) -> u32 {
+        let (mut pid, mut time) = (pid, time);
+        for _ in 0..16 {
+            if let Some(history) = self.histories.get(&(pid, fd)) {
+                let at = history.before(time);
+                if at > 0 {
+                    return history.paths[at - 1];
+                }
+            }
+            let Some(image) = images.get(&pid).and_then(|images| images.first()).filter(|i| i.info.forked)
+            else {
+                return 0;
+            };
+            (pid, time) = (image.info.ppid, image.info.start_ns);
+        }
+        0
+    }
+
+    /// The path a call's own path argument names, made absolute when it is relative to an `*at`
+    /// call's directory fd (`fstatat(dfd, "f0")` → the directory's path + `/f0`), from a
+    /// complete history; `None` for an absolute path, or a directory fd that names nothing
+    /// known. `name` is the call's own path string.
+    pub fn resolve_relative(&self, meta: &RunMeta, event: &Event, name: &str) -> Option<String> {
+        if name.starts_with('/') || event.fd < 0 {
+            return None;
+        }
+        let dir = self.fd_path(meta, event.pid, event.fd, event.start)?;
+        let dir = meta.strings.get(&dir)?;
+        Some(format!("{}/{name}", dir.trim_end_matches('/')))
     }
 }
 
@@ -431,9 +518,9 @@ mod tests {
         let meta = meta(250);
         let mut fds = FdIntervals::streaming(meta.images.values().flatten());
         let mut cache = FdCache::default();
-        fds.observe_streaming(&open(10, 3, 200, 77), &mut cache);
+        fds.observe_streaming(&meta, &open(10, 3, 200, 77), &mut cache);
         assert_eq!(path(&mut fds, &meta, 10, 300, &mut cache), Some(77));
-        fds.observe_streaming(&close(10, 3, 400), &mut cache);
+        fds.observe_streaming(&meta, &close(10, 3, 400), &mut cache);
         // The close forgot the cached answer.
         assert_eq!(path(&mut fds, &meta, 10, 450, &mut cache), None);
         assert_eq!(path(&mut fds, &meta, 10, 350, &mut cache), Some(77));
@@ -449,10 +536,10 @@ mod tests {
         let mut cache = FdCache::default();
         assert_eq!(path(&mut fds, &meta, 10, 500, &mut cache), None);
         // Later changes are fine...
-        fds.observe_streaming(&open(10, 3, 600, 77), &mut cache);
+        fds.observe_streaming(&meta, &open(10, 3, 600, 77), &mut cache);
         assert_eq!(fds.inexact(), None);
         // ...an earlier one is not: the call at 500 was converted without it.
-        fds.observe_streaming(&open(10, 3, 200, 78), &mut cache);
+        fds.observe_streaming(&meta, &open(10, 3, 200, 78), &mut cache);
         assert!(fds.inexact().is_some_and(|why| why.contains("recorded after")), "{:?}", fds.inexact());
     }
 
@@ -464,8 +551,8 @@ mod tests {
         // An open every ms for 5 s, closed half a ms later; path = the open's ms.
         let ms = 1_000_000;
         for i in 1..5_000 {
-            fds.observe_streaming(&open(10, 3, i * ms, i), &mut cache);
-            fds.observe_streaming(&close(10, 3, i * ms + ms / 2), &mut cache);
+            fds.observe_streaming(&meta, &open(10, 3, i * ms, i), &mut cache);
+            fds.observe_streaming(&meta, &close(10, 3, i * ms + ms / 2), &mut cache);
             if i % 100 == 0 {
                 // Calls on the fd keep up with the opens.
                 assert_eq!(path(&mut fds, &meta, 10, i * ms + 1, &mut cache), Some(i));
@@ -484,6 +571,127 @@ mod tests {
             "{:?}",
             fds.inexact()
         );
+    }
+
+    /// `func` duplicating fd `source` of `pid` onto `new`, from `start` to `start + 10`.
+    fn dup(func: Func, pid: u32, source: i32, new: i32, start: u64) -> Event {
+        let extra = if matches!(func, Func::Fcntl) { F_DUPFD_CLOEXEC } else { 0 };
+        Event {
+            kind: func as u16,
+            pid,
+            tid: pid,
+            fd: source,
+            start,
+            dur: 10,
+            ret: new.into(),
+            extra,
+            ..Event::default()
+        }
+    }
+
+    fn fd_path(fds: &mut FdIntervals, meta: &RunMeta, pid: u32, fd: i32, time: u64) -> Option<u64> {
+        let mut cache = FdCache::default();
+        fds.lookup_cached(meta, pid, fd, time, &mut cache).map(|index| fds.path_id(index))
+    }
+
+    #[test]
+    fn duplicates_name_their_source_file_in_both_modes() {
+        let meta = meta(450);
+        // 3 opens 77 (ends 100); dup(3) → 4 at 200; fcntl(4, F_DUPFD_CLOEXEC) → 5 at 300;
+        // 3 closed at 400 and reopened as 78 (ends 500); dup2(3, 4) at 600 replaces 4;
+        // a failed dup and a non-duplicating fcntl change nothing.
+        let mut failed = dup(Func::Dup, 10, 9, 6, 250);
+        failed.ret = -1;
+        failed.errno = 9;
+        let mut getfl = dup(Func::Fcntl, 10, 3, 6, 260);
+        getfl.extra = 3;
+        let events = [
+            open(10, 3, 100, 77),
+            dup(Func::Dup, 10, 3, 4, 200),
+            dup(Func::Fcntl, 10, 4, 5, 300),
+            close(10, 3, 400),
+            open(10, 3, 500, 78),
+            dup(Func::Dup2, 10, 3, 4, 600),
+            failed,
+            getfl,
+        ];
+        let expected = [
+            (10, 4, 150, None),
+            (10, 4, 250, Some(77)),
+            (10, 5, 350, Some(77)),
+            (10, 4, 550, Some(77)),
+            (10, 4, 650, Some(78)),
+            (10, 5, 650, Some(77)),
+            (10, 6, 650, None),
+            // The child, forked at 450, inherited 4 and 5 naming 77.
+            (11, 4, 700, Some(77)),
+        ];
+        // Complete: any order of observation.
+        let mut complete = FdIntervals::default();
+        for event in events.iter().rev() {
+            complete.observe(event);
+        }
+        complete.seal(&meta.images);
+        for &(pid, fd, time, path) in &expected {
+            assert_eq!(
+                fd_path(&mut complete, &meta, pid, fd, time),
+                path,
+                "complete: fd {fd} of {pid} at {time}"
+            );
+            let call = Event { kind: Func::Write as u16, pid, tid: pid, fd, start: time, ..Event::default() };
+            assert_eq!(complete.path_of(&meta, &call), path, "path_of: fd {fd} of {pid} at {time}");
+        }
+        // Streaming: in time order, the same answers.
+        let mut fds = FdIntervals::streaming(meta.images.values().flatten());
+        let mut cache = FdCache::default();
+        for event in &events {
+            fds.observe_streaming(&meta, event, &mut cache);
+        }
+        for &(pid, fd, time, path) in &expected {
+            assert_eq!(
+                fd_path(&mut fds, &meta, pid, fd, time),
+                path,
+                "streaming: fd {fd} of {pid} at {time}"
+            );
+        }
+        assert_eq!(fds.inexact(), None);
+        assert_eq!(fds.changes_kept(), complete.changes_kept());
+        assert_eq!(fds.changes_kept(), 6);
+    }
+
+    #[test]
+    fn a_source_change_recorded_after_its_duplicate_is_detected() {
+        let meta = meta(1_000);
+        let mut fds = FdIntervals::streaming(meta.images.values().flatten());
+        let mut cache = FdCache::default();
+        fds.observe_streaming(&meta, &dup(Func::Dup, 10, 3, 4, 200), &mut cache);
+        assert_eq!(fds.inexact(), None);
+        // The open the duplicate copied reached the file after it.
+        fds.observe_streaming(&meta, &open(10, 3, 100, 77), &mut cache);
+        assert!(fds.inexact().is_some_and(|why| why.contains("recorded after")), "{:?}", fds.inexact());
+    }
+
+    #[test]
+    fn a_relative_path_joins_its_directory_fd() {
+        let mut meta = meta(1_000);
+        meta.strings.insert(77, "/data/d/".into());
+        let mut fds = FdIntervals::default();
+        fds.observe(&open(10, 3, 100, 77));
+        fds.observe(&dup(Func::Dup, 10, 3, 7, 200));
+        fds.seal(&meta.images);
+        let at = |fd: i32| Event {
+            kind: Func::Fstatat as u16,
+            pid: 10,
+            tid: 10,
+            fd,
+            start: 300,
+            arg2: 5,
+            ..Event::default()
+        };
+        assert_eq!(fds.resolve_relative(&meta, &at(7), "f0").as_deref(), Some("/data/d/f0"));
+        assert_eq!(fds.resolve_relative(&meta, &at(7), "/abs"), None);
+        assert_eq!(fds.resolve_relative(&meta, &at(8), "f0"), None);
+        assert_eq!(fds.resolve_relative(&meta, &at(-100), "f0"), None);
     }
 
     fn history(times: &[u64]) -> History {

@@ -151,7 +151,7 @@ impl RunMeta {
         for images in meta.images.values_mut() {
             images.sort_by_key(|i| i.info.start_ns);
         }
-        meta.fds.seal();
+        meta.fds.seal(&meta.images);
         // An exit belongs to the last image that started before it; the launcher's own record
         // (with the signal, if any) completes what the exit hook saw.
         for exit in exits {

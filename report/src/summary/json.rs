@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use mlprof_format::runfile::NodeInfo;
 
-use super::{FileRow, GpuSummary, ProcessRow, Ranks, Summary};
+use super::{FileRow, GpuSummary, ProcessRow, Ranks, StartupRow, Summary};
 use crate::pipeline::{DataPipeline, Distribution, SpanRow};
 
 pub fn render(summary: &Summary) -> Value {
@@ -27,6 +27,37 @@ pub fn render(summary: &Summary) -> Value {
         "data_pipeline": summary.data_pipeline.as_ref().map_or(Value::Null, data_pipeline),
         "ranks": summary.ranks.as_ref().map_or(Value::Null, ranks),
         "nodes": summary.nodes.iter().map(node).collect::<Vec<_>>(),
+        "startup": summary.startup.iter().map(startup).collect::<Vec<_>>(),
+    })
+}
+
+/// `mlprof summary --syscalls --json`.
+pub fn render_syscalls(summary: &Summary) -> Value {
+    let view = &summary.syscalls;
+    json!({
+        "syscalls": view.syscalls,
+        "trapped_pids": view.trapped_pids,
+        "folded_pids": view.folded_pids,
+        "not_folded": view.not_folded,
+        "per_process": view.per_pid.iter().map(|(pid, calls)| (pid.to_string(), json!(calls))).collect::<serde_json::Map<_, _>>(),
+    })
+}
+
+fn startup(row: &StartupRow) -> Value {
+    json!({
+        "pid": row.pid,
+        "cmdline": row.cmdline,
+        "start_ns": row.start_ns,
+        "duration_ns": row.duration_ns,
+        "until": row.until,
+        "library_loads": row.library_loads,
+        "metadata": row.metadata,
+        "opens": row.opens,
+        "reads": row.reads,
+        "gpu": row.gpu,
+        "other": row.other,
+        "libraries": row.libraries,
+        "truncated": row.truncated,
     })
 }
 

@@ -6,10 +6,14 @@
 mod gpu;
 pub mod json;
 pub mod ranks;
+pub mod startup;
+pub mod syscalls;
 pub mod text;
 
 pub use gpu::{BlockedRow, CopyRow, GpuSummary, KernelRow};
 pub use ranks::{RankRow, Ranks, StragglerStep};
+pub use startup::{LibraryRow, Part, StartupRow};
+pub use syscalls::{SyscallStats, SyscallView};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -78,6 +82,10 @@ pub struct Summary {
     pub ranks: Option<Ranks>,
     /// The nodes of a merged run, with the clock offsets `mlprof merge` applied.
     pub nodes: Vec<NodeInfo>,
+    /// Each launched program's start-up: until its first training step or DataLoader batch.
+    pub startup: Vec<StartupRow>,
+    /// The calls as the system calls they make (`mlprof summary --syscalls`).
+    pub syscalls: SyscallView,
 }
 
 /// One process image: a process, or a program it exec'd into.
@@ -118,7 +126,7 @@ impl Summary {
     /// Reads the run's metadata, then streams its events once.
     pub fn compute(path: &Path) -> Result<Summary, String> {
         let meta = RunMeta::load(path)?;
-        let mut tally = Tally::default();
+        let mut tally = Tally { startup: startup::StartupTally::new(&meta), ..Tally::default() };
         let mut reader = run::open(path)?;
         while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
             if let Frame::Events(events) = frame {
@@ -140,11 +148,15 @@ struct Tally {
     by_image_and_func: rustc_hash::FxHashMap<(u32, usize, u16), CallStats>,
     /// Path id → its row (path filled in at the end).
     files: HashMap<u64, FileRow>,
+    /// Paths of `*at` calls made absolute here (id → path).
+    joined: HashMap<u64, String>,
     first_ns: u64,
     last_ns: u64,
     gpu: gpu::GpuTally,
     pipeline: Pipeline,
     ranks: ranks::RankTally,
+    syscalls: syscalls::SyscallTally,
+    startup: startup::StartupTally,
 }
 
 impl Default for Tally {
@@ -154,11 +166,14 @@ impl Default for Tally {
             unknown_events: 0,
             by_image_and_func: Default::default(),
             files: HashMap::new(),
+            joined: HashMap::new(),
             first_ns: u64::MAX,
             last_ns: 0,
             gpu: Default::default(),
             pipeline: Default::default(),
             ranks: Default::default(),
+            syscalls: Default::default(),
+            startup: Default::default(),
         }
     }
 }
@@ -183,20 +198,46 @@ impl Tally {
         } else if func.api() == Api::Itt {
             self.pipeline.add(func, event);
         }
+        self.syscalls.add(func, event);
+        self.startup.add(func, event);
         let image = meta.image_at(event.pid, event.start).unwrap_or(0);
         self.ranks.add(meta, func, event, image);
         self.by_image_and_func.entry((event.pid, image, event.kind)).or_default().add(&stats);
         if let Some(path_id) = meta.fds.path_of(meta, event) {
+            let path_id = self.absolute(meta, func, event, path_id);
             let file = self.files.entry(path_id).or_default();
             file.calls += 1;
             file.total_ns += event.dur;
             *file.by_call.entry(func.name()).or_default() += 1;
             match func.class() {
-                Class::Open if !event.is_error() => file.opens += 1,
+                Class::Open if !event.is_error() && func != Func::Opendir => file.opens += 1,
                 Class::Read => file.bytes_read += stats.bytes,
                 Class::Write => file.bytes_written += stats.bytes,
                 _ => {}
             }
+        }
+    }
+
+    /// `path_id` made absolute when it is relative to an `*at` call's directory fd (a string
+    /// of this summary's own, kept in `joined`).
+    fn absolute(
+        &mut self,
+        meta: &RunMeta,
+        func: Func,
+        event: &mlprof_format::record::Event,
+        path_id: u64,
+    ) -> u64 {
+        if !func.has_path() || event.fd < 0 || event.arg2 != path_id {
+            return path_id;
+        }
+        let Some(name) = meta.strings.get(&path_id) else { return path_id };
+        match meta.fds.resolve_relative(meta, event, name) {
+            Some(joined) => {
+                let id = mlprof_format::string_id(joined.as_bytes());
+                self.joined.entry(id).or_insert(joined);
+                id
+            }
+            None => path_id,
         }
     }
 
@@ -221,6 +262,9 @@ impl Tally {
                 sample.timed_ns
             };
             let stats = CallStats { count: sample.count, errors: 0, total_ns, bytes: 0 };
+            if func == Func::ClockGettime {
+                self.syscalls.add_clock_reads(sample.pid, sample.clock_id, sample.count, total_ns);
+            }
             events += sample.count;
             calls.entry(func.name()).or_default().add(&stats);
             let image = meta.image_at(sample.pid, sample.time_ns).unwrap_or(0);
@@ -258,8 +302,14 @@ impl Tally {
             (absolute, p.pid, p.exec_index)
         });
 
-        let mut files: Vec<FileRow> =
-            self.files.into_iter().map(|(id, row)| FileRow { path: meta.string(id), ..row }).collect();
+        let joined = std::mem::take(&mut self.joined);
+        let mut files: Vec<FileRow> = std::mem::take(&mut self.files)
+            .into_iter()
+            .map(|(id, row)| FileRow {
+                path: joined.get(&id).cloned().unwrap_or_else(|| meta.string(id)),
+                ..row
+            })
+            .collect();
         files.sort_by(|a, b| {
             (b.bytes_read + b.bytes_written).cmp(&(a.bytes_read + a.bytes_written)).then(a.path.cmp(&b.path))
         });
@@ -281,6 +331,8 @@ impl Tally {
             data_pipeline: self.pipeline.data_pipeline(&meta),
             ranks: self.ranks.finish(&meta),
             nodes: meta.nodes.clone(),
+            startup: std::mem::take(&mut self.startup).finish(&meta, start_ns, end_ns),
+            syscalls: std::mem::take(&mut self.syscalls).finish(),
             command: meta.info.command,
             host: meta.info.host,
             clock_source: meta.info.clock_source,

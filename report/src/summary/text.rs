@@ -6,7 +6,7 @@ use std::io::{self, Write};
 
 use mlprof_format::runfile::NodeInfo;
 
-use super::{CallStats, CallTable, GpuSummary, Ranks, Summary};
+use super::{CallStats, CallTable, GpuSummary, Part, Ranks, StartupRow, Summary, SyscallView};
 use crate::human::{format_bytes, format_ns, truncate};
 use crate::pipeline::{DataPipeline, Distribution, SpanRow};
 
@@ -77,6 +77,9 @@ pub fn write(summary: &Summary, top: usize, out: &mut dyn Write) -> io::Result<(
     }
     if let Some(ranks) = &summary.ranks {
         ranks_section(ranks, out)?;
+    }
+    for row in &summary.startup {
+        startup_section(row, top, out)?;
     }
     if let Some(gpu) = &summary.gpu {
         gpu_section(gpu, top, out)?;
@@ -380,6 +383,99 @@ fn files_section(summary: &Summary, top: usize, out: &mut dyn Write) -> io::Resu
             format_bytes(f.bytes_read + f.bytes_written),
             f.path
         )?;
+    }
+    Ok(())
+}
+
+fn startup_section(row: &StartupRow, top: usize, out: &mut dyn Write) -> io::Result<()> {
+    let until = match row.until {
+        "first_step" => "to the first training step",
+        "first_batch" => "to the first DataLoader batch",
+        _ => "(no training step seen: its whole life; mlprof-collect --torch marks steps)",
+    };
+    writeln!(out)?;
+    writeln!(
+        out,
+        "Start-up of pid {} ({}): {} {until}",
+        row.pid,
+        truncate(&row.cmdline, 60),
+        format_ns(row.duration_ns)
+    )?;
+    let parts: [(&str, &Part); 6] = [
+        ("library loads (dlopen)", &row.library_loads),
+        ("metadata (stat, access, dirs)", &row.metadata),
+        ("opens and closes", &row.opens),
+        ("reads", &row.reads),
+        ("GPU calls", &row.gpu),
+        ("other calls", &row.other),
+    ];
+    for (label, part) in parts {
+        if part.count > 0 {
+            writeln!(out, "  {label:<31} {:>9} calls {:>10}", part.count, format_ns(part.total_ns))?;
+        }
+    }
+    if !row.libraries.is_empty() {
+        writeln!(out, "  Slowest libraries to load:")?;
+        for library in row.libraries.iter().take(top) {
+            writeln!(
+                out,
+                "    {:>10} {:>4}×  {}",
+                format_ns(library.total_ns),
+                library.loads,
+                truncate(&library.path, 100)
+            )?;
+        }
+    }
+    if row.truncated {
+        writeln!(out, "  (too many calls: the parts count the first ones only)")?;
+    }
+    Ok(())
+}
+
+/// `mlprof summary --syscalls`: the calls as system calls, like `strace -c -f`.
+pub fn write_syscalls(summary: &Summary, out: &mut dyn Write) -> io::Result<()> {
+    let view: &SyscallView = &summary.syscalls;
+    let total_ns: u64 = view.syscalls.values().map(|s| s.total_ns).sum();
+    writeln!(out, "% time     seconds  usecs/call     calls    errors syscall")?;
+    writeln!(out, "------ ----------- ----------- --------- --------- ----------------")?;
+    let mut rows: Vec<_> = view.syscalls.iter().collect();
+    rows.sort_by(|a, b| b.1.total_ns.cmp(&a.1.total_ns).then(b.1.count.cmp(&a.1.count)).then(a.0.cmp(b.0)));
+    let (mut calls, mut errors) = (0, 0);
+    for (name, s) in rows {
+        calls += s.count;
+        errors += s.errors;
+        let errors = if s.errors > 0 { s.errors.to_string() } else { String::new() };
+        writeln!(
+            out,
+            "{:>6.2} {:>11.6} {:>11} {:>9} {:>9} {name}",
+            if total_ns > 0 { s.total_ns as f64 * 100.0 / total_ns as f64 } else { 0.0 },
+            s.total_ns as f64 / 1e9,
+            (s.total_ns / 1000).checked_div(s.count).unwrap_or(0),
+            s.count,
+            errors
+        )?;
+    }
+    writeln!(out, "------ ----------- ----------- --------- --------- ----------------")?;
+    writeln!(out, "100.00 {:>11.6} {:>11} {calls:>9} {errors:>9} total", total_ns as f64 / 1e9, "")?;
+    writeln!(out)?;
+    if !view.trapped_pids.is_empty() {
+        writeln!(
+            out,
+            "Trapped (complete mode, every system call): {} process(es).",
+            view.trapped_pids.len()
+        )?;
+    }
+    if !view.folded_pids.is_empty() {
+        writeln!(
+            out,
+            "Folded from libc calls (default mode; glibc-internal calls, the loader's and raw syscall() \
+             are not seen): {} process(es).",
+            view.folded_pids.len()
+        )?;
+    }
+    if !view.not_folded.is_empty() {
+        let list: Vec<String> = view.not_folded.iter().map(|(name, n)| format!("{name} {n}")).collect();
+        writeln!(out, "Recorded but not folded (no fixed system call): {}", list.join(", "))?;
     }
     Ok(())
 }

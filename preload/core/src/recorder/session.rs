@@ -128,6 +128,14 @@ pub(super) fn may_join() -> bool {
     }
 }
 
+/// Whether a call made now may be recorded: the process records, or a join is due. A hook that
+/// does work of its own before [`super::Span::begin`] (dlopen's routing) tests this first, as
+/// `Span::begin` does, so a process that does not record only pays a load and a branch.
+#[inline(always)]
+pub fn may_record() -> bool {
+    is_active_quick() || may_join()
+}
+
 /// Joins the session named by the environment; returns whether calls are recorded. Runs with
 /// the guard held. Allocates nothing and registers nothing (see `RINGS`; the fork and exit
 /// handlers are registered by the constructor, see `lifecycle::register_process_hooks`).
