@@ -7,6 +7,7 @@
 //!   ([`summary::Summary`]), rendered by [`summary::json`] and [`summary::text`].
 //! * [`pipeline`]: ITT span totals and the DataLoader pipeline.
 //! * [`energy`]: energy per device, process and span, with uncertainties.
+//! * [`shapes`]: op input shapes (`--torch-shapes` markers paired with PyTorch op ranges).
 //! * [`trace`]: the trace-writer interface ([`trace::TraceWriter`]) and its Chrome JSON
 //!   implementation; [`convert`] writes a run through it.
 //!
@@ -17,6 +18,7 @@ pub mod energy;
 pub mod human;
 pub mod pipeline;
 pub mod run;
+pub mod shapes;
 pub mod summary;
 pub mod trace;
 
