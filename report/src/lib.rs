@@ -6,6 +6,9 @@
 //! * [`summary`]: per-function, per-process, per-file and GPU statistics
 //!   ([`summary::Summary`]), rendered by [`summary::json`] and [`summary::text`].
 //! * [`pipeline`]: ITT span totals and the DataLoader pipeline.
+//! * [`html`]: the one-page HTML report with plots (`mlprof report`).
+//! * [`diff`]: two runs side by side (`mlprof diff`).
+//! * [`activity`]: where each main process's (rank's) wall time went, and timelines.
 //! * [`energy`]: energy per device, process and span, with uncertainties.
 //! * [`shapes`]: op input shapes (`--torch-shapes` markers paired with PyTorch op ranges).
 //! * [`trace`]: the trace-writer interface ([`trace::TraceWriter`]) and its Chrome JSON
@@ -13,8 +16,11 @@
 //!
 //! Computations return plain structs; JSON, text and CSV are renderings of them.
 
+pub mod activity;
 pub mod convert;
+pub mod diff;
 pub mod energy;
+pub mod html;
 pub mod human;
 pub mod pipeline;
 pub mod run;

@@ -1,0 +1,111 @@
+//! The breakdown's priority rule, and the activity of small synthetic runs.
+
+use super::*;
+use mlprof_format::runfile::{ProcessExit, ProcessInfo, RunEnd, RunInfo, RunWriter};
+
+#[test]
+fn each_instant_counts_once_in_the_first_category() {
+    use Category::*;
+    // Ops 0–100 (two threads, overlapping), file I/O 20–40 inside them, data wait 30–50,
+    // GPU sync 90–120 (cut at the wall's end, 110).
+    let intervals =
+        [(OpsPhases, 0, 60), (OpsPhases, 50, 100), (FileIo, 20, 40), (DataWait, 30, 50), (GpuSync, 90, 120)];
+    assert_eq!(exclusive_times(&intervals, 0, 110), [20, 20, 10, 50]);
+    assert_eq!(exclusive_times(&[], 0, 10), [0; 4]);
+    assert_eq!(exclusive_times(&[(FileIo, 5, 5)], 0, 10), [0; 4]);
+}
+
+fn span(pid: u32, start: u64, dur: u64, domain: u64, name: u64, id: u64) -> Event {
+    IttSpan {
+        kind: Func::IttTask as u16,
+        pid,
+        tid: pid,
+        start,
+        dur,
+        domain,
+        name,
+        id,
+        parent: 10,
+        ..Default::default()
+    }
+    .into_event()
+}
+
+/// A trainer (10) with a DataLoader worker (11) below a launcher shell (5): the trainer is the
+/// main; the worker's reads count for it; waits, steps and I/O land in their slices.
+#[test]
+fn a_trainer_with_a_worker() {
+    let path = std::env::temp_dir().join(format!("mlprof-activity-{}.bin", std::process::id()));
+    let info = RunInfo { command: vec!["sh".into()], start_mono_ns: 0, ..Default::default() };
+    let mut w = RunWriter::create(&path, &info).unwrap();
+    let process = |pid, ppid, start_ns, forked| ProcessInfo {
+        pid,
+        ppid,
+        argv: vec![format!("p{pid}")],
+        start_ns,
+        forked,
+    };
+    w.write_process(&process(5, 1, 0, false)).unwrap();
+    w.write_process(&process(10, 5, 1_000, false)).unwrap();
+    w.write_process(&process(11, 10, 2_000, true)).unwrap();
+    let path_id = string_id(b"/data/x");
+    w.write_string(path_id, b"/data/x").unwrap();
+    for (id, text) in [
+        (DATA, "mlprof.data"),
+        (WAIT, "batch.wait"),
+        (FETCH, "batch.fetch"),
+        (PHASE, "mlprof.phase"),
+        (OPTIMIZER_STEP, "optimizer.step"),
+    ] {
+        w.write_string(id, text.as_bytes()).unwrap();
+    }
+    let mut open = Event {
+        kind: Func::Openat as u16,
+        pid: 11,
+        tid: 11,
+        fd: 3,
+        start: 3_000,
+        dur: 100,
+        ret: 3,
+        ..Default::default()
+    };
+    open.arg2 = path_id;
+    let mut read = Event {
+        kind: Func::Read as u16,
+        pid: 11,
+        tid: 11,
+        fd: 3,
+        start: 4_000,
+        dur: 500,
+        ret: 64,
+        ..Default::default()
+    };
+    (read.arg, read.arg2) = (64, 64);
+    let events = [
+        open,
+        read,
+        span(11, 3_000, 2_000, DATA, FETCH, 1),
+        span(10, 2_500, 3_000, DATA, WAIT, 1),
+        span(10, 6_000, 1_000, PHASE, OPTIMIZER_STEP, 0),
+        span(10, 8_000, 1_000, PHASE, OPTIMIZER_STEP, 0),
+    ];
+    w.write_events(&events).unwrap();
+    w.write_process_exit(&ProcessExit { pid: 10, time_ns: 9_500, exit_code: Some(0), signal: None }).unwrap();
+    w.finish(&RunEnd { end_ns: 12_000, events: 6, dropped: 0 }).unwrap();
+    let a = Activity::compute(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(a.duration_ns, 12_000);
+    assert_eq!(a.mains.len(), 1);
+    let m = &a.mains[0];
+    assert_eq!((m.pid, m.rank, m.cmdline.as_str(), m.start_ns, m.wall_ns), (10, None, "p10", 1_000, 8_500));
+    // Data wait 2.5–5.5 µs, phases 6–7 and 8–9 µs; the worker's I/O is its own.
+    assert_eq!(m.by_category, [3_000, 0, 0, 2_000]);
+    assert_eq!(m.rest_ns(), 3_500);
+    assert_eq!((m.calls, m.calls_ns, m.bytes), (2, 600, 64));
+    let t = &a.timelines;
+    assert_eq!(t.bin_ns, 50);
+    assert_eq!(t.io.len(), 1);
+    assert_eq!((t.io[0].0, t.io[0].1[90]), (11, 64));
+    assert_eq!(t.waits, [(10, vec![(5_500, 3_000)])]);
+    assert_eq!(t.steps, [(10, vec![(9_000, 2_000)])]);
+}
