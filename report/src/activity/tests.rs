@@ -7,10 +7,11 @@ use mlprof_format::runfile::{ProcessExit, ProcessInfo, RunEnd, RunInfo, RunWrite
 fn each_instant_counts_once_in_the_first_category() {
     use Category::*;
     // Ops 0–100 (two threads, overlapping), file I/O 20–40 inside them, data wait 30–50,
-    // GPU sync 90–120 (cut at the wall's end, 110).
+    // GPU sync 90–120 (cut at the wall's end, 110): ops 0–20 and 50–90, file I/O 20–30,
+    // data wait 30–50, GPU sync 90–110, nothing else.
     let intervals =
         [(OpsPhases, 0, 60), (OpsPhases, 50, 100), (FileIo, 20, 40), (DataWait, 30, 50), (GpuSync, 90, 120)];
-    assert_eq!(exclusive_times(&intervals, 0, 110), [20, 20, 10, 50]);
+    assert_eq!(exclusive_times(&intervals, 0, 110), [20, 20, 10, 60]);
     assert_eq!(exclusive_times(&[], 0, 10), [0; 4]);
     assert_eq!(exclusive_times(&[(FileIo, 5, 5)], 0, 10), [0; 4]);
 }
