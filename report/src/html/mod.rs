@@ -497,11 +497,7 @@ impl Page {
                 .iter()
                 .map(|w| {
                     let busy = u(&w["busy_ns"]);
-                    let text = format!(
-                        "{} ({} of its main's wall)",
-                        format_ns(busy),
-                        percent(busy, wall_of(u(&w["main_pid"])))
-                    );
+                    let text = format!("{} ({})", format_ns(busy), percent(busy, wall_of(u(&w["main_pid"]))));
                     (format!("pid {}", u(&w["pid"])), busy as f64 / 1e9, text, PALETTE[0])
                 })
                 .collect();
@@ -518,13 +514,14 @@ impl Page {
                             num("main_pid", u(&w["main_pid"]), &u(&w["main_pid"]).to_string()),
                             num("batches", u(&w["batches"]), &u(&w["batches"]).to_string()),
                             num("busy_ns", busy, &format_ns(busy)),
+                            num("main_wall_ns", wall_of(u(&w["main_pid"])), &percent(busy, wall_of(u(&w["main_pid"])))),
                         ],
                     )
                 })
                 .collect();
             self.table(
                 "workers-table",
-                &[("pid", true), ("main", true), ("batches", true), ("busy", true)],
+                &[("pid", true), ("main", true), ("batches", true), ("busy", true), ("of its main's wall", true)],
                 &rows,
             );
         }
@@ -672,16 +669,20 @@ impl Page {
         let espans = e["spans"].as_array().unwrap_or(&empty);
         let shaped: Vec<&Value> =
             espans.iter().filter(|r| r["shapes"].as_str().is_some_and(|x| !x.is_empty())).collect();
+        let measured = f(&e["total"]["energy_j"]) > 0.0;
         if !shaped.is_empty() {
             let mut shaped = shaped;
             shaped.sort_by(|a, b| f(&b["time_s"]).total_cmp(&f(&a["time_s"])));
-            self.out.push_str("<h3>By input shapes (--torch-shapes)</h3>");
+            let _ = write!(
+                self.out,
+                r#"<h3>By input shapes (--torch-shapes)</h3><p class="note">{} op configurations; most time first. Repeated shapes are shown once with ×N (the exact list is the cell's tooltip and in mlprof energy --json).</p>"#,
+                shaped.len()
+            );
             let rows: Vec<(String, Vec<String>)> =
-                shaped.iter().take(TOP).map(|r| energy_row(r, true)).collect();
-            self.table("shapes-table", &ENERGY_HEADERS_SHAPES, &rows);
+                shaped.iter().take(TOP).map(|r| energy_row(r, true, measured)).collect();
+            self.table("shapes-table", energy_headers(true, measured), &rows);
         }
         self.out.push_str("<h3>By energy</h3>");
-        let measured = f(&e["total"]["energy_j"]) > 0.0;
         let ops: Vec<&Value> = espans.iter().filter(|r| r["class"] == "itt:PyTorch").collect();
         if !measured {
             self.empty("No energy was measured in this run.");
@@ -694,9 +695,8 @@ impl Page {
             );
             let with_shapes = list.iter().any(|r| r["shapes"].as_str().is_some_and(|x| !x.is_empty()));
             let rows: Vec<(String, Vec<String>)> =
-                list.iter().take(TOP).map(|r| energy_row(r, with_shapes)).collect();
-            let headers: &[(&str, bool)] = if with_shapes { &ENERGY_HEADERS_SHAPES } else { &ENERGY_HEADERS };
-            self.table("energy-spans-table", headers, &rows);
+                list.iter().take(TOP).map(|r| energy_row(r, with_shapes, true)).collect();
+            self.table("energy-spans-table", energy_headers(with_shapes, true), &rows);
         }
         let _ = run;
         self.end_section();
@@ -897,35 +897,70 @@ fn distribution_rows(rows: &[Value], key: &str) -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
-const ENERGY_HEADERS: [(&str, bool); 6] =
-    [("name", false), ("calls", true), ("time", true), ("energy", true), ("±", true), ("share", true)];
-const ENERGY_HEADERS_SHAPES: [(&str, bool); 8] = [
-    ("name", false),
-    ("shapes", false),
-    ("dtypes", false),
-    ("calls", true),
-    ("time", true),
-    ("energy", true),
-    ("±", true),
-    ("share", true),
-];
+/// The columns of [`energy_row`].
+fn energy_headers(with_shapes: bool, with_energy: bool) -> &'static [(&'static str, bool)] {
+    const ALL: [(&str, bool); 8] = [
+        ("name", false),
+        ("shapes", false),
+        ("dtypes", false),
+        ("calls", true),
+        ("time", true),
+        ("energy", true),
+        ("±", true),
+        ("share", true),
+    ];
+    const NO_SHAPES: [(&str, bool); 6] =
+        [("name", false), ("calls", true), ("time", true), ("energy", true), ("±", true), ("share", true)];
+    match (with_shapes, with_energy) {
+        (true, true) => &ALL,
+        (true, false) => &ALL[..5],
+        (false, true) => &NO_SHAPES,
+        (false, false) => &NO_SHAPES[..3],
+    }
+}
 
-/// A span of `energy --json` as a table row.
-fn energy_row(r: &Value, with_shapes: bool) -> (String, Vec<String>) {
+/// `a;a;a;b` as `a ×3; b`: a list of shapes or dtypes, readable (`stack` of 64 tensors).
+fn compact_list(list: &str) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut items = list.split(';').peekable();
+    while let Some(item) = items.next() {
+        let mut n = 1;
+        while items.peek() == Some(&item) {
+            items.next();
+            n += 1;
+        }
+        out.push(if n > 1 { format!("{item} ×{n}") } else { item.to_string() });
+    }
+    out.join("; ")
+}
+
+/// A span of `energy --json` as a table row: with the shapes and dtypes columns, and with the
+/// energy columns (not for a run that measured none).
+fn energy_row(r: &Value, with_shapes: bool, with_energy: bool) -> (String, Vec<String>) {
     let name = r["name"].as_str().unwrap_or("").to_string();
     let shapes = r["shapes"].as_str().unwrap_or("");
     let mut cells = vec![text_cell(&name)];
     if with_shapes {
-        cells.push(format!(r#"<td class="mono">{}</td>"#, escape(shapes)));
-        cells.push(format!(r#"<td class="mono">{}</td>"#, escape(r["dtypes"].as_str().unwrap_or(""))));
+        for (key, list) in [("shapes", shapes), ("dtypes", r["dtypes"].as_str().unwrap_or(""))] {
+            cells.push(format!(
+                r#"<td class="mono" data-k="{key}" data-v="{}" title="{}">{}</td>"#,
+                escape(list),
+                escape(list),
+                escape(&compact_list(list))
+            ));
+        }
     }
     cells.extend([
         num("calls", u(&r["calls"]), &u(&r["calls"]).to_string()),
         num("time_s", f(&r["time_s"]), &format!("{:.6} s", f(&r["time_s"]))),
-        num("energy_j", f(&r["energy_j"]), &format!("{:.4} J", f(&r["energy_j"]))),
-        num("uncertainty_j", f(&r["uncertainty_j"]), &format!("{:.4} J", f(&r["uncertainty_j"]))),
-        num("share", f(&r["share"]), &format!("{:.2}%", f(&r["share"]) * 100.0)),
     ]);
+    if with_energy {
+        cells.extend([
+            num("energy_j", f(&r["energy_j"]), &format!("{:.4} J", f(&r["energy_j"]))),
+            num("uncertainty_j", f(&r["uncertainty_j"]), &format!("{:.4} J", f(&r["uncertainty_j"]))),
+            num("share", f(&r["share"]), &format!("{:.2}%", f(&r["share"]) * 100.0)),
+        ]);
+    }
     let key = if shapes.is_empty() { name } else { format!("{name} {shapes}") };
     (key, cells)
 }

@@ -43,3 +43,10 @@ fn a_baseline_adds_the_comparison() {
     assert!(page.contains("A: pid 10") && page.contains("B: pid 10"));
     assert!(page.contains("No change."));
 }
+
+#[test]
+fn repeated_shapes_are_shown_once() {
+    assert_eq!(compact_list("[3,16,16];[3,16,16];[8,3,16,16]"), "[3,16,16] ×2; [8,3,16,16]");
+    assert_eq!(compact_list("float32;int64;float32"), "float32; int64; float32");
+    assert_eq!(compact_list(""), "");
+}
