@@ -3,8 +3,9 @@
 # (CI runs as root on a fresh machine). Without root or apt-get it only says what is missing:
 # the tests that need a package then print a SKIPPED line with the reason.
 #   libjemalloc2, libgoogle-perftools4  malloc replacements preloaded beside libmlprof.so
+#   chromium                            renders the HTML report headless (tests/tests/report.rs)
 set -euo pipefail
-packages=(libjemalloc2 libgoogle-perftools4)
+packages=(libjemalloc2 libgoogle-perftools4 chromium)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
