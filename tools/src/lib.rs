@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use mlprof_report::convert::{ConvertError, Kinds, Options, Outcome, Progress};
+use mlprof_report::diff::{Diff, RunFigures};
 use mlprof_report::run::RunMeta;
 use mlprof_report::trace::TraceWriter;
 use mlprof_report::trace::chrome::ChromeWriter;
 use mlprof_report::trace::perfetto::PerfettoWriter;
-use mlprof_report::diff::{Diff, RunFigures};
 use mlprof_report::{diff, energy, html, summary};
 
 #[derive(Parser)]

@@ -514,14 +514,24 @@ impl Page {
                             num("main_pid", u(&w["main_pid"]), &u(&w["main_pid"]).to_string()),
                             num("batches", u(&w["batches"]), &u(&w["batches"]).to_string()),
                             num("busy_ns", busy, &format_ns(busy)),
-                            num("main_wall_ns", wall_of(u(&w["main_pid"])), &percent(busy, wall_of(u(&w["main_pid"])))),
+                            num(
+                                "main_wall_ns",
+                                wall_of(u(&w["main_pid"])),
+                                &percent(busy, wall_of(u(&w["main_pid"]))),
+                            ),
                         ],
                     )
                 })
                 .collect();
             self.table(
                 "workers-table",
-                &[("pid", true), ("main", true), ("batches", true), ("busy", true), ("of its main's wall", true)],
+                &[
+                    ("pid", true),
+                    ("main", true),
+                    ("batches", true),
+                    ("busy", true),
+                    ("of its main's wall", true),
+                ],
                 &rows,
             );
         }
