@@ -1,7 +1,7 @@
 /*
  * calls.c - micro-benchmark of one libc call, used by bench/run.py.
  *
- *   calls OP N THREADS
+ *   calls OP N THREADS [RATE]
  *
  * OP is one of
  *   read           1-byte read() of /dev/zero (fd opened once per thread)
@@ -15,7 +15,14 @@
  *
  * Each thread sets up, warms up (N/10 calls, at most 100000), waits on a
  * barrier so that all threads run their measured loop together, then runs N
- * calls. The loop is timed with two clock_gettime(CLOCK_MONOTONIC) calls per
+ * calls.
+ *
+ * With RATE (calls per second per thread) the loop is paced instead, the way a
+ * training job makes its calls: no warm-up, and every 1 ms tick makes
+ * RATE/1000 calls (the remainder spread over the ticks) and then sleeps until
+ * the next tick with clock_nanosleep(TIMER_ABSTIME), so a run lasts N/RATE
+ * seconds whatever the calls cost. bench/rate_cost.py uses it to measure the
+ * CPU that recording adds at a given call rate. The loop is timed with two clock_gettime(CLOCK_MONOTONIC) calls per
  * thread (these may be intercepted by a preload library; two calls are
  * negligible against N).
  *
@@ -60,6 +67,7 @@ static int (*g_stream_query)(void *);
 
 static enum op g_op;
 static long g_n;
+static long g_rate; /* calls/s per thread; 0 = as fast as possible */
 static pthread_barrier_t g_barrier;
 static struct timespec g_start; /* written by thread 0 after the barrier */
 
@@ -132,6 +140,28 @@ static int run_batch(struct worker *w, long n, int fd, int pipe_rd)
     return 0;
 }
 
+/* N calls at g_rate calls/s: 1 ms ticks on absolute deadlines, so that a slow tick does not
+ * push the following ones (the rate holds on average) and the sleeps need no clock reads. */
+static int run_paced(struct worker *w, int fd, int pipe_rd)
+{
+    struct timespec next;
+    clock_gettime(CLOCK_MONOTONIC, &next);
+    long done = 0;
+    uint64_t tick = 0;
+    while (done < g_n) {
+        tick++;
+        /* Calls due by the end of this tick, with the rounding carried: rate*tick/1000. */
+        long due = (long)((uint64_t)g_rate * tick / 1000);
+        if (due > g_n) due = g_n;
+        if (due > done && run_batch(w, due - done, fd, pipe_rd) != 0) return -1;
+        done = due;
+        next.tv_nsec += 1000000;
+        if (next.tv_nsec >= 1000000000) { next.tv_nsec -= 1000000000; next.tv_sec++; }
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) == EINTR) {}
+    }
+    return 0;
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
@@ -145,7 +175,7 @@ static void *worker_main(void *arg)
     if (g_op == OP_WRITE_NULL && (fd = open("/dev/null", O_WRONLY)) < 0) fail(w, "open /dev/null");
     if (g_op == OP_IOCTL && pipe(pfd) != 0) fail(w, "pipe");
 
-    if (!w->failed)
+    if (!w->failed && g_rate == 0)
         run_batch(w, warm, fd, pfd[0]);
 
     /* All threads wait here even on failure so nobody deadlocks. */
@@ -153,8 +183,12 @@ static void *worker_main(void *arg)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (w->idx == 0)
         g_start = t0;
-    if (!w->failed)
-        run_batch(w, g_n, fd, pfd[0]);
+    if (!w->failed) {
+        if (g_rate > 0)
+            run_paced(w, fd, pfd[0]);
+        else
+            run_batch(w, g_n, fd, pfd[0]);
+    }
     clock_gettime(CLOCK_MONOTONIC, &t1);
 
     w->end = t1;
@@ -166,13 +200,13 @@ static void *worker_main(void *arg)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: calls OP N THREADS\n  OP: read write_null clock_gettime open_close ioctl cuda\n");
+    fprintf(stderr, "usage: calls OP N THREADS [RATE]\n  RATE: calls/s per thread, paced in 1 ms ticks\n  OP: read write_null clock_gettime open_close ioctl cuda\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) usage();
+    if (argc != 4 && argc != 5) usage();
     size_t i;
     for (i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (strcmp(argv[1], ops[i].name) == 0) break;
@@ -193,6 +227,11 @@ int main(int argc, char **argv)
     if (*end || g_n < 1) { fprintf(stderr, "calls: bad N '%s'\n", argv[2]); usage(); }
     long nthreads = strtol(argv[3], &end, 10);
     if (*end || nthreads < 1 || nthreads > 1024) { fprintf(stderr, "calls: bad THREADS '%s'\n", argv[3]); usage(); }
+
+    if (argc == 5) {
+        g_rate = strtol(argv[4], &end, 10);
+        if (*end || g_rate < 1) { fprintf(stderr, "calls: bad RATE '%s'\n", argv[4]); usage(); }
+    }
 
     struct worker *ws = calloc((size_t)nthreads, sizeof *ws);
     if (!ws) { perror("calloc"); return 1; }

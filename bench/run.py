@@ -38,7 +38,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
 ALL_OPS = ["read", "write_null", "clock_gettime", "open_close", "ioctl", "cuda"]
-ALL_VARIANTS = ["bare", "shim", "mlprof", "strace"]
+ALL_VARIANTS = ["bare", "shim", "mlprof", "strace", "mlprof_base"]
+DEFAULT_VARIANTS = ["bare", "shim", "mlprof", "strace"]
 # libc functions each OP calls in its loop (per iteration), as named in
 # `mlprof summary --json` "calls".
 OP_FUNCS = {
@@ -352,9 +353,10 @@ def latency(args, calls, shim, ml, strace_off, report):
                         elif v == "shim":
                             cmd = [calls, op, str(n), str(t)]
                             env = {"LD_PRELOAD": shim}
-                        elif v == "mlprof":
+                        elif v in ("mlprof", "mlprof_base"):
+                            bins = ml if v == "mlprof" else args.ml_base
                             cmd = [
-                                ml["collect"],
+                                bins["collect"],
                                 "--quiet",
                                 "--out",
                                 binfile,
@@ -379,7 +381,7 @@ def latency(args, calls, shim, ml, strace_off, report):
                             checks.append(mlprof_check(ml, binfile, op, n, t))
                             if not checks[-1][4]:
                                 errors.append(f"mlprof check failed for {op} T={t}: {checks[-1][3]}")
-                        if v == "mlprof" and os.path.exists(binfile):
+                        if v.startswith("mlprof") and os.path.exists(binfile):
                             os.unlink(binfile)
                     log(
                         f"   {op} T={t}: "
@@ -688,7 +690,14 @@ def main():
     )
     ap.add_argument("--threads", default="1,2", help="comma list of thread counts")
     ap.add_argument(
-        "--variants", default=",".join(ALL_VARIANTS), help="comma list of: " + ",".join(ALL_VARIANTS)
+        "--variants",
+        default=",".join(DEFAULT_VARIANTS),
+        help="comma list of: " + ",".join(ALL_VARIANTS) + " (mlprof_base needs --base-bin-dir)",
+    )
+    ap.add_argument(
+        "--base-bin-dir",
+        help="an older build, run as the mlprof_base variant in the same rounds (before/after); "
+        "added to --variants when given",
     )
     ap.add_argument("--out", help="also write the Markdown report to this file")
     ap.add_argument("--throughput", action="store_true", help="run the collector throughput mode too")
@@ -730,6 +739,10 @@ def main():
             ap.error(f"unknown variant {v!r}; choose from {','.join(ALL_VARIANTS)}")
     if "bare" not in args.variants:
         args.variants.insert(0, "bare")
+    if args.base_bin_dir and "mlprof_base" not in args.variants:
+        args.variants.append("mlprof_base")
+    if "mlprof_base" in args.variants and not args.base_bin_dir:
+        ap.error("the mlprof_base variant needs --base-bin-dir")
     if args.rounds < 1 or args.n < 1 or any(t < 1 for t in args.threads) or args.tp_rounds < 1:
         ap.error("rounds, n, threads and tp-rounds must be >= 1")
 
@@ -786,6 +799,19 @@ def main():
 
     errors = []
     ml = snap_ml
+    args.ml_base, base_snap = None, None
+    if args.base_bin_dir:
+        base, why = locate_mlprof(args.base_bin_dir)
+        if base is None:
+            log(f"ERROR: --base-bin-dir: {why}")
+            return 2
+        base_snap = tempfile.mkdtemp(prefix="mlprof-bin-base-")
+        args.ml_base = {
+            k: (shutil.copy2(p, os.path.join(base_snap, os.path.basename(p))) if p else None)
+            for k, p in base.items()
+        }
+        commit = open_or(os.path.join(args.base_bin_dir, "COMMIT"))
+        report.append(f"mlprof_base binaries: `{args.base_bin_dir}` ({commit}), copied to `{base_snap}`.\n")
     try:
         if not args.throughput_only:
             errors += latency(args, calls, shim, ml, strace_off, report)
@@ -794,6 +820,8 @@ def main():
     finally:
         if snap:
             shutil.rmtree(snap, ignore_errors=True)
+        if base_snap:
+            shutil.rmtree(base_snap, ignore_errors=True)
 
     la_end = os.getloadavg()
     report.append(f"loadavg at end: {' '.join(f'{x:.2f}' for x in la_end)}\n")

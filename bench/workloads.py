@@ -3,19 +3,23 @@
 workloads themselves need the PyTorch venv).
 
 Runs each workload of bench/workloads/ under each variant, interleaved round by round (the
-variant order rotates each round):
+variant order rotates each round, so every variant has a bare run beside it: a pair):
 
     bare            python W.py DATA
     mlprof          mlprof-collect --quiet --out TMP/run.bin -- python W.py DATA
     mlprof_torch    mlprof-collect --torch --quiet --out TMP/run.bin -- python W.py DATA
     strace          strace -f -o TMP/strace.txt python W.py DATA
     torch_profiler  python W.py DATA --torch-profile TMP/trace.json
+    mlprof_base, mlprof_torch_base   the same as mlprof(_torch) with the binaries of
+                    --base-bin-dir (an older build: before/after in the same run)
 
-and reports, per workload and variant, the median wall time, the slowdown vs bare, the trace
-size on disk and the number of events (and events/s). See bench/README.md.
+and reports, per workload and variant, the median over pairs of the wall-time and CPU-time
+ratios to bare with bootstrap 95 % confidence intervals, the trace size on disk and the number
+of events. `--perf` adds a `perf record -e cpu-clock` breakdown of where the added CPU goes.
+See bench/README.md.
 
-    python3 bench/workloads.py [--rounds 3] [--workloads imgcls,transformer,io_heavy]
-                               [--variants ...] [--scale 1.0] [--out FILE.md]
+    python3 bench/workloads.py [--pairs 15] [--workloads imgcls,transformer:cores,io_heavy]
+                               [--variants ...] [--scale 1.0] [--perf] [--out FILE.md]
 """
 
 import argparse
@@ -32,7 +36,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+import perf_breakdown  # noqa: E402
 import run as common  # noqa: E402  (bench/run.py: machine info, formatting, mlprof lookup)
+import stats  # noqa: E402
 
 WORKLOADS = {
     "imgcls": "image classification: ImageFolder of 1.5k JPEGs, DataLoader num_workers=2, "
@@ -41,7 +47,16 @@ WORKLOADS = {
     "torch.save checkpoint (model + AdamW state) every 50 steps",
     "io_heavy": "60k reads of 1-4 KiB files (open/read/close) + torch.save of a 200 MB tensor",
 }
-ALL_VARIANTS = ["bare", "mlprof", "mlprof_torch", "strace", "torch_profiler"]
+ALL_VARIANTS = [
+    "bare",
+    "mlprof",
+    "mlprof_torch",
+    "strace",
+    "torch_profiler",
+    "mlprof_base",
+    "mlprof_torch_base",
+]
+MLPROF_VARIANTS = ("mlprof", "mlprof_torch", "mlprof_base", "mlprof_torch_base")
 DEFAULT_VENV_PY = os.path.expanduser(
     os.path.join(os.environ.get("MLPROF_VENV", "~/.cache/mlprof-venv"), "bin", "python")
 )
@@ -144,14 +159,183 @@ def fmt_int(x):
     return "–" if x is None else f"{x:,.0f}"
 
 
+def parse_configs(spec, ap):
+    """'imgcls,transformer:cores,io_heavy:2' -> [(label, workload, threads)]."""
+    out = []
+    for item in common.csv_list(spec):
+        w, _, t = item.partition(":")
+        if w not in WORKLOADS:
+            ap.error(f"unknown workload {w!r}; choose from {','.join(WORKLOADS)}")
+        if t in ("", "1"):
+            threads = 1
+        elif t == "cores":
+            threads = os.cpu_count() or 1
+        else:
+            try:
+                threads = int(t)
+            except ValueError:
+                ap.error(f"bad thread count in {item!r}: use W, W:N or W:cores")
+            if threads < 1:
+                ap.error(f"bad thread count in {item!r}")
+        label = w if threads == 1 else f"{w} ({threads} threads)"
+        out.append((label, w, threads))
+    return out
+
+
+def snapshot(bin_dir, label, report):
+    """Locates the mlprof binaries of bin_dir and copies them to a temp dir, so that a rebuild
+    during the run cannot mix versions. Returns (binaries or None, why missing, temp dir)."""
+    ml, missing = common.locate_mlprof(bin_dir)
+    if ml is None:
+        return None, missing, None
+    snap = tempfile.mkdtemp(prefix=f"mlprof-bin-{label}-")
+    ml = {k: (shutil.copy2(p, os.path.join(snap, os.path.basename(p))) if p else None) for k, p in ml.items()}
+    commit = common.open_or(os.path.join(bin_dir, "COMMIT"))
+    report.append(
+        f"({label} binaries from `{bin_dir}`"
+        + (f", built from {commit}" if commit != "?" else "")
+        + f", copied to `{snap}` before the run; the copies are used.)\n"
+    )
+    return ml, None, snap
+
+
+def variant_cmd(v, base, bins, tmp):
+    """(command, output file or None) of variant v around the workload command `base`."""
+    if v == "bare":
+        return base, None
+    if v in MLPROF_VARIANTS:
+        out = os.path.join(tmp, "run.bin")
+        ml = bins[v]
+        return [ml["collect"]] + (["--torch"] if "torch" in v else []) + [
+            "--quiet",
+            "--out",
+            out,
+            "--",
+        ] + base, out
+    if v == "strace":
+        out = os.path.join(tmp, "strace.txt")
+        return ["strace", "-f", "-o", out] + base, out
+    out = os.path.join(tmp, "trace.json")
+    return base + ["--torch-profile", out], out
+
+
+def measure(v, cmd, out, bins, timeout, verbose):
+    """Runs one variant once; returns its sample dict (raises BenchError)."""
+    if out and os.path.exists(out):
+        os.unlink(out)
+    r = run_one(cmd, timeout, verbose)
+    s = {
+        "wall": r["wall"],
+        "tree_cpu": r["tree_cpu"],
+        "bg": r["bg_cores"],
+        "loop": float(r["kv"]["loop_s"]),
+        "size": None,
+        "events": None,
+        "dropped": None,
+        "cmd": r["cmd"],
+    }
+    try:
+        if out:
+            s["size"] = os.path.getsize(out)
+        if v in MLPROF_VARIANTS:
+            summ, err = common.mlprof_summary(bins[v], out)
+            if summ is None:
+                raise BenchError(err)
+            s["events"] = int(summ.get("events", 0))
+            s["dropped"] = int(summ.get("dropped", 0))
+            if summ.get("truncated"):
+                raise BenchError("run.bin is truncated")
+        elif v == "strace":
+            s["events"] = count_lines(out)
+        elif v == "torch_profiler":
+            s["events"] = torch_trace_events(out)
+    except (OSError, ValueError) as e:
+        raise BenchError(f"cannot read its trace: {e}") from e
+    finally:
+        if out and os.path.exists(out):
+            os.unlink(out)
+    return s
+
+
+def perf_section(configs, variants, scripts, args, extra, bins, tmp, errors):
+    """One perf-recorded run per config and variant (bare and the mlprof ones): CPU seconds per
+    category, and what each mlprof variant adds over bare."""
+    why = perf_breakdown.available()
+    if why:
+        return [f"## Where the added CPU goes\n\nskipped: {why}\n"]
+    pv = [v for v in variants if v == "bare" or v in MLPROF_VARIANTS]
+    lines = [
+        "## Where the added CPU goes (`perf record -e cpu-clock`)\n",
+        "One run per workload and variant under `perf record -e cpu-clock -F 999` (children "
+        "followed), classified by `bench/perf_breakdown.py`: CPU seconds per category, and in "
+        "brackets the difference to bare's run. Sampled at 1 ms, so a category below ~0.05 s is "
+        "noise; the perf runs are separate from the timed pairs above. Python-level hooks of "
+        "`--torch` appear in `job user` (Python 3.11 has no perf trampolines).\n",
+    ]
+    for label, w, threads in configs:
+        base = [args.python, scripts[w], args.data_dir, "--threads", str(threads)] + extra
+        got = {}
+        for v in pv:
+            cmd, out = variant_cmd(v, base, bins, tmp)
+            data = os.path.join(tmp, "perf.data")
+            try:
+                log(f"   perf {label} {v}")
+                run_one(perf_breakdown.record_cmd(cmd, data), args.timeout, args.verbose)
+                got[v] = perf_breakdown.classify(data)
+            except (BenchError, RuntimeError) as e:
+                errors.append(f"perf {label} {v}: {e}")
+                log(f"ERROR: {errors[-1]}")
+            finally:
+                for f in (data, out):
+                    if f and os.path.exists(f):
+                        os.unlink(f)
+        if "bare" not in got:
+            continue
+        cats = [c for c in perf_breakdown.CATEGORY_ORDER if any(c in got[v][0] for v in got)]
+        rows = []
+        for c in cats + ["total"]:
+            b = got["bare"][2] if c == "total" else got["bare"][0].get(c, 0.0)
+            row = [c, f"{b:.2f}"]
+            for v in pv[1:]:
+                if v not in got:
+                    row.append("–")
+                    continue
+                x = got[v][2] if c == "total" else got[v][0].get(c, 0.0)
+                row.append(f"{x:.2f} ({x - b:+.2f})")
+            rows.append(row)
+        lines.append(f"### {label}\n")
+        lines.append(md_table(["category (CPU s)", "bare"] + pv[1:], rows, ["---"] + ["--:"] * len(pv)))
+        lines.append("")
+        for v in pv[1:]:
+            if v in got and got[v][1]:
+                top = ", ".join(f"`{k}` {t:.3f}" for k, t in got[v][1].items())
+                lines.append(f"- {v}: top libmlprof.so symbols (s): {top}")
+        lines.append("")
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser(
         description="mlprof overhead on PyTorch CPU training workloads (see bench/README.md)"
     )
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma list of: " + ",".join(WORKLOADS))
     ap.add_argument(
-        "--variants", default=",".join(ALL_VARIANTS), help="comma list of: " + ",".join(ALL_VARIANTS)
+        "--pairs",
+        "--rounds",
+        dest="pairs",
+        type=int,
+        default=15,
+        help="interleaved rounds; each gives every variant one pair with bare (default 15)",
+    )
+    ap.add_argument(
+        "--workloads",
+        default="imgcls,transformer,transformer:cores,io_heavy",
+        help="comma list of W or W:THREADS (torch intra-op threads; 'cores' = all CPUs, the "
+        "CPU-saturated case) with W one of: " + ",".join(WORKLOADS),
+    )
+    ap.add_argument(
+        "--variants",
+        default="bare,mlprof,mlprof_torch,strace,torch_profiler",
+        help="comma list of: " + ",".join(ALL_VARIANTS),
     )
     ap.add_argument("--scale", type=float, default=1.0, help="passed to every workload: multiplies its work")
     ap.add_argument(
@@ -169,23 +353,32 @@ def main():
     ap.add_argument(
         "--bin-dir", default=os.environ.get("MLPROF_BIN_DIR", os.path.join(REPO, "target", "release"))
     )
-    ap.add_argument("--no-snapshot", action="store_true", help="use the mlprof binaries in place")
+    ap.add_argument(
+        "--base-bin-dir",
+        help="an older build (mlprof-collect, libmlprof.so, mlprof) for the *_base variants; "
+        "a COMMIT file there is quoted in the report",
+    )
+    ap.add_argument("--perf", action="store_true", help="add the perf record -e cpu-clock breakdown")
+    ap.add_argument("--target", type=float, default=1.01, help="slowdown target for the verdicts (1.01)")
     ap.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up run of each workload")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per command")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every command line as it runs")
     args = ap.parse_args()
-    workloads = common.csv_list(args.workloads)
+    configs = parse_configs(args.workloads, ap)
     variants = common.csv_list(args.variants)
-    for w in workloads:
-        if w not in WORKLOADS:
-            ap.error(f"unknown workload {w!r}; choose from {','.join(WORKLOADS)}")
     for v in variants:
         if v not in ALL_VARIANTS:
             ap.error(f"unknown variant {v!r}; choose from {','.join(ALL_VARIANTS)}")
     if "bare" not in variants:
         variants.insert(0, "bare")
-    if args.rounds < 1 or args.scale <= 0:
-        ap.error("rounds must be >= 1 and scale > 0")
+    if any(v.endswith("_base") for v in variants) and not args.base_bin_dir:
+        ap.error("the *_base variants need --base-bin-dir")
+    if args.base_bin_dir:
+        for v in ("mlprof_base", "mlprof_torch_base"):
+            if v.replace("_base", "") in variants and v not in variants:
+                variants.append(v)
+    if args.pairs < 1 or args.scale <= 0:
+        ap.error("pairs must be >= 1 and scale > 0")
 
     la_start = os.getloadavg()
     report = ["# mlprof overhead on PyTorch CPU training workloads", ""]
@@ -205,42 +398,43 @@ def main():
         log(f"ERROR: {args.python} cannot import torch and torchvision (run scripts/python-env.sh)")
         return 2
 
-    skipped = {}
-    ml, missing = common.locate_mlprof(args.bin_dir)
-    snap = None
-    if ml is None:
-        for v in ("mlprof", "mlprof_torch"):
-            skipped[v] = missing
-    else:
-        if not args.no_snapshot:
-            snap = tempfile.mkdtemp(prefix="mlprof-bin-")
-            ml = {
-                k: (shutil.copy2(p, os.path.join(snap, os.path.basename(p))) if p else None)
-                for k, p in ml.items()
-            }
-            report.append(f"(mlprof binaries copied to `{snap}` before the run; the copies are used.)\n")
-        if not ml["cli"]:
-            skipped.setdefault("mlprof", "no `mlprof` CLI binary (needed to count events)")
-        if not torch_flag_supported(ml["collect"]):
-            skipped["mlprof_torch"] = (
-                "`mlprof-collect --help` does not list `--torch` (this build has no op spans)"
-            )
+    skipped, snaps, bins = {}, [], {}
+    for label, bin_dir, vs in (
+        ("current", args.bin_dir, ("mlprof", "mlprof_torch")),
+        ("base", args.base_bin_dir, ("mlprof_base", "mlprof_torch_base")),
+    ):
+        if bin_dir is None or not any(v in variants for v in vs):
+            continue
+        ml, missing, snap = snapshot(bin_dir, label, report)
+        if snap:
+            snaps.append(snap)
+        for v in vs:
+            if ml is None:
+                skipped[v] = missing
+            elif not ml["cli"]:
+                skipped[v] = "no `mlprof` CLI binary (needed to count events)"
+            elif "torch" in v and not torch_flag_supported(ml["collect"]):
+                skipped[v] = "`mlprof-collect --help` does not list `--torch` (this build has no op spans)"
+            else:
+                bins[v] = ml
     if not shutil.which("strace"):
         skipped["strace"] = "strace not installed"
     for v, why in skipped.items():
         if v in variants:
             log(f"NOTE: variant {v} skipped: {why}")
+    requested = list(variants)
     variants = [v for v in variants if v not in skipped]
 
-    scripts = {w: os.path.join(HERE, "workloads", f"{w}.py") for w in workloads}
+    scripts = {w: os.path.join(HERE, "workloads", f"{w}.py") for w in WORKLOADS}
     extra = [] if args.scale == 1.0 else ["--scale", str(args.scale)]
     tmp = tempfile.mkdtemp(prefix="mlprof-wl-")
     errors = []
-    results = {}  # (w, v) -> list of sample dicts
+    results = {}  # (label, v) -> {round: sample}
     commands = {}
+    perf_lines = []
     try:
         log("== prepare data (untimed)")
-        for w in workloads:
+        for w in sorted({w for _, w, _ in configs}):
             t0 = time.monotonic()
             run = subprocess.run(
                 [args.python, scripts[w], args.data_dir, "--prepare"],
@@ -264,186 +458,41 @@ def main():
                     log(f"ERROR: warm-up of {w} failed: {e}")
                     return 2
 
-        for rnd in range(args.rounds):
-            log(
-                f"== round {rnd + 1}/{args.rounds}  (loadavg {' '.join(f'{x:.2f}' for x in os.getloadavg())})"
-            )
+        for rnd in range(args.pairs):
+            log(f"== round {rnd + 1}/{args.pairs}  (loadavg {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
             order = variants[rnd % len(variants) :] + variants[: rnd % len(variants)]
-            for w in workloads:
-                base = [args.python, scripts[w], args.data_dir] + extra
+            for label, w, threads in configs:
+                base = [args.python, scripts[w], args.data_dir, "--threads", str(threads)] + extra
                 for v in order:
-                    out = None
-                    if v == "bare":
-                        cmd = base
-                    elif v in ("mlprof", "mlprof_torch"):
-                        out = os.path.join(tmp, "run.bin")
-                        cmd = (
-                            [ml["collect"]]
-                            + (["--torch"] if v == "mlprof_torch" else [])
-                            + ["--quiet", "--out", out, "--"]
-                            + base
-                        )
-                    elif v == "strace":
-                        out = os.path.join(tmp, "strace.txt")
-                        cmd = ["strace", "-f", "-o", out] + base
-                    else:
-                        out = os.path.join(tmp, "trace.json")
-                        cmd = base + ["--torch-profile", out]
-                    if out and os.path.exists(out):
-                        os.unlink(out)
+                    cmd, out = variant_cmd(v, base, bins, tmp)
                     try:
-                        r = run_one(cmd, args.timeout, args.verbose)
+                        s = measure(v, cmd, out, bins, args.timeout, args.verbose)
                     except BenchError as e:
-                        errors.append(f"round {rnd + 1} {w} {v}: {e}")
+                        errors.append(f"round {rnd + 1} {label} {v}: {e}")
                         log(f"ERROR: {errors[-1]}")
                         continue
-                    commands.setdefault(v, r["cmd"])
-                    s = {
-                        "wall": r["wall"],
-                        "tree_cpu": r["tree_cpu"],
-                        "bg": r["bg_cores"],
-                        "loop": float(r["kv"]["loop_s"]),
-                        "export": float(r["kv"].get("export_s", 0) or 0),
-                        "size": None,
-                        "events": None,
-                        "dropped": None,
-                    }
-                    try:
-                        if out:
-                            s["size"] = os.path.getsize(out)
-                        if v in ("mlprof", "mlprof_torch"):
-                            summ, err = common.mlprof_summary(ml, out)
-                            if summ is None:
-                                raise BenchError(err)
-                            s["events"] = int(summ.get("events", 0))
-                            s["dropped"] = int(summ.get("dropped", 0))
-                            if summ.get("truncated"):
-                                errors.append(f"round {rnd + 1} {w} {v}: run.bin is truncated")
-                        elif v == "strace":
-                            s["events"] = count_lines(out)
-                        elif v == "torch_profiler":
-                            s["events"] = torch_trace_events(out)
-                    except (OSError, ValueError, BenchError) as e:
-                        errors.append(f"round {rnd + 1} {w} {v}: cannot read its trace: {e}")
-                        log(f"ERROR: {errors[-1]}")
-                    if out and os.path.exists(out):
-                        os.unlink(out)
-                    results.setdefault((w, v), []).append(s)
+                    commands.setdefault(v, s["cmd"])
+                    results.setdefault((label, v), {})[rnd] = s
                     log(
-                        f"   {w:12s} {v:15s} wall {s['wall']:7.2f} s  loop {s['loop']:7.2f} s  "
+                        f"   {label:24s} {v:17s} wall {s['wall']:7.2f} s  loop {s['loop']:7.2f} s  "
                         f"cpu {s['tree_cpu']:6.1f} s  bg {s['bg'] if s['bg'] is not None else float('nan'):.2f} cores"
                         + (f"  {s['size'] / 1e6:.1f} MB" if s["size"] is not None else "")
                         + (f"  {s['events']:,} events" if s["events"] is not None else "")
+                        + (f" ({s['dropped']:,} dropped)" if s["dropped"] else "")
                     )
+        if args.perf:
+            log("== perf record -e cpu-clock breakdown")
+            perf_lines = perf_section(configs, variants, scripts, args, extra, bins, tmp, errors)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        if snap:
+        for snap in snaps:
             shutil.rmtree(snap, ignore_errors=True)
 
-    def med(xs):
-        xs = [x for x in xs if x is not None]
-        return statistics.median(xs) if xs else None
-
-    rows, bg_all = [], []
-    for w in workloads:
-        b = results.get((w, "bare"))
-        bwall = med([s["wall"] for s in b]) if b else None
-        bloop = med([s["loop"] for s in b]) if b else None
-        bcpu = med([s["tree_cpu"] for s in b]) if b else None
-        for v in ALL_VARIANTS:
-            if v in skipped and v in common.csv_list(args.variants):
-                rows.append([w, v, "0", "skipped"] + [""] * 10)
-                continue
-            xs = results.get((w, v))
-            if v not in variants:
-                continue
-            if not xs:
-                rows.append([w, v, "0", "FAILED"] + [""] * 10)
-                continue
-            bg_all += [s["bg"] for s in xs if s["bg"] is not None]
-            wall = med([s["wall"] for s in xs])
-            loop = med([s["loop"] for s in xs])
-            walls = [s["wall"] for s in xs]
-            ev = med([s["events"] for s in xs])
-            evs = med([s["events"] / s["wall"] for s in xs if s["events"] is not None])
-            drop = med([s["dropped"] for s in xs])
-            rows.append(
-                [
-                    w,
-                    v,
-                    str(len(xs)),
-                    f"{wall:.2f}",
-                    f"{min(walls):.2f} – {max(walls):.2f}",
-                    "" if v == "bare" or not bwall else f"{wall / bwall:.3f}× ({fmt_pct(wall / bwall)})",
-                    f"{loop:.2f}",
-                    "" if v == "bare" or not bloop else f"{loop / bloop:.3f}×",
-                    f"{med([s['tree_cpu'] for s in xs]):.1f}",
-                    "" if v == "bare" or not bcpu else f"{med([s['tree_cpu'] for s in xs]) / bcpu:.3f}×",
-                    fmt_mb(med([s["size"] for s in xs])),
-                    fmt_int(ev) + (f" ({fmt_int(drop)} dropped)" if drop else ""),
-                    fmt_int(evs),
-                    f"{med([s['bg'] for s in xs]):.2f}" if med([s["bg"] for s in xs]) is not None else "–",
-                ]
-            )
-    report.append("## Workloads\n")
-    report.append(
-        "\n".join(
-            f"- **{w}**: {WORKLOADS[w]}" + (f" (× {args.scale})" if args.scale != 1.0 else "")
-            for w in workloads
-        )
-    )
-    report.append(
-        f"\nAll on CPU, torch intra-op threads = 1 (`--threads`), data in `{args.data_dir}` "
-        f"(generated once, cached; one untimed warm-up run per workload).\n"
-    )
-    report.append("## Overhead\n")
-    report.append(
-        f"Median over {args.rounds} interleaved round(s). wall = the whole command (interpreter start, "
-        "imports, the loop, profiler finalization); loop = the workload's own timing of its "
-        "training loop (with torch.profiler it includes the trace export). CPU = user+sys of the "
-        "command's whole process tree (less sensitive than wall to other work on the machine with one torch thread; "
-        "it includes the collector's own CPU). bg = CPU used by the rest of the machine during the run, "
-        "in cores (/proc/stat busy time minus our tree's CPU time, over wall).\n"
-    )
-    report.append(
-        md_table(
-            [
-                "workload",
-                "variant",
-                "runs",
-                "wall s (median)",
-                "min – max",
-                "wall × bare",
-                "loop s",
-                "loop × bare",
-                "CPU s",
-                "CPU × bare",
-                "trace MB",
-                "events",
-                "events/s",
-                "bg cores",
-            ],
-            rows,
-            ["---", "---"] + ["--:"] * 12,
-        )
-    )
-    report.append("")
-    notes = [
-        "trace = `run.bin` (mlprof), the `strace -f -o FILE` output (strace), the exported Chrome JSON "
-        "(torch.profiler). events = `mlprof summary --json` `events` (recorded calls + aggregated clock "
-        "reads), strace output lines (≈ syscalls, plus signal/exit lines), torch.profiler `traceEvents` "
-        "entries. events/s = events / wall of the same run.",
-        "torch.profiler sees only the main process (not the DataLoader workers) and only torch ops; "
-        "strace and mlprof see the whole process tree. strace records syscalls, mlprof libc calls "
-        "(clock reads aggregated by default).",
-        "The target of issue 6 is ≤ 1% median wall slowdown for the default `mlprof` variant.",
-    ]
-    for v, why in skipped.items():
-        notes.append(f"**{v} skipped**: {why}.")
-    report.append("\n".join(f"- {n}" for n in notes))
-    report.append("")
+    report += overhead_section(configs, requested, variants, skipped, results, args)
+    report += perf_lines
     report.append("### Commands (first round, one per variant)\n")
-    report.append("```\n" + "\n".join(f"{v:15s} {c}" for v, c in commands.items()) + "\n```\n")
+    report.append("```\n" + "\n".join(f"{v:17s} {c}" for v, c in commands.items()) + "\n```\n")
+    bg_all = [s["bg"] for xs in results.values() for s in xs.values() if s["bg"] is not None]
     la_end = os.getloadavg()
     report.append(
         f"loadavg at start: {' '.join(f'{x:.2f}' for x in la_start)}; at end: "
@@ -461,9 +510,122 @@ def main():
     if args.raw:
         with open(args.raw, "w") as f:
             json.dump(
-                [{"workload": w, "variant": v, "runs": xs} for (w, v), xs in results.items()], f, indent=1
+                [
+                    {"workload": label, "variant": v, "runs": [dict(s, round=r) for r, s in xs.items()]}
+                    for (label, v), xs in results.items()
+                ],
+                f,
+                indent=1,
             )
     return common.finish_report(report, errors, args.out)
+
+
+def overhead_section(configs, requested, variants, skipped, results, args):
+    def med(xs):
+        xs = [x for x in xs if x is not None]
+        return statistics.median(xs) if xs else None
+
+    rows = []
+    for label, _, _ in configs:
+        b = results.get((label, "bare"), {})
+        for v in requested:
+            if v in skipped:
+                rows.append([label, v, "0", "skipped"] + [""] * 9)
+                continue
+            xs = results.get((label, v))
+            if not xs:
+                rows.append([label, v, "0", "FAILED"] + [""] * 9)
+                continue
+            walls = [s["wall"] for s in xs.values()]
+            cpu = med([s["tree_cpu"] for s in xs.values()])
+            ev = med([s["events"] for s in xs.values()])
+            drop = sum(s["dropped"] or 0 for s in xs.values())
+            row = [label, v, str(len(xs)), f"{med(walls):.2f} ({min(walls):.2f} – {max(walls):.2f})"]
+            if v == "bare":
+                row += ["", "", "", "", f"{cpu:.1f}", ""]
+            else:
+                wr = stats.median_ci(stats.paired(xs, b, "wall"))
+                cr = stats.median_ci(stats.paired(xs, b, "tree_cpu"))
+                ca = stats.median_ci(stats.paired(xs, b, "tree_cpu", op="diff"))
+                lr = stats.median_ci(stats.paired(xs, b, "loop"))
+                row += [
+                    stats.fmt_ratio_ci(*wr),
+                    stats.verdict(wr[1], wr[2], args.target) if v in MLPROF_VARIANTS else "",
+                    stats.fmt_ratio_ci(*lr),
+                    stats.fmt_ratio_ci(*cr),
+                    f"{cpu:.1f}",
+                    "–"
+                    if ca[0] is None
+                    else f"{ca[0]:+.2f}" + ("" if ca[1] is None else f" [{ca[1]:+.2f}, {ca[2]:+.2f}]"),
+                ]
+            row += [
+                fmt_mb(med([s["size"] for s in xs.values()])),
+                fmt_int(ev) + (f" ({fmt_int(drop)} dropped in all)" if drop else ""),
+                f"{med([s['bg'] for s in xs.values()]):.2f}"
+                if med([s["bg"] for s in xs.values()]) is not None
+                else "–",
+            ]
+            rows.append(row)
+    lines = ["## Workloads\n"]
+    lines.append(
+        "\n".join(
+            f"- **{w}**: {WORKLOADS[w]}" + (f" (× {args.scale})" if args.scale != 1.0 else "")
+            for w in sorted({w for _, w, _ in configs})
+        )
+    )
+    lines.append(
+        f"\nAll on CPU; torch intra-op threads 1 unless the row says otherwise (`W:cores` is the "
+        f"CPU-saturated case: every core runs an intra-op thread); data in `{args.data_dir}` "
+        "(generated once, cached; one untimed warm-up run per workload).\n"
+    )
+    lines.append("## Overhead\n")
+    lines.append(
+        f"{args.pairs} interleaved rounds; in each, every variant runs once next to one bare run "
+        "(a pair), the order rotating each round. Ratios are the **median over pairs** of "
+        "variant / bare of the same round, shown as a change in % with a **bootstrap 95 % "
+        "confidence interval** over the pairs in brackets. wall = the whole command; loop = the "
+        "workload's own timing of its training loop; CPU = user+sys of the command's whole "
+        "process tree (collector included); added CPU = the per-pair difference in CPU seconds. "
+        f"The verdict compares the wall interval with the {((args.target - 1) * 100):.0f} % target. "
+        "bg = CPU used by the rest of the machine during the run, in cores.\n"
+    )
+    lines.append(
+        md_table(
+            [
+                "workload",
+                "variant",
+                "pairs",
+                "wall s median (min – max)",
+                "wall vs bare [95 % CI]",
+                "verdict",
+                "loop vs bare",
+                "CPU vs bare",
+                "CPU s",
+                "added CPU s [95 % CI]",
+                "trace MB",
+                "events",
+                "bg cores",
+            ],
+            rows,
+            ["---", "---"] + ["--:"] * 11,
+        )
+    )
+    lines.append("")
+    notes = [
+        "trace = `run.bin` (mlprof), the `strace -f -o FILE` output (strace), the exported Chrome JSON "
+        "(torch.profiler). events = `mlprof summary --json` `events` (recorded calls + aggregated clock "
+        "reads), strace output lines (≈ syscalls), torch.profiler `traceEvents` entries.",
+        "torch.profiler sees only the main process (not the DataLoader workers) and only torch ops; "
+        "strace and mlprof see the whole process tree.",
+        "An interval that contains the target does not say the target is met or missed: it says "
+        "that this many pairs on this machine cannot tell.",
+    ]
+    for v, why in skipped.items():
+        if v in requested:
+            notes.append(f"**{v} skipped**: {why}.")
+    lines.append("\n".join(f"- {n}" for n in notes))
+    lines.append("")
+    return lines
 
 
 if __name__ == "__main__":

@@ -194,12 +194,20 @@ extern "C" fn on_signal(signal: libc::c_int) {
 /// SIGINT and SIGTERM set a flag: attach mode stops; launcher mode forwards SIGTERM to the child
 /// (a terminal's Ctrl-C already reaches the child through its process group).
 pub fn install_signal_handlers() {
-    // Safety: the handler only stores to an atomic.
+    // Safety: the handlers only store to an atomic (or nothing). SIGCHLD gets a handler of its
+    // own (not SIG_IGN, which would reap children behind waitpid's back) so that the end of the
+    // command interrupts the collector's sleep at once (no SA_RESTART, so the futex wait
+    // returns early).
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        let mut child: libc::sigaction = std::mem::zeroed();
+        child.sa_sigaction = on_child as *const () as libc::sighandler_t;
+        libc::sigaction(libc::SIGCHLD, &child, std::ptr::null_mut());
     }
 }
+
+extern "C" fn on_child(_signal: libc::c_int) {}
 
 pub fn termination_requested() -> bool {
     TERMINATION.load(Ordering::Relaxed) != 0

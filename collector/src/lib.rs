@@ -215,19 +215,20 @@ fn run(args: Args) -> Result<ExitCode, String> {
         }
         let mut child = launch::spawn(&args.command, &preload, &shm_path, &session, &extra_env)?;
         let child_pid = child.id();
+        let mut since = Instant::now();
         let status = loop {
             let pass = drain(&mut drainer, &mut sampler)?;
             if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
                 break status;
             }
             launch::forward_termination(child_pid);
-            pause(&drainer, pass);
+            pause(&drainer, pass, &mut since);
         };
         // Children the command left behind (or that are still exiting) get a grace period.
         let deadline = Instant::now() + Duration::from_millis(args.linger_ms);
         while Instant::now() < deadline && drainer.has_live_lanes() {
             let pass = drain(&mut drainer, &mut sampler)?;
-            pause(&drainer, pass);
+            pause(&drainer, pass, &mut since);
         }
         drop(torch_hook);
         let (code, signal) = launch::describe(status);
@@ -245,9 +246,10 @@ fn run(args: Args) -> Result<ExitCode, String> {
         } else {
             eprintln!("mlprof-collect: session '{session}' ready");
         }
+        let mut since = Instant::now();
         while !launch::termination_requested() {
             let pass = drain(&mut drainer, &mut sampler)?;
-            pause(&drainer, pass);
+            pause(&drainer, pass, &mut since);
         }
         0
     };
@@ -304,11 +306,16 @@ fn energy_config(args: &Args) -> energy::EnergyConfig {
     }
 }
 
-/// Waits for the next pass: 0.5 ms while records flow (a lane of 65536 records lasts ~26 ms at
-/// 2.5 M records/s, and on a busy machine a wake-up can come late), 5 ms when idle, or until a
-/// producer wakes the collector (a thread found no free lane) since the pass began (`wake`).
-fn pause(drainer: &Drainer, (taken, wake): (usize, u32)) {
-    drainer.segment().sleep(wake, Duration::from_micros(if taken > 0 { 500 } else { 5000 }));
+/// Waits for the next pass. The collector sleeps most of the time: as long as the fullest lane
+/// can go before it is a quarter full at the rate of the last pass, 100 ms at most (aggregate
+/// snapshots and liveness checks need no more), so an idle run costs ten passes a second; a
+/// producer whose lane is half full wakes it at once (`LaneWriter::push`), and so does a thread
+/// that found no free lane (`recorder::session::wake_collector`).
+fn pause(drainer: &Drainer, (_taken, wake): (usize, u32), since: &mut Instant) {
+    let now = Instant::now();
+    let sleep = drainer.next_sleep(now.duration_since(*since));
+    drainer.segment().sleep(wake, sleep);
+    *since = Instant::now();
 }
 
 fn report(args: &Args, totals: &Totals, elapsed: Duration) {

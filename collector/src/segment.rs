@@ -35,6 +35,14 @@ pub fn shm_dir() -> PathBuf {
 /// collector, its records counted as dropped meanwhile).
 const SPARE_LANES: u32 = 4;
 
+/// Spare lanes wanted while `in_use` lanes are taken: one more than in use, up to
+/// `SPARE_LANES`. Backing a 4 MiB lane costs ~3 ms of kernel time (zeroing its pages, and again
+/// freeing them), so a job that records from one thread should not pay for four: the spares
+/// grow as threads arrive (measured with bench/rate_cost.py; BENCHMARKS.md).
+fn spare_lanes_wanted(in_use: u32) -> u32 {
+    in_use.saturating_add(1).min(SPARE_LANES)
+}
+
 /// How the ring is sized for the memory the shm filesystem has.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
@@ -231,8 +239,9 @@ impl Segment {
             }
         }
         let mut message = None;
+        let spares = spare_lanes_wanted(backed - free);
         for index in 0..self.geometry.lane_count {
-            if free >= SPARE_LANES || backed >= self.max_backed || self.backing_failed {
+            if free >= spares || backed >= self.max_backed || self.backing_failed {
                 break;
             }
             let Some(lane) = self.view.lane(index) else { break };
@@ -421,6 +430,13 @@ mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn spare_lanes_grow_with_the_threads_up_to_four() {
+        let wanted: Vec<u32> = (0..7).map(spare_lanes_wanted).collect();
+        assert_eq!(wanted, [1, 2, 3, 4, 4, 4, 4]);
+        assert_eq!(spare_lanes_wanted(u32::MAX), SPARE_LANES);
+    }
 
     #[test]
     fn plenty_of_memory_keeps_the_requested_ring() {

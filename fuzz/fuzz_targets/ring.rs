@@ -153,7 +153,9 @@ fuzz_target!(|data: &[u8]| {
         let seen = view.lane(index).map_or(0, |lane| lane.state.load(Ordering::Relaxed));
         view.reclaim_stale_claim(index, seen);
     }
-    if let Some(claim) = view.claim(1, tid, 0, u64::from(tid)) {
+    // Heap memory needs no backing, so the backer only says yes: OPEN lanes are claimable too.
+    let back_heap = |_: *mut u8, _: usize| true;
+    if let Some(claim) = view.claim(1, tid, 0, u64::from(tid), Some(&back_heap)) {
         let index = claim.index;
         let event = Event { kind: 20, tid, ..Event::default() };
         for _ in 0..70 {

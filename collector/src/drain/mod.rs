@@ -90,6 +90,8 @@ pub struct Drainer {
     /// Pids whose exit is recorded.
     exits: HashSet<u32>,
     quiet: bool,
+    /// Records taken from the fullest lane in the last pass (what the next sleep is sized by).
+    busiest_lane: usize,
     pub totals: Totals,
 }
 
@@ -119,6 +121,7 @@ impl Drainer {
             claiming: HashMap::new(),
             exits: HashSet::new(),
             quiet,
+            busiest_lane: 0,
             totals: Totals::default(),
         }
     }
@@ -136,6 +139,17 @@ impl Drainer {
         &self.segment
     }
 
+    /// How long the collector may sleep after a pass that took `busiest` records from its
+    /// fullest lane over `elapsed`: until that lane, at that rate, would be a quarter full, but
+    /// 1 ms at least and 100 ms at most (liveness checks and aggregate snapshots need no more).
+    /// A lane that fills faster than foreseen wakes the collector at half full anyway.
+    pub fn next_sleep(&self, elapsed: Duration) -> Duration {
+        let quarter = self.segment.geometry.lane_capacity as f64 / 4.0;
+        let rate = self.busiest_lane as f64 / elapsed.as_secs_f64().max(1e-6);
+        let seconds = if rate > 0.0 { quarter / rate } else { f64::INFINITY };
+        Duration::from_secs_f64(seconds.clamp(0.001, 0.1))
+    }
+
     /// The run file, for the frames of the energy sampler.
     pub fn writer_mut(&mut self) -> &mut RunWriter {
         &mut self.writer
@@ -145,6 +159,7 @@ impl Drainer {
     pub fn drain_once(&mut self) -> io::Result<usize> {
         self.segment.heartbeat(self.timebase.now());
         let mut taken = 0;
+        let mut busiest = 0;
         for index in 0..self.segment.geometry.lane_count {
             let word = self.lane(index).state.load(Ordering::Acquire);
             let state = lane_state(word);
@@ -152,11 +167,14 @@ impl Drainer {
                 continue;
             }
             self.open_stream(index)?;
-            taken += self.drain_lane(index)?;
+            let from_lane = self.drain_lane(index)?;
+            taken += from_lane;
+            busiest = busiest.max(from_lane);
             if state == LANE_RETIRED {
                 self.close_stream(index)?;
             }
         }
+        self.busiest_lane = busiest;
         self.free_replaced_images()?;
         self.write_batch()?;
         if let Some(message) = self.segment.replenish()

@@ -44,5 +44,5 @@ pub use layout::{
     RING_ABI_VERSION, RING_CLOSED, RING_MAGIC, RING_SERVING, RingGeometry, RingHeader, is_valid_session_name,
     lane_generation, lane_state, lane_word, session_shm_name, validate_header,
 };
-pub use producer::{Claim, signal_safe_add};
+pub use producer::{Claim, LaneWriter, Pushed, signal_safe_add};
 pub use view::RingView;

@@ -2,7 +2,7 @@
 //! strings into it without waiting, count what could not be written, retire the lane at thread
 //! exit. Nothing here allocates, locks or makes a system call.
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::layout::{
     AggSlot, LANE_ACTIVE, LANE_CLAIMING, LANE_FREE, LANE_OPEN, LANE_RETIRED, LANE_UNBACKED, Lane,
@@ -202,15 +202,120 @@ impl RingView {
     }
 }
 
+/// A claimed lane as its owner writes it: the addresses a record needs, computed once per
+/// claim, so a push is a head load, a capacity check against the cached tail, one 64-byte
+/// store and a head store.
+#[derive(Clone, Copy, Debug)]
+pub struct LaneWriter {
+    header: *const super::RingHeader,
+    lane: *const Lane,
+    slots: *mut u8,
+    /// `capacity - 1`.
+    mask: u64,
+}
+
+impl LaneWriter {
+    /// A writer that writes nothing (for a thread that has no lane yet).
+    pub const NONE: LaneWriter = LaneWriter {
+        header: core::ptr::null(),
+        lane: core::ptr::null(),
+        slots: core::ptr::null_mut(),
+        mask: 0,
+    };
+
+    /// Writes one record (the caller owns the lane, and holds its thread's guard so that no
+    /// signal handler pushes into it meanwhile); a full lane drops it and counts the drop.
+    /// Never blocks. When the lane crosses a quarter of its capacity and is half full, a
+    /// sleeping collector is asked to wake up (`true` returned in `wake`'s place: the caller
+    /// makes the system call, rarely).
+    #[inline(always)]
+    pub fn push(&self, event: &Event) -> Pushed {
+        // Safety: a writer is only made by `RingView::writer` from a `'static` view, whose
+        // mapping stays valid for good; `lane`/`slots` point into it (or are null for NONE).
+        let Some(lane) = (unsafe { self.lane.as_ref() }) else { return Pushed::Dropped };
+        let head = lane.head.load(Ordering::Relaxed);
+        let capacity = self.mask + 1;
+        if head.wrapping_add(1).wrapping_sub(lane.cached_tail.load(Ordering::Relaxed)) > capacity {
+            let tail = lane.tail.load(Ordering::Acquire);
+            lane.cached_tail.store(tail, Ordering::Relaxed);
+            if head.wrapping_add(1).wrapping_sub(tail) > capacity {
+                signal_safe_add(&lane.dropped, 1);
+                return Pushed::Dropped;
+            }
+        }
+        let slot = (head & self.mask) as usize * RECORD_BYTES;
+        // Safety: the slot lies in this lane's array, which only its owner writes; the consumer
+        // reads it only after the release store below.
+        unsafe { (self.slots.add(slot) as *mut Event).write(*event) };
+        let next = head.wrapping_add(1);
+        lane.head.store(next, Ordering::Release);
+        // Safety: as above (a prefetch never faults).
+        prefetch_for_write(unsafe { self.slots.add((next & self.mask) as usize * RECORD_BYTES) });
+        if next & (capacity / 4 - 1) == 0 {
+            return self.crossed_a_quarter(lane, next, capacity);
+        }
+        Pushed::Written
+    }
+
+    /// Every quarter lap: is the lane half full and the collector asleep?
+    #[cold]
+    fn crossed_a_quarter(&self, lane: &Lane, head: u64, capacity: u64) -> Pushed {
+        // Safety: as in `push`.
+        let header = unsafe { &*self.header };
+        let filled = head.wrapping_sub(lane.cached_tail.load(Ordering::Relaxed));
+        if filled >= capacity / 2 && header.sleeping.load(Ordering::Relaxed) != 0 {
+            header.wake.fetch_add(1, Ordering::Release);
+            return Pushed::WrittenWakeCollector;
+        }
+        Pushed::Written
+    }
+
+    /// The shared header's wake word (for the futex call a `WrittenWakeCollector` asks for).
+    pub fn wake_word(&self) -> Option<&AtomicU32> {
+        // Safety: as in `push`.
+        unsafe { self.header.as_ref() }.map(|h| &h.wake)
+    }
+
+    /// The lane this writer writes (in a `'static` ring: see `RingView::writer`).
+    pub fn lane(&self) -> Option<&'static Lane> {
+        // Safety: as in `push`.
+        unsafe { self.lane.as_ref() }
+    }
+}
+
+/// What a [`LaneWriter::push`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pushed {
+    /// The record is published.
+    Written,
+    /// Published, and the collector sleeps while this lane is half full: wake it (a futex
+    /// wake on [`LaneWriter::wake_word`]).
+    WrittenWakeCollector,
+    /// The lane was full: dropped and counted.
+    Dropped,
+}
+
+impl RingView {
+    /// The writer of lane `index` (its owner's fast path).
+    pub fn writer(&'static self, index: u32) -> Option<LaneWriter> {
+        let lane = self.lane(index)? as *const Lane;
+        let mask = self.geometry().lane_capacity as u64 - 1;
+        Some(LaneWriter { header: self.header() as *const _, lane, slots: self.slot(index, 0), mask })
+    }
+}
+
 /// Asks for the next slot's cache line in exclusive state now, so the next record (microseconds
 /// later, after the application's next call) does not wait for the line to come back from the
 /// consumer's core.
 #[inline(always)]
 fn prefetch_for_write(slot: *const u8) {
+    // `prefetchw`: the intrinsic's write hint compiles to a read prefetch (`prefetcht0`) unless
+    // the build targets `prfchw`; the instruction itself exists on every x86-64 that runs us
+    // (older CPUs decode it as a no-op).
     #[cfg(target_arch = "x86_64")]
     // Safety: prefetch instructions never fault, whatever the address.
     unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_ET0 }>(slot as *const i8)
+        core::arch::asm!("prefetchw [{0}]", in(reg) slot, options(nostack, preserves_flags, readonly))
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = slot;

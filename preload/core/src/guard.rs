@@ -1,14 +1,20 @@
 //! Per-thread state: the reentrancy guard and this thread's ring lane.
 //!
-//! One const-initialized thread-local without `Drop`: it needs no lazy initialization and
-//! registers no destructor, so touching it never allocates (which could recurse into hooks).
-//! [`current`] is the one way to reach it; the [`ThreadRef`] it returns can be kept across the
-//! real call of a hook without a second thread-local lookup.
+//! It lives in an initial-exec TLS block defined in C (`thread_state.c`): two instructions to
+//! reach, where a Rust `thread_local!` in a shared library costs a `__tls_get_addr` call on
+//! every hook. It is zero-filled, needs no initialization and has no destructor, so touching
+//! it never allocates (which could recurse into hooks). [`current`] is the one way to reach it;
+//! the [`ThreadRef`] it returns can be kept across the real call of a hook.
 
 use core::cell::Cell;
 use core::marker::PhantomData;
 
+/// Everything the library keeps per thread. All-zero bytes are its initial value
+/// ([`ThreadState::new`]): that is how the TLS block starts.
+#[repr(C)]
 pub struct ThreadState {
+    /// This thread's lane, ready to write (`LaneWriter::NONE` until it claims one).
+    pub lane_writer: Cell<mlprof_format::ring::LaneWriter>,
     /// Inside one of our hooks (or our own bookkeeping): calls pass straight through.
     pub in_hook: Cell<bool>,
     /// Claimed lane index + 1; 0 = none yet.
@@ -46,9 +52,17 @@ pub struct ThreadState {
     pub nested: core::sync::atomic::AtomicU32,
 }
 
-thread_local! {
-    static THREAD: ThreadState = const { ThreadState::new() };
+unsafe extern "C" {
+    /// The calling thread's state block (thread_state.c).
+    fn mlprof_thread_state() -> *mut core::ffi::c_void;
+    /// Its size, checked against `ThreadState` by a unit test.
+    #[cfg(test)]
+    fn mlprof_thread_state_bytes() -> core::ffi::c_ulong;
 }
+
+/// The C block's size and alignment (thread_state.c) must hold a `ThreadState`.
+const _: () = assert!(core::mem::size_of::<ThreadState>() <= 256);
+const _: () = assert!(core::mem::align_of::<ThreadState>() <= 64);
 
 /// The calling thread's [`ThreadState`], held for the duration of a hook.
 ///
@@ -74,10 +88,12 @@ impl core::ops::Deref for ThreadRef {
 /// This thread's state; `None` only where the thread-local cannot be reached at all.
 #[inline(always)]
 pub fn current() -> Option<ThreadRef> {
-    let state = THREAD.try_with(|state| state as *const ThreadState).ok()?;
-    // Safety: see `ThreadRef`: the state outlives every place a ThreadRef can be kept, because
-    // a ThreadRef never leaves this thread and the state has no destructor.
-    Some(ThreadRef { state: unsafe { &*state }, _not_send: PhantomData })
+    // Safety: the C accessor returns this thread's static TLS block, 256 bytes aligned to 64,
+    // zero-filled at thread start, which is a valid ThreadState (see `ThreadState::new`); it
+    // outlives every place a ThreadRef can be kept (see `ThreadRef`). Only this thread uses
+    // it, through `Cell`s and atomics.
+    let state = unsafe { &*(mlprof_thread_state() as *const ThreadState) };
+    Some(ThreadRef { state, _not_send: PhantomData })
 }
 
 /// Runs one of our cold paths (fork and exit bookkeeping) with the guard held, unless it is
@@ -128,6 +144,7 @@ impl ThreadState {
     /// A thread that has recorded nothing yet.
     pub const fn new() -> ThreadState {
         ThreadState {
+            lane_writer: Cell::new(mlprof_format::ring::LaneWriter::NONE),
             in_hook: Cell::new(false),
             lane: Cell::new(0),
             lane_generation: Cell::new(0),
@@ -243,6 +260,35 @@ mod tests {
         state.reentered();
         assert_eq!(state.take_nested(), 2);
         assert_eq!(state.take_nested(), 0);
+    }
+
+    #[test]
+    fn the_initial_state_is_all_zero_bytes_and_fits_the_tls_block() {
+        // The C block starts zero-filled: zero bytes must read as the initial state.
+        // Safety: every field is a Cell or atomic of an integer, bool or raw pointer, for which
+        // zero is a valid value.
+        let zero: ThreadState = unsafe { core::mem::zeroed() };
+        let fresh = ThreadState::new();
+        let writer = |s: &ThreadState| format!("{:?}", s.lane_writer.get());
+        assert_eq!(writer(&zero), writer(&fresh));
+        let fields = |s: &ThreadState| {
+            (
+                (s.in_hook.get(), s.lane.get(), s.lane_generation.get(), s.lane_owner.get(), s.tid.get()),
+                (s.vfork_pending.get(), s.no_lane.get(), s.no_lane_offered.get(), s.in_flight.get()),
+                (s.clone_start.get(), s.device.get(), s.gpu_depth.get(), s.internal.get()),
+                s.nested.load(core::sync::atomic::Ordering::Relaxed),
+            )
+        };
+        assert_eq!(fields(&zero), fields(&fresh));
+        // Safety: a plain C function.
+        let block = unsafe { mlprof_thread_state_bytes() } as usize;
+        assert!(core::mem::size_of::<ThreadState>() <= block);
+        let a = current().unwrap();
+        let here = &*a as *const ThreadState as usize;
+        let other =
+            std::thread::spawn(|| &*current().unwrap() as *const ThreadState as usize).join().unwrap();
+        assert_ne!(here, other, "one block per thread");
+        assert_eq!(here % 64, 0);
     }
 
     #[test]

@@ -7,8 +7,9 @@ use std::sync::atomic::Ordering;
 use mlprof_format::record::Event;
 use mlprof_format::ring::{CLOCK_MONOTONIC, LaneItem, LaneItems, RingGeometry, RingView};
 
-/// A zeroed, initialized ring in leaked heap memory (it must outlive every view of it).
-pub fn heap_ring(geometry: RingGeometry) -> RingView {
+/// A zeroed, initialized ring in leaked heap memory, and its view (leaked too: the recorder's
+/// rings are `'static`).
+pub fn heap_ring(geometry: RingGeometry) -> &'static RingView {
     let layout = std::alloc::Layout::from_size_align(geometry.total_bytes() as usize, 4096).unwrap();
     // Safety: non-zero size; the memory is leaked, so it outlives every view.
     let base = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -30,7 +31,7 @@ pub fn heap_ring(geometry: RingGeometry) -> RingView {
     for index in 0..geometry.lane_count {
         view.offer(index);
     }
-    view
+    Box::leak(Box::new(view))
 }
 
 /// The ring this test process has joined as if a collector served it (one per test binary:
@@ -39,10 +40,10 @@ pub fn heap_ring(geometry: RingGeometry) -> RingView {
 pub fn joined_ring() -> &'static RingView {
     static JOINED: OnceLock<()> = OnceLock::new();
     JOINED.get_or_init(|| {
-        crate::recorder::session::join_for_test(heap_ring(RingGeometry {
-            lane_count: 256,
-            lane_capacity: 1024,
-        }))
+        let ring = heap_ring(RingGeometry { lane_count: 256, lane_capacity: 1024 });
+        // Safety: the ring's memory is leaked, so it outlives this second view of it.
+        let view = unsafe { RingView::new(ring.header() as *const _ as *mut u8, ring.geometry()) };
+        crate::recorder::session::join_for_test(view)
     });
     crate::recorder::session::ring().expect("joined")
 }

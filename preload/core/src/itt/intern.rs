@@ -110,6 +110,17 @@ pub(super) fn name_bytes<'a>(name: *const c_char) -> &'a [u8] {
     unsafe { CStr::from_ptr(name) }.to_bytes()
 }
 
+/// The name of an object of ours, whose length we stored: PyTorch's op spans look a handle up
+/// twice per op, and a `strlen` of each name was a measurable part of the span's cost.
+fn our_name<'a>(name: *const c_char, len: usize) -> &'a [u8] {
+    if name.is_null() {
+        return b"";
+    }
+    // Safety: `name` is a leaked copy of exactly `len` bytes (plus a NUL) that we made in
+    // `leak_c_string`, never freed nor written again.
+    unsafe { core::slice::from_raw_parts(name as *const u8, len) }
+}
+
 fn new_handle(id: u64, bytes: &[u8]) -> OurHandle {
     OurHandle {
         itt: IttStringHandle {
@@ -169,7 +180,7 @@ pub(super) fn domain_identity<'a>(domain: *const IttDomain) -> (u64, &'a [u8], b
     if d.extra1 == OURS {
         // Safety: extra1 == OURS marks an OurDomain we allocated.
         let ours = unsafe { &*(domain as *const OurDomain) };
-        return (ours.id, name_bytes(d.name_a), ours.own);
+        return (ours.id, our_name(d.name_a, ours.len), ours.own);
     }
     // A domain the static part created before it loaded us: ours is recognised by its name.
     let bytes = name_bytes(d.name_a);
@@ -182,7 +193,7 @@ pub(super) fn handle_identity<'a>(handle: *const IttStringHandle) -> (u64, &'a [
     if h.extra1 == OURS {
         // Safety: extra1 == OURS marks an OurHandle we allocated.
         let ours = unsafe { &*(handle as *const OurHandle) };
-        return (ours.id, name_bytes(h.str_a));
+        return (ours.id, our_name(h.str_a, ours.len));
     }
     let bytes = name_bytes(h.str_a);
     (mlprof_format::string_id(bytes), bytes)

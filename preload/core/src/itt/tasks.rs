@@ -6,7 +6,7 @@ use mlprof_format::record::IttSpan;
 
 use super::abi::{IttDomain, IttId, IttStringHandle};
 use super::intern::{domain_identity, handle_identity};
-use crate::recorder::{self, lane};
+use crate::recorder::{self, lane, strings};
 
 // ---- per-thread task stacks ----------------------------------------------------------------
 
@@ -83,8 +83,10 @@ pub unsafe fn task_begin(domain: *const IttDomain, id: IttId, parent: IttId, nam
         let depth = stack.depth.get();
         if let Some(slot) = stack.tasks.get(depth) {
             slot.set(task);
-            if task.record {
-                // Names are sent at begin: the span is written at end, when they may be gone.
+            // Names are sent at begin: the span is written at end, when they may be gone. Once
+            // sent (PyTorch reuses a few hundred op names a million times), two lookups in the
+            // process's set of sent strings replace a trip to the lane.
+            if task.record && !(strings::was_sent(domain_id) && strings::was_sent(name_id)) {
                 write_names(&[(domain_id, domain_name), (name_id, name_bytes)]);
             }
         }

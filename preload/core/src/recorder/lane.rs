@@ -5,7 +5,7 @@
 use core::sync::atomic::Ordering;
 
 use mlprof_format::record::{Event, KIND_STRING_DEF};
-use mlprof_format::ring::RingView;
+use mlprof_format::ring::{LaneWriter, RingView};
 
 use super::{lifecycle, session, strings};
 use crate::guard::ThreadState;
@@ -13,7 +13,7 @@ use crate::guard::ThreadState;
 /// This thread's lane for `owner` (`session::identity()`: epoch and pid), claiming one on
 /// first use.
 #[inline(always)]
-pub fn lane_of(ring: &RingView, thread: &ThreadState, owner: u64) -> Option<u32> {
+pub fn lane_of(ring: &'static RingView, thread: &ThreadState, owner: u64) -> Option<u32> {
     let lane = thread.lane.get();
     if lane != 0 && thread.lane_owner.get() == owner {
         return Some(lane - 1);
@@ -23,7 +23,7 @@ pub fn lane_of(ring: &RingView, thread: &ThreadState, owner: u64) -> Option<u32>
 
 /// Runs with the guard held; calls no hooked function (see `lifecycle::remember_lane_for_thread_exit`).
 #[cold]
-fn claim(ring: &RingView, thread: &ThreadState, owner: u64) -> Option<u32> {
+fn claim(ring: &'static RingView, thread: &ThreadState, owner: u64) -> Option<u32> {
     let offered = ring.header().lanes_offered.load(Ordering::Acquire);
     if thread.lane_owner.get() != owner {
         // A new thread, the first record of a fork child, or a new collector: a new identity.
@@ -42,6 +42,7 @@ fn claim(ring: &RingView, thread: &ThreadState, owner: u64) -> Option<u32> {
         Some(claim) => {
             thread.lane.set(claim.index + 1);
             thread.lane_generation.set(claim.generation);
+            thread.lane_writer.set(ring.writer(claim.index).unwrap_or(LaneWriter::NONE));
             thread.no_lane.set(false);
             lifecycle::remember_lane_for_thread_exit(claim.index);
             Some(claim.index)
@@ -114,8 +115,8 @@ mod tests {
     fn a_thread_claims_one_lane_and_keeps_it() {
         let ring = heap_ring(RingGeometry { lane_count: 4, lane_capacity: 64 });
         let thread = fresh_thread();
-        let lane = lane_of(&ring, &thread, 100).unwrap();
-        assert_eq!(lane_of(&ring, &thread, 100), Some(lane));
+        let lane = lane_of(ring, &thread, 100).unwrap();
+        assert_eq!(lane_of(ring, &thread, 100), Some(lane));
         assert_eq!(thread.lane_generation.get(), 1);
         let owner = ring.lane(lane).unwrap();
         assert_eq!(owner.pid.load(core::sync::atomic::Ordering::Relaxed), 100);
@@ -126,13 +127,13 @@ mod tests {
     fn a_fork_child_is_a_new_identity_with_a_lane_of_its_own() {
         let ring = heap_ring(RingGeometry { lane_count: 4, lane_capacity: 64 });
         let thread = fresh_thread();
-        let parent_lane = lane_of(&ring, &thread, 100).unwrap();
+        let parent_lane = lane_of(ring, &thread, 100).unwrap();
         // Same thread state (fork copies it), another pid: never the parent's lane.
-        let child_lane = lane_of(&ring, &thread, 101).unwrap();
+        let child_lane = lane_of(ring, &thread, 101).unwrap();
         assert_ne!(parent_lane, child_lane);
         assert_eq!(thread.lane_owner.get(), 101);
         // Same pid in a later epoch (a new collector): a new lane too.
-        let rejoined = lane_of(&ring, &thread, 2 << 32 | 101).unwrap();
+        let rejoined = lane_of(ring, &thread, 2 << 32 | 101).unwrap();
         assert_ne!(rejoined, child_lane);
     }
 
@@ -140,20 +141,20 @@ mod tests {
     fn with_every_lane_taken_records_are_counted_until_a_lane_is_offered() {
         let ring = heap_ring(RingGeometry { lane_count: 1, lane_capacity: 64 });
         let first = fresh_thread();
-        assert_eq!(lane_of(&ring, &first, 100), Some(0));
+        assert_eq!(lane_of(ring, &first, 100), Some(0));
         let second = fresh_thread();
         let no_lane = || ring.header().no_lane_drops_total();
-        assert_eq!(lane_of(&ring, &second, 100), None);
+        assert_eq!(lane_of(ring, &second, 100), None);
         assert_eq!(no_lane(), 1);
         // Until the collector offers a lane, the thread drops (and counts) without scanning.
         for expected in 2..=5 {
-            assert_eq!(lane_of(&ring, &second, 100), None);
+            assert_eq!(lane_of(ring, &second, 100), None);
             assert_eq!(no_lane(), expected);
         }
         // The first thread exits; the collector frees its lane: the next record claims it.
         ring.retire(mlprof_format::ring::Claim { index: 0, generation: first.lane_generation.get() });
         ring.free(0);
-        assert_eq!(lane_of(&ring, &second, 100), Some(0));
+        assert_eq!(lane_of(ring, &second, 100), Some(0));
         assert_eq!(no_lane(), 5);
     }
 
@@ -161,16 +162,16 @@ mod tests {
     fn a_string_is_sent_once_and_a_full_lane_refuses_it_whole() {
         let ring = heap_ring(RingGeometry { lane_count: 1, lane_capacity: 64 });
         let thread = fresh_thread();
-        let lane = lane_of(&ring, &thread, 100).unwrap();
+        let lane = lane_of(ring, &thread, 100).unwrap();
         let text = b"/a/path/only/this/test/sends";
         let id = mlprof_format::string_id(text);
-        assert!(send_string(&ring, lane, 100, 1, id, text));
+        assert!(send_string(ring, lane, 100, 1, id, text));
         let head = || ring.lane(lane).unwrap().head.load(core::sync::atomic::Ordering::Relaxed);
         let after_first = head();
-        assert!(send_string(&ring, lane, 100, 1, id, text));
+        assert!(send_string(ring, lane, 100, 1, id, text));
         assert_eq!(head(), after_first, "sent once per process");
         let long = [b'x'; 4000];
-        assert!(!send_string(&ring, lane, 100, 1, mlprof_format::string_id(&long), &long));
+        assert!(!send_string(ring, lane, 100, 1, mlprof_format::string_id(&long), &long));
         assert_eq!(head(), after_first, "nothing of a string that does not fit");
     }
 }

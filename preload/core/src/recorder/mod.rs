@@ -21,7 +21,7 @@ mod tests;
 
 use mlprof_format::func::Func;
 use mlprof_format::record::{Event, FLAG_ERROR, FLAG_NESTED, GpuCall};
-use mlprof_format::ring::{AggSlot, RingView};
+use mlprof_format::ring::{AggSlot, LaneWriter, Pushed, RingView};
 
 use crate::clock;
 use crate::guard::{self, ThreadRef, ThreadState};
@@ -63,20 +63,56 @@ fn join_now(state: &ThreadRef) -> bool {
 /// The calling thread when its call is to be recorded; `None` when it must pass through: our
 /// own calls (reentrancy; a signal handler's is counted), no session, or a vfork child running
 /// on its parent's memory.
+///
+/// The process-wide state is tested first: a process that does not record never touches its
+/// thread's state (one load and a branch per hook).
 #[inline(always)]
 fn recording_thread() -> Option<ThreadRef> {
+    if !session::is_active_quick() {
+        return thread_that_may_join();
+    }
     let state = guard::current()?;
     if state.in_hook.get() {
         state.reentered();
-        return None;
-    }
-    if !records(&state) {
         return None;
     }
     if state.vfork_pending.get() && !lifecycle::vfork_parent_resumed(&state) {
         return None;
     }
     Some(state)
+}
+
+/// Not recording: join now if the process never tried, or if it waits for its session's next
+/// collector and a retry is due.
+#[cold]
+fn thread_that_may_join() -> Option<ThreadRef> {
+    if !session::may_join() {
+        return None;
+    }
+    let state = guard::current()?;
+    if state.in_hook.get() || !join_now(&state) {
+        return None;
+    }
+    if state.vfork_pending.get() && !lifecycle::vfork_parent_resumed(&state) {
+        return None;
+    }
+    Some(state)
+}
+
+/// This thread's lane in the current ring (`ring`, index, writer), claiming one if needed;
+/// `None` (the record counted as dropped) when none can be had.
+#[inline(always)]
+fn thread_lane(state: &ThreadRef) -> Option<(&'static RingView, u32, LaneWriter)> {
+    let ring = session::ring()?;
+    let owner = session::identity();
+    let lane = state.lane.get();
+    if lane != 0 && state.lane_owner.get() == owner {
+        return Some((ring, lane - 1, state.lane_writer.get()));
+    }
+    state.in_hook.set(true);
+    let claimed = lane::lane_of(ring, state, owner);
+    state.in_hook.set(false);
+    Some((ring, claimed?, state.lane_writer.get()))
 }
 
 /// An intercepted call in progress.
@@ -86,6 +122,7 @@ pub struct Span {
     /// The thread's lane (claimed before the call, so that a call the thread is cancelled in
     /// is counted at its exit).
     lane: u32,
+    writer: LaneWriter,
     start: u64,
     /// An ITT task was opened for this call (see [`stamp`]).
     stamped: bool,
@@ -98,15 +135,11 @@ impl Span {
     #[inline(always)]
     pub fn begin(func: Func) -> Option<Span> {
         let thread = recording_thread()?;
-        let ring = session::ring()?;
-        thread.in_hook.set(true);
-        let lane = lane::lane_of(ring, &thread, session::identity());
-        thread.in_hook.set(false);
-        let lane = lane?;
+        let (ring, lane, writer) = thread_lane(&thread)?;
         // Our ITT calls (and whatever a chained collector does in them) are not recorded.
         let stamped = stamp::enabled() && thread.internal(|| guard::keeping_errno(|| stamp::begin(func)));
         thread.in_flight.set(true);
-        Some(Span { thread, ring, lane, start: clock::now(), stamped })
+        Some(Span { thread, ring, lane, writer, start: clock::now(), stamped })
     }
 
     /// Ends the call and writes its record. `event` carries the function's own fields; pid, tid,
@@ -167,7 +200,9 @@ impl Span {
         if failed {
             event.flags |= FLAG_ERROR;
         }
-        self.ring.push(self.lane, &event);
+        if self.writer.push(&event) == Pushed::WrittenWakeCollector {
+            session::wake_sleeping_collector(&self.writer);
+        }
         let nested = state.take_nested();
         if nested != 0 {
             self.ring.count_interrupted(self.lane, nested as u64);
@@ -291,24 +326,25 @@ impl AggregateCall {
     /// Counts a call in this thread's aggregate `slot`; `None` when it passes through.
     #[inline(always)]
     pub fn begin(slot: usize) -> Option<AggregateCall> {
-        let state = guard::current()?;
-        if state.in_hook.get() {
-            count_reentered_clock_read(&state, slot);
-            return None;
-        }
-        if !records(&state) || (state.vfork_pending.get() && !lifecycle::vfork_parent_resumed(&state)) {
-            return None;
-        }
-        let ring = session::ring()?;
-        state.in_hook.set(true);
-        let lane = lane::lane_of(ring, &state, session::identity());
-        state.in_hook.set(false);
-        let lane = lane?;
+        let state = if session::is_active_quick() {
+            let state = guard::current()?;
+            if state.in_hook.get() {
+                count_reentered_clock_read(&state, slot);
+                return None;
+            }
+            if state.vfork_pending.get() && !lifecycle::vfork_parent_resumed(&state) {
+                return None;
+            }
+            state
+        } else {
+            thread_that_may_join()?
+        };
+        let (ring, lane, writer) = thread_lane(&state)?;
         let nested = state.take_nested();
         if nested != 0 {
             ring.count_interrupted(lane, nested as u64);
         }
-        let counters = ring.aggregate_slot(lane, slot)?;
+        let counters = writer.lane()?.aggregates.get(slot)?;
         let count = counters.count_call();
         let start = if count & session::timing_mask() == 0 { clock::now() } else { 0 };
         Some(AggregateCall { counters, start })

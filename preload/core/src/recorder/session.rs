@@ -296,6 +296,14 @@ pub fn wake_collector(ring: &RingView) {
     }
 }
 
+/// Wakes the collector, which sleeps while a lane filled to half (see `LaneWriter::push`).
+#[cold]
+pub fn wake_sleeping_collector(writer: &mlprof_format::ring::LaneWriter) {
+    if let Some(word) = writer.wake_word() {
+        let _ = rustix::thread::futex::wake(word, rustix::thread::futex::Flags::empty(), 1);
+    }
+}
+
 /// Looks at the ring when `now` (ring clock, from a record) passes the next check time: a ring
 /// its collector closed or abandoned is released. One thread at a time does it.
 #[inline(always)]

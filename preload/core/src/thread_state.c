@@ -1,0 +1,21 @@
+/*
+ * The storage of libmlprof.so's per-thread state (`guard::ThreadState`), in C only because
+ * stable Rust cannot choose a TLS model: a Rust `thread_local!` in a shared library uses the
+ * general-dynamic model, one `__tls_get_addr` call per access, on every hook. Here the state
+ * is initial-exec: its address is the thread pointer plus a constant the loader fixes at load
+ * time, two instructions. A library loaded with LD_PRELOAD always gets static TLS; one that a
+ * program dlopens later gets it from glibc's surplus (this block is small for that reason).
+ * Zero-filled, which is what `ThreadState::new()` is, byte for byte (a unit test checks it).
+ */
+#define MLPROF_THREAD_STATE_BYTES 256
+
+static __thread unsigned char thread_state[MLPROF_THREAD_STATE_BYTES]
+    __attribute__((tls_model("initial-exec"), aligned(64)));
+
+__attribute__((visibility("hidden"))) void *mlprof_thread_state(void) {
+    return thread_state;
+}
+
+__attribute__((visibility("hidden"))) unsigned long mlprof_thread_state_bytes(void) {
+    return MLPROF_THREAD_STATE_BYTES;
+}
