@@ -164,7 +164,7 @@ fn report_of_a_torch_dataloader_run_in_chromium() {
     let keys = ["count", "median_ns", "p90_ns", "p99_ns", "max_ns", "total_ns"];
     assert_eq!(rows_equal(dom, "transforms-table", &keys, transform), 2);
     let workers = data["workers"].as_array().unwrap();
-    let worker = |pid: &str| workers.iter().find(|w| w["pid"].to_string() == pid).cloned();
+    let worker = |pid: &str| workers.iter().find(|w| w["pid"].as_u64() == pid.parse().ok()).cloned();
     assert_eq!(rows_equal(dom, "workers-table", &["pid", "main_pid", "batches", "busy_ns"], worker), 4);
 
     // The answer: one main process; its parts and the rest make its wall time; it waited

@@ -61,9 +61,9 @@ pub fn render(run: &RunFigures, baseline: Option<&RunFigures>) -> String {
     page.calls(&summary_json);
     page.gpu(&summary_json);
     page.energy(&energy_json);
-    let _ = write!(
+    let _ = writeln!(
         page.out,
-        "<footer id=\"end\">mlprof {} — report of {}</footer></main></body></html>\n",
+        "<footer id=\"end\">mlprof {} — report of {}</footer></main></body></html>",
         env!("CARGO_PKG_VERSION"),
         escape(&run.run)
     );
