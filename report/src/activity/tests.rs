@@ -110,3 +110,34 @@ fn a_trainer_with_a_worker() {
     assert_eq!(t.waits, [(10, vec![(5_500, 3_000)])]);
     assert_eq!(t.steps, [(10, vec![(9_000, 2_000)])]);
 }
+
+/// A launcher (5, torchrun's place) with two trainers (20 started before 30), each with a
+/// worker: two mains, one row each in start order, each with its own wait; the launcher and
+/// the workers are not rows.
+#[test]
+fn two_ranks_under_a_launcher_are_two_rows() {
+    let path = std::env::temp_dir().join(format!("mlprof-activity-ranks-{}.bin", std::process::id()));
+    let info = RunInfo { command: vec!["torchrun".into()], start_mono_ns: 0, ..Default::default() };
+    let mut w = RunWriter::create(&path, &info).unwrap();
+    for (pid, ppid, start_ns) in [(5, 1, 0), (30, 5, 1_500), (20, 5, 1_000), (21, 20, 2_000), (31, 30, 2_000)]
+    {
+        let argv = vec![format!("p{pid}")];
+        w.write_process(&ProcessInfo { pid, ppid, argv, start_ns, forked: pid % 10 == 1 }).unwrap();
+    }
+    for (id, text) in [(DATA, "mlprof.data"), (WAIT, "batch.wait"), (FETCH, "batch.fetch")] {
+        w.write_string(id, text.as_bytes()).unwrap();
+    }
+    let events = [
+        span(21, 2_000, 1_000, DATA, FETCH, 1),
+        span(31, 2_000, 1_000, DATA, FETCH, 1),
+        span(20, 2_000, 1_500, DATA, WAIT, 1),
+        span(30, 2_000, 2_500, DATA, WAIT, 1),
+    ];
+    w.write_events(&events).unwrap();
+    w.finish(&RunEnd { end_ns: 10_000, events: 4, dropped: 0 }).unwrap();
+    let a = Activity::compute(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let rows: Vec<(u32, u64, u64)> =
+        a.mains.iter().map(|m| (m.pid, m.start_ns, m.by_category[Category::DataWait as usize])).collect();
+    assert_eq!(rows, [(20, 1_000, 1_500), (30, 1_500, 2_500)]);
+}
