@@ -86,8 +86,8 @@ struct Args {
     #[arg(long)]
     torch: bool,
     /// With --torch (implied): also record each op's input shapes and dtypes (a marker before
-    /// each Python-level torch call, paired with the op by the reports; costs a few µs per
-    /// call). Sets MLPROF_TORCH_SHAPES=1 for the hook.
+    /// each Python-level torch call, paired with the op by the reports; costs ~7 µs per
+    /// call, BENCHMARKS.md). Sets MLPROF_TORCH_SHAPES=1 for the hook.
     #[arg(long)]
     torch_shapes: bool,
     /// Print nothing but errors.
