@@ -3,6 +3,13 @@
 //! document (tooltips are SVG `<title>`s), so the page works from `file://`, prints, and its
 //! DOM says what it shows. Inputs are aggregated before they get here (at most a few hundred
 //! marks per plot), so a plot's size does not grow with the run.
+//!
+//! Verdict (issue 14): this writer rather than `plotters`' SVG backend or a vendored
+//! JavaScript library. The five plot kinds are a few rects, lines and texts each; our marks
+//! carry `<title>` tooltips and CSS classes (text follows the page's font and size), which
+//! plotters' backend does not give, and it would bring font and colour machinery we don't use;
+//! a script would make the page depend on JavaScript and its DOM say less about what is
+//! drawn (the Chromium tests read it).
 
 use std::fmt::Write as _;
 
