@@ -8,6 +8,9 @@
    `mlprof-collect --torch` (emit_itt op ranges + phase spans for the whole run), with emit_itt
    but no collector (PyTorch's own share), and bare with torch.profiler recording CPU ops. The extra time per iteration divided by the ops per
    iteration (counted by torch.profiler) is the cost per op span.
+3. Op shapes: the same step under `mlprof-collect --torch-shapes` against `--torch`; the extra
+   time per iteration per op, and per shape marker (the Python-level torch calls with tensor
+   arguments, counted from the run's itt_marker records).
 
     bench/torch_overhead.py [--bin-dir target/release] [--python PY] [--pairs N] [--iters N] [--repeat N]
 
@@ -130,6 +133,16 @@ def main():
     bare_iter = median([args.python, me, "--inner"] + ops + ["bare"], "ns_per_iter")
     torch_iter = median(under(["--torch"], ops + ["bare"]), "ns_per_iter")
     itt_iter = median([args.python, me, "--inner"] + ops + ["emit_itt"], "ns_per_iter")
+    shapes_iter = median(under(["--torch-shapes"], ops + ["bare"]), "ns_per_iter")
+    mlprof = os.path.abspath(os.path.join(args.bin_dir, "mlprof"))
+    summary = subprocess.run(
+        [mlprof, "summary", "--json", os.path.join(tmp, "run.bin")],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    markers = json.loads(summary.stdout)["calls"].get("itt_marker", {}).get("count", 0)
+    markers_per_iter = markers / (args.iters + 50)  # inner_ops runs 50 warm-up steps
     prof = [run([args.python, me, "--inner"] + ops + ["profiler"], env) for _ in range(args.repeat)]
     prof_iter = statistics.median(p["ns_per_iter"] for p in prof)
     ops_per_iter = prof[0]["ops_per_iter"]
@@ -150,6 +163,12 @@ def main():
     )
     print(
         f"  torch.profiler (CPU) {prof_iter / 1e3:8.1f} us/iter  (+{(prof_iter - bare_iter) / ops_per_iter:.0f} ns per op)"
+    )
+    extra = shapes_iter - torch_iter
+    print("Op shapes (--torch-shapes against --torch, %.1f shape markers/iteration):" % markers_per_iter)
+    print(
+        f"  mlprof --torch-shapes {shapes_iter / 1e3:7.1f} us/iter  (+{extra / ops_per_iter:.0f} ns per op, "
+        f"+{extra / max(markers_per_iter, 1e-9):.0f} ns per marked call)"
     )
     return 0
 

@@ -7,8 +7,9 @@
 #                                       two-node merge test (tests/tests/scale.rs)
 #   openjdk-17-jre-headless             Java for PySpark, which reads `mlprof export --parquet`
 #                                       in tests/tests/scale.rs
+#   chromium                            renders the HTML report headless (tests/tests/report.rs)
 set -euo pipefail
-packages=(libjemalloc2 libgoogle-perftools4 faketime openjdk-17-jre-headless)
+packages=(libjemalloc2 libgoogle-perftools4 faketime openjdk-17-jre-headless chromium)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -89,6 +89,11 @@ struct Args {
     /// transform spans, through a start-up hook put first on PYTHONPATH (see README).
     #[arg(long)]
     torch: bool,
+    /// With --torch (implied): also record each op's input shapes and dtypes (a marker before
+    /// each Python-level torch call, paired with the op by the reports; costs ~7 µs per
+    /// call, BENCHMARKS.md). Sets MLPROF_TORCH_SHAPES=1 for the hook.
+    #[arg(long)]
+    torch_shapes: bool,
     /// Print nothing but errors.
     #[arg(long, short)]
     quiet: bool,
@@ -129,7 +134,8 @@ fn run(args: Args) -> Result<ExitCode, String> {
         return Err("--lanes must be 1..=65536 and --lane-records a power of two in 64..=16777216".into());
     }
     let launching = !args.command.is_empty();
-    if args.torch && !launching {
+    let torch = args.torch || args.torch_shapes;
+    if torch && !launching {
         return Err("--torch needs a command to launch (in attach mode, start the Python programs yourself \
                     with the hook directory of a launcher run on PYTHONPATH, or use the launcher)"
             .into());
@@ -215,9 +221,12 @@ fn run(args: Args) -> Result<ExitCode, String> {
     let started = Instant::now();
 
     let exit_code = if let Some(preload) = preload {
-        let torch_hook = if args.torch { Some(torch_hook::TorchHook::create()?) } else { None };
-        let extra_env: Vec<(&str, std::ffi::OsString)> =
+        let torch_hook = if torch { Some(torch_hook::TorchHook::create()?) } else { None };
+        let mut extra_env: Vec<(&str, std::ffi::OsString)> =
             torch_hook.iter().map(|hook| ("PYTHONPATH", hook.python_path())).collect();
+        if args.torch_shapes {
+            extra_env.push(("MLPROF_TORCH_SHAPES", "1".into()));
+        }
         let mut child = launch::spawn(&args.command, &preload, &shm_path, &session, &extra_env)?;
         let child_pid = child.id();
         let mut since = Instant::now();

@@ -12,6 +12,7 @@ const FILES: &[(&str, &str)] = &[
     ("mlprof_torch/__init__.py", include_str!("../../python/mlprof_torch/__init__.py")),
     ("mlprof_torch/itt.py", include_str!("../../python/mlprof_torch/itt.py")),
     ("mlprof_torch/hooks.py", include_str!("../../python/mlprof_torch/hooks.py")),
+    ("mlprof_torch/shapes.py", include_str!("../../python/mlprof_torch/shapes.py")),
 ];
 
 /// The hook's directory for one run; removed on drop.

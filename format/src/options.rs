@@ -33,6 +33,12 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         meaning: "0: under --torch, keep the phase and DataLoader spans but not PyTorch's per-op ITT ranges",
     },
     EnvOption {
+        name: "MLPROF_TORCH_SHAPES",
+        read_by: ReadBy::TorchHook,
+        default: "0",
+        meaning: "1 (set by --torch-shapes): under --torch, also record each op's input shapes and dtypes (markers in domain mlprof.shapes)",
+    },
+    EnvOption {
         name: "MLPROF_SHM",
         read_by: ReadBy::Preload,
         default: "(set by the launcher)",

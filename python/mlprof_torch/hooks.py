@@ -477,11 +477,20 @@ def _compose_v2_forward(original):
     return forward
 
 
+def _enable_shapes(torch):
+    """`--torch-shapes`: a marker with the input shapes before each op (see shapes.py)."""
+    if os.environ.get("MLPROF_TORCH_SHAPES", "0") != "1" or os.environ.get("MLPROF_TORCH_OPS", "1") == "0":
+        return
+    from . import shapes
+
+    shapes.install(torch, _itt)
+
+
 def _on_torch(torch):
     if _tracker is None:
         warn("libmlprof.so's ITT entry points are not loaded")
         return
-    for step in (_enable_ops, _install_phases, _install_dataloader):
+    for step in (_enable_ops, _enable_shapes, _install_phases, _install_dataloader):
         try:
             step(torch)
         except Exception as error:

@@ -19,6 +19,11 @@ pub const DATASET: &str = "/data/train.bin";
 pub struct TempRun(PathBuf);
 
 impl TempRun {
+    /// Takes over `path` (removed on drop).
+    pub fn new(path: PathBuf) -> TempRun {
+        TempRun(path)
+    }
+
     pub fn path(&self) -> &Path {
         &self.0
     }

@@ -27,12 +27,14 @@
 //! | [`cc`] | compiling C with gcc |
 //! | [`child`] | children: clean environment, watchdog, `Driven` (pipes), launcher and preload commands |
 //! | [`attach`] | the attach-mode collector |
+//! | [`browser`] | the HTML report in headless Chromium: DOM, screenshot |
 //! | [`summary`] | `mlprof summary --json` / `mlprof convert`, typed accessors |
 //! | [`expect`] | collected exact-count expectations |
 //! | [`program`] | a test program run under the launcher; the fork-test opening |
 //! | [`skip`](mod@skip) | skips that are printed and counted; `require_*` checks that skip |
 
 pub mod attach;
+pub mod browser;
 pub mod cc;
 pub mod child;
 pub mod expect;

@@ -356,3 +356,53 @@ fn rapl_package_with_wraparound() {
     let stderr = String::from_utf8_lossy(&run.out.stderr);
     assert!(stderr.contains("no NVML") && !stderr.contains("no CPU energy"), "{stderr}");
 }
+
+/// The HTML report of an energy run (two GPUs of the double), rendered by headless Chromium:
+/// the devices and the spans by energy carry the numbers of `energy --json`, the header those
+/// of `summary --json`, the power timeline one line per GPU; the screenshot shows it.
+#[test]
+fn html_report_of_an_energy_run_in_chromium() {
+    let Some(chromium) = mlprof_tests::browser::chromium() else { return };
+    use mlprof_tests::browser;
+    let dir = TempDir::new("energy-report");
+    let lib = nvml_double(&dir);
+    let prog = compile("energy_phases", &dir);
+    let run = collect(&dir, &["--nvml-lib", &lib], std::slice::from_ref(&prog), &[("NVML_DOUBLE_GPUS", "2")]);
+    let json = energy_json(&run.bin);
+    let summary = summary_json(&run.bin);
+    let html = dir.join("energy.html");
+    mlprof(&["report", &run.bin.display().to_string(), "-o", &html.display().to_string()]);
+    let rendered = browser::render(&chromium, &html, dir.path(), 2000);
+    let dom = &rendered.dom;
+    assert!(!dom.contains("<script") && !dom.contains(" src=") && !dom.contains("url("));
+    let facts = browser::figures(dom, "summary", "header");
+    assert_eq!(facts["events"], summary["events"].to_string());
+    assert_eq!(facts["duration_ns"], summary["duration_ns"].to_string());
+
+    let devices = browser::table(dom, "devices-table");
+    assert_eq!(devices.len(), 2, "{devices:?}");
+    for (id, cells) in &devices {
+        let d = device(&json, id.parse().unwrap());
+        for key in ["energy_j", "uncertainty_j", "mean_power_w"] {
+            assert_eq!(cells[key].parse::<f64>().unwrap(), f(d, key), "device {id} {key}");
+        }
+        assert_eq!(cells["samples"], d["samples"].to_string());
+    }
+    let answer = browser::figures(dom, "energy", "p");
+    assert_eq!(answer["energy_j"].parse::<f64>().unwrap(), f(&json["total"], "energy_j"));
+
+    let spans = browser::table(dom, "energy-spans-table");
+    for name in ["read", "fread"] {
+        let (cells, want) = (&spans[name], span(&json, name));
+        for key in ["energy_j", "uncertainty_j", "share", "time_s"] {
+            assert_eq!(cells[key].parse::<f64>().unwrap(), f(want, key), "{name} {key}");
+        }
+        assert_eq!(cells["calls"], want["calls"].to_string());
+    }
+    let power = browser::element(dom, "timeline-power", "div").expect("power timeline");
+    assert_eq!(power.matches("<polyline").count(), 2, "one line per GPU");
+    assert!(power.contains("GPU 0: Double GPU 0") && power.contains("GPU 1: Double GPU 1"));
+
+    let png = browser::png_stats(&rendered.png);
+    assert!(png.width == 1280 && png.colors >= 32 && png.ink >= 0.03, "blank screenshot? {png:?}");
+}

@@ -346,3 +346,100 @@ fn torch_itt_ranges_and_marks_without_torch_option() {
         |name: &str| rows.iter().find(|r| r["name"] == name).and_then(|r| r["count"].as_u64()).unwrap_or(0);
     assert_eq!((count("mlprof.outer"), count("mlprof.inner"), count("mlprof.tick")), (N, N, N));
 }
+
+/// The fields of one CSV line (RFC 4180 quoting: `"a,b"`, `""` inside quotes).
+fn csv_fields(line: &str) -> Vec<String> {
+    let (mut fields, mut field, mut quoted, mut chars) =
+        (Vec::new(), String::new(), false, line.chars().peekable());
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                field.push('"');
+                chars.next();
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => fields.push(std::mem::take(&mut field)),
+            _ => field.push(c),
+        }
+    }
+    fields.push(field);
+    fields
+}
+
+/// `--torch-shapes` on a small CNN: the aten::conv2d and aten::linear rows of `energy --json`
+/// and `energy --ops --csv` carry the input shapes and dtypes the script used, with exact call
+/// counts; under plain `--torch` nothing changes (no marker, no shapes).
+#[test]
+fn torch_shapes_on_a_small_cnn() {
+    if !require_torch() {
+        return;
+    }
+    let dir = TempDir::new("torch-shapes");
+    let py = python().display().to_string();
+    let script = script("torch_shapes_cnn.py").display().to_string();
+    let mlprof = |args: &[&str]| {
+        let mut c = std::process::Command::new(&bins().mlprof);
+        clean_env(&mut c).args(args);
+        let o = output_with_timeout(c, limit());
+        assert!(o.status.success(), "mlprof {args:?}\n{}", describe(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    // (op, shapes, dtypes) → calls, from the energy report's spans.
+    let rows = |bin: &str| -> BTreeMap<(String, String, String), u64> {
+        let json: Value = serde_json::from_str(&mlprof(&["energy", "--json", bin])).expect("energy JSON");
+        let mut rows = BTreeMap::new();
+        for s in json["spans"].as_array().expect("spans") {
+            let name = s["name"].as_str().unwrap_or("");
+            if name == "aten::conv2d" || name == "aten::linear" {
+                let text = |k: &str| s[k].as_str().unwrap_or_else(|| panic!("{k} in {s}")).to_string();
+                rows.insert((name.to_string(), text("shapes"), text("dtypes")), s["calls"].as_u64().unwrap());
+            }
+        }
+        rows
+    };
+    let f32s = |n: usize| vec!["float32"; n].join(";");
+    let row = |op: &str, shapes: &str, dtypes: String, calls: u64| {
+        ((op.to_string(), shapes.to_string(), dtypes), calls)
+    };
+
+    let shaped = dir.join("shapes.bin");
+    let o =
+        run_collect_env(&shaped, &["--torch-shapes", "--no-energy"], &[py.as_str(), &script], &[], limit());
+    assert!(o.status.success(), "{}", describe(&o));
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("--torch hook"),
+        "the hook warned\n{}",
+        describe(&o)
+    );
+    let bin = shaped.display().to_string();
+    let want: BTreeMap<_, _> = [
+        row("aten::conv2d", "[2,3,16,16];[8,3,3,3]", f32s(2), 3),
+        row("aten::conv2d", "[4,3,16,16];[8,3,3,3]", f32s(2), 5),
+        row("aten::linear", "[2,2048];[2,2048];[2]", f32s(3), 3),
+        row("aten::linear", "[4,2048];[2,2048];[2]", f32s(3), 5),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(rows(&bin), want);
+    let csv = mlprof(&["energy", "--ops", "--csv", &bin]);
+    let mut conv: Vec<(String, String)> = csv
+        .lines()
+        .map(csv_fields)
+        .filter(|f| f[2] == "aten::conv2d")
+        .map(|f| (f[4].clone(), f[5].clone()))
+        .collect();
+    conv.sort();
+    let want_csv = [("[2,3,16,16];[8,3,3,3]", "3"), ("[4,3,16,16];[8,3,3,3]", "5")];
+    assert_eq!(conv, want_csv.map(|(s, n)| (s.to_string(), n.to_string())), "{csv}");
+
+    let plain = dir.join("plain.bin");
+    let o = run_collect_env(&plain, &["--torch", "--no-energy"], &[py.as_str(), &script], &[], limit());
+    assert!(o.status.success(), "{}", describe(&o));
+    let bin = plain.display().to_string();
+    let want: BTreeMap<_, _> =
+        [row("aten::conv2d", "", String::new(), 8), row("aten::linear", "", String::new(), 8)]
+            .into_iter()
+            .collect();
+    assert_eq!(rows(&bin), want);
+    assert!(summary_json(&plain)["calls"].get("itt_marker").is_none(), "no shape markers without the flag");
+}

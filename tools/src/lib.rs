@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use mlprof_report::convert::{ConvertError, Kinds, Options, Outcome, Progress};
+use mlprof_report::diff::{Diff, RunFigures};
 use mlprof_report::run::RunMeta;
 use mlprof_report::trace::TraceWriter;
 use mlprof_report::trace::chrome::ChromeWriter;
 use mlprof_report::trace::perfetto::PerfettoWriter;
-use mlprof_report::{energy, export, merge, summary};
+use mlprof_report::{diff, energy, export, html, merge, summary};
 
 #[derive(Parser)]
 #[command(name = "mlprof", version, about = "Reports on mlprof run files (run.bin)")]
@@ -62,6 +63,33 @@ enum Command {
         append: Option<PathBuf>,
         /// Rows in the per-span table.
         #[arg(long, default_value_t = 20)]
+        top: usize,
+    },
+    /// One self-contained HTML page with plots (no network, every style inline): where each
+    /// main process's wall time went, timelines, the data pipeline, top files, ops, calls, GPU
+    /// and energy; with --baseline, compared with another run.
+    Report {
+        /// The run file written by mlprof-collect.
+        run: PathBuf,
+        /// The HTML file to write (default: RUN with the extension .html).
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// A run to compare with (A; RUN is B): bars of both and the biggest changes.
+        #[arg(long, value_name = "A.bin")]
+        baseline: Option<PathBuf>,
+    },
+    /// Two runs side by side: per function, file, span name and rank, count, time and bytes in
+    /// A and B, biggest absolute time change first; data-wait share and energy of both.
+    Diff {
+        /// The first run (A).
+        a: PathBuf,
+        /// The second run (B).
+        b: PathBuf,
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Rows in each table.
+        #[arg(long, default_value_t = 15)]
         top: usize,
     },
     /// Convert to a trace for https://ui.perfetto.dev: Perfetto's protobuf (default), or Chrome
@@ -140,6 +168,8 @@ pub fn main() -> ExitCode {
         Command::Energy { run, json, ops, csv, append, top } => {
             energy_command(&run, EnergyOutput::from_flags(json, ops, csv, append), top)
         }
+        Command::Report { run, output, baseline } => report_command(&run, output, baseline.as_deref()),
+        Command::Diff { a, b, json, top } => diff_command(&a, &b, json, top),
         Command::Convert { run, output, format, compress, from, to, pid, only, split_every, progress } => {
             let request = ConvertRequest {
                 output,
@@ -256,6 +286,28 @@ fn process_track_name(meta: &RunMeta, pid: u32, images: &[mlprof_report::run::Im
         _ => String::new(),
     };
     format!("{host}{rank}{base}")
+}
+
+/// `mlprof report`: the HTML page, written next to the run unless `-o` says where.
+fn report_command(run: &Path, output: Option<PathBuf>, baseline: Option<&Path>) -> Result<(), String> {
+    let figures = RunFigures::load(run)?;
+    let baseline = baseline.map(RunFigures::load).transpose()?;
+    let page = html::render(&figures, baseline.as_ref());
+    let output = output.unwrap_or_else(|| run.with_extension("html"));
+    std::fs::write(&output, page.as_bytes()).map_err(|e| format!("{}: {e}", output.display()))?;
+    eprintln!("mlprof: wrote {} ({} KiB); open it in a browser", output.display(), page.len().div_ceil(1024));
+    Ok(())
+}
+
+/// `mlprof diff`: tables, or JSON.
+fn diff_command(a: &Path, b: &Path, json: bool, top: usize) -> Result<(), String> {
+    let diff = Diff::compute(&RunFigures::load(a)?, &RunFigures::load(b)?);
+    if json {
+        println!("{}", diff::json::render(&diff));
+        Ok(())
+    } else {
+        diff::text::write(&diff, top, &mut std::io::stdout().lock()).map_err(stdout_error)
+    }
 }
 
 /// What `mlprof energy` prints.

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use super::curve::EnergyCurve;
 use super::load::{CALLS_LAYER, Device, EnergyRun, Span};
 use super::share::{Figure, share};
+use crate::shapes::OpShapes;
 
 /// Everything `mlprof energy` reports.
 #[derive(Debug, Clone)]
@@ -58,6 +59,8 @@ pub struct DeviceEnergy {
 pub struct SpanEnergy {
     pub name: String,
     pub class: String,
+    /// Input shapes and dtypes (ops recorded with `--torch-shapes`; empty otherwise).
+    pub shapes: OpShapes,
     pub calls: u64,
     pub median_s: f64,
     /// Mean without values beyond 3σ.
@@ -121,11 +124,16 @@ impl EnergyReport {
         let mut spans = Vec::new();
         for (key, (figure, mut durations)) in run.keys.iter().zip(by_layer.per_key) {
             classes.entry(key.class.clone()).or_default().add(&figure);
+            // A key whose spans all moved to (op, shapes) keys.
+            if durations.is_empty() {
+                continue;
+            }
             let mean_s = trimmed_mean(&durations) / 1e9;
             durations.sort_unstable();
             spans.push(SpanEnergy {
                 name: key.name.clone(),
                 class: key.class.clone(),
+                shapes: key.shapes.clone(),
                 calls: durations.len() as u64,
                 median_s: median(&durations) / 1e9,
                 mean_s,
@@ -136,7 +144,9 @@ impl EnergyReport {
                 cpu_j: figure.cpu,
             });
         }
-        spans.sort_by(|a, b| b.energy_j.total_cmp(&a.energy_j).then(a.name.cmp(&b.name)));
+        spans.sort_by(|a, b| {
+            b.energy_j.total_cmp(&a.energy_j).then(a.name.cmp(&b.name)).then_with(|| a.shapes.cmp(&b.shapes))
+        });
 
         let mut notes: Vec<String> =
             run.notes.iter().filter(|n| n.level != "info").map(|n| n.message.clone()).collect();
@@ -324,7 +334,12 @@ mod tests {
             samples: vec![sample(0, 0), sample(10 * SECOND, 10_000_000)],
             notes: Vec::new(),
         };
-        let key = |name: &str| SpanKey { name: name.into(), class: name.into(), layer: CALLS_LAYER.into() };
+        let key = |name: &str| SpanKey {
+            name: name.into(),
+            class: name.into(),
+            layer: CALLS_LAYER.into(),
+            shapes: Default::default(),
+        };
         EnergyRun {
             meta: RunMeta::default(),
             devices: vec![device],

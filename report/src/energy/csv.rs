@@ -9,19 +9,22 @@ use super::attribution::EnergyReport;
 
 pub const HEADER: &str = "run,command,op,class,shapes,calls,median_s,mean_s,energy_per_call_j,energy_per_call_uncertainty_j,energy_j,share\n";
 
-/// The rows (no header); `run_name` fills the first column. `shapes` stays empty until shapes
-/// are recorded.
+/// The rows (no header); `run_name` fills the first column. `shapes` holds an op's input shapes
+/// (`[32,3,56,56];[64,3,3,3]`) when the run was recorded with `--torch-shapes`, else nothing.
+/// Rows are per (op, shapes, dtypes); the dtypes have no column (the columns are fixed for
+/// files built with `--append`): they are in `energy --json` and the HTML report.
 pub fn rows(report: &EnergyReport, run_name: &str) -> String {
     let mut out = String::new();
     let command = field(&report.command_line);
     for op in &report.spans {
         let calls = op.calls.max(1) as f64;
         out.push_str(&format!(
-            "{},{},{},{},,{},{:.9},{:.9},{:.9},{:.9},{:.9},{:.6}\n",
+            "{},{},{},{},{},{},{:.9},{:.9},{:.9},{:.9},{:.9},{:.6}\n",
             field(run_name),
             command,
             field(&op.name),
             field(&op.class),
+            field(&op.shapes.shapes),
             op.calls,
             op.median_s,
             op.mean_s,

@@ -20,6 +20,8 @@ pub fn render(report: &EnergyReport) -> Value {
             json!({
                 "name": op.name,
                 "class": op.class,
+                "shapes": op.shapes.shapes,
+                "dtypes": op.shapes.dtypes,
                 "calls": op.calls,
                 "time_s": round(op.time_s, 9),
                 "energy_j": round(op.energy_j, 6),

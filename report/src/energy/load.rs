@@ -12,6 +12,7 @@ use mlprof_format::runfile::Frame;
 
 use super::curve::EnergyCurve;
 use crate::run::{self, RunMeta};
+use crate::shapes::{OpShapes, ShapeMatcher};
 
 /// A measured device (a GPU, a CPU package or its DRAM) and what was recorded about it.
 pub struct Device {
@@ -39,6 +40,9 @@ pub struct SpanKey {
     /// layer, and each ITT domain (PyTorch ops, mlprof.phase, an application's own) another, so
     /// a phase is not diluted by the ops and calls nested inside it.
     pub layer: String,
+    /// PyTorch ops recorded with `--torch-shapes` are grouped by (op, input shapes, dtypes);
+    /// empty for everything else.
+    pub shapes: OpShapes,
 }
 
 /// The layer of the recorded calls (libc, CUDA, NCCL).
@@ -74,6 +78,7 @@ impl EnergyRun {
         let mut key_of: HashMap<(u16, u64, u64), u32> = HashMap::new();
         let mut spans = Vec::new();
         let mut last_ns = meta.info.start_mono_ns;
+        let mut shapes = ShapeMatcher::default();
         while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
             match frame {
                 Frame::EnergyDevice(info) => {
@@ -103,9 +108,13 @@ impl EnergyRun {
                         // ITT spans are named after their task and grouped by domain; ITT
                         // instants (markers, pause) have no duration to attribute.
                         let (name_id, domain_id) = match func.class() {
-                            Class::Instant => continue,
+                            Class::Instant => {
+                                shapes.observe(func, &IttSpan::from_event(event), 0);
+                                continue;
+                            }
                             Class::Span => {
                                 let span = IttSpan::from_event(event);
+                                shapes.observe(func, &span, spans.len());
                                 (span.name, span.domain)
                             }
                             _ => (0, 0),
@@ -115,12 +124,18 @@ impl EnergyRun {
                                 let domain = format!("itt:{}", meta.string(domain_id));
                                 let name =
                                     if name_id == 0 { func.name().to_string() } else { meta.string(name_id) };
-                                SpanKey { name, class: domain.clone(), layer: domain }
+                                SpanKey {
+                                    name,
+                                    class: domain.clone(),
+                                    layer: domain,
+                                    shapes: OpShapes::default(),
+                                }
                             } else {
                                 SpanKey {
                                     name: func.name().to_string(),
                                     class: class_name(func),
                                     layer: CALLS_LAYER.into(),
+                                    shapes: OpShapes::default(),
                                 }
                             });
                             (keys.len() - 1) as u32
@@ -132,6 +147,22 @@ impl EnergyRun {
                 }
                 _ => {}
             }
+        }
+        // Ops with shapes move to the key of (op, shapes); a key left without spans is dropped
+        // by the attribution.
+        let mut shaped: HashMap<(u32, OpShapes), u32> = HashMap::new();
+        for (index, op_shapes) in shapes.resolve(&meta) {
+            let old = spans[index].key;
+            spans[index].key = *shaped.entry((old, op_shapes)).or_insert_with_key(|(old, op_shapes)| {
+                let key = &keys[*old as usize];
+                keys.push(SpanKey {
+                    name: key.name.clone(),
+                    class: key.class.clone(),
+                    layer: key.layer.clone(),
+                    shapes: op_shapes.clone(),
+                });
+                (keys.len() - 1) as u32
+            });
         }
         let start_ns = meta.info.start_mono_ns;
         let end_ns =

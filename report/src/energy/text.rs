@@ -3,7 +3,7 @@
 
 use std::io::{self, Write};
 
-use super::attribution::EnergyReport;
+use super::attribution::{EnergyReport, SpanEnergy};
 use super::json::round;
 
 /// A figure as the JSON report has it: rounded, and absent when not finite (JSON has no NaN).
@@ -93,13 +93,14 @@ pub fn write(report: &EnergyReport, top: usize, out: &mut dyn Write) -> io::Resu
     for op in report.spans.iter().take(top) {
         writeln!(
             out,
-            "{:<24} {:<10} {:>10} {:>12.4} {:>10.4} {:>7.2}%",
+            "{:<24} {:<10} {:>10} {:>12.4} {:>10.4} {:>7.2}%{}",
             op.name,
             op.class,
             op.calls,
             op.energy_j,
             op.uncertainty_j,
-            report.share_of(op.energy_j) * 100.0
+            report.share_of(op.energy_j) * 100.0,
+            shapes_cell(op)
         )?;
     }
     writeln!(out)?;
@@ -120,24 +121,43 @@ pub fn write(report: &EnergyReport, top: usize, out: &mut dyn Write) -> io::Resu
 /// The operator table (`--ops`): per span name, calls, median and trimmed mean time, energy
 /// per call, share.
 pub fn write_ops(report: &EnergyReport, out: &mut dyn Write) -> io::Result<()> {
+    // The shapes column only for runs recorded with --torch-shapes: other tables stay as they were.
+    let with_shapes = report.spans.iter().any(|op| !op.shapes.shapes.is_empty());
     writeln!(
         out,
-        "{:<24} {:>10} {:>12} {:>12} {:>14} {:>12} {:>8}",
-        "op", "calls", "median ms", "mean ms", "J per call", "± J", "share"
+        "{:<24} {:>10} {:>12} {:>12} {:>14} {:>12} {:>8}{}",
+        "op",
+        "calls",
+        "median ms",
+        "mean ms",
+        "J per call",
+        "± J",
+        "share",
+        if with_shapes { "  shapes (dtypes)" } else { "" }
     )?;
     for op in &report.spans {
         let calls = op.calls.max(1) as f64;
         writeln!(
             out,
-            "{:<24} {:>10} {:>12.4} {:>12.4} {:>14.6} {:>12.6} {:>7.2}%",
+            "{:<24} {:>10} {:>12.4} {:>12.4} {:>14.6} {:>12.6} {:>7.2}%{}",
             op.name,
             op.calls,
             op.median_s * 1e3,
             op.mean_s * 1e3,
             op.energy_j / calls,
             op.uncertainty_j / calls,
-            report.share_of(op.energy_j) * 100.0
+            report.share_of(op.energy_j) * 100.0,
+            shapes_cell(op)
         )?;
     }
     Ok(())
+}
+
+/// `  [32,3,56,56];[64,3,3,3] (float32;float32)` after a row of an op with shapes, else nothing.
+fn shapes_cell(op: &SpanEnergy) -> String {
+    if op.shapes.shapes.is_empty() {
+        String::new()
+    } else {
+        format!("  {} ({})", op.shapes.shapes, op.shapes.dtypes)
+    }
 }

@@ -50,3 +50,67 @@ fn renders_json_and_text() {
     ));
     assert_eq!(value["drops"], serde_json::json!({"lane_full": 3, "no_lane": 0, "interrupted": 0}));
 }
+
+/// ITT spans nest (a phase holds its ops): the call tables leave them to the span table, where
+/// they are not summed with calls; the JSON keeps their counts in `calls`.
+#[test]
+fn call_tables_count_calls_not_spans() {
+    use mlprof_format::func::Func;
+    use mlprof_format::record::{Event, IttSpan};
+    use mlprof_format::runfile::{ProcessInfo, RunEnd, RunInfo, RunWriter};
+    use mlprof_format::string_id;
+
+    let path = std::env::temp_dir().join(format!("mlprof-report-spans-{}.bin", std::process::id()));
+    let info = RunInfo { command: vec!["train".into()], start_mono_ns: 1_000, ..Default::default() };
+    let mut w = RunWriter::create(&path, &info).unwrap();
+    w.write_process(&ProcessInfo {
+        pid: 7,
+        ppid: 1,
+        argv: vec!["train".into()],
+        start_ns: 1_000,
+        forked: false,
+        ..Default::default()
+    })
+    .unwrap();
+    let (domain, name) = (string_id(b"mlprof.phase"), string_id(b"forward"));
+    w.write_string(domain, b"mlprof.phase").unwrap();
+    w.write_string(name, b"forward").unwrap();
+    let read = Event {
+        kind: Func::Read as u16,
+        pid: 7,
+        tid: 7,
+        fd: 0,
+        start: 2_000,
+        dur: 100,
+        ..Default::default()
+    };
+    let task = IttSpan {
+        kind: Func::IttTask as u16,
+        pid: 7,
+        tid: 7,
+        start: 1_500,
+        dur: 9_000,
+        name,
+        domain,
+        ..Default::default()
+    };
+    w.write_events(&[read, task.into_event()]).unwrap();
+    w.finish(&RunEnd { end_ns: 20_000, events: 2, dropped: 0 }).unwrap();
+    let s = Summary::compute(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(s.calls["itt_task"].count, 1);
+    let mut out = Vec::new();
+    text::write(&s, 10, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let tree = &text[text.find("Whole process tree:").unwrap()..text.find("Per process:").unwrap()];
+    assert!(!tree.contains("itt_task"), "{tree}");
+    assert!(
+        tree.contains("100.00    0.000000       0.100          1        0            0  read\n"),
+        "{tree}"
+    );
+    assert!(
+        text.contains("  pid 7 (ppid 1) train — 1 calls, exit not seen\n      read 1×/100 ns\n"),
+        "{text}"
+    );
+    assert!(text.contains("           1       9.0 µs       9.0 µs  mlprof.phase   forward\n"), "{text}");
+}

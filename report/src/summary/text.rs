@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::io::{self, Write};
 
+use mlprof_format::func::{Api, Func};
 use mlprof_format::runfile::NodeInfo;
 
 use super::{CallStats, CallTable, GpuSummary, Part, Ranks, StartupRow, Summary, SyscallView};
@@ -28,7 +29,7 @@ pub fn write(summary: &Summary, top: usize, out: &mut dyn Write) -> io::Result<(
     }
     writeln!(out)?;
     writeln!(out, "Whole process tree:")?;
-    call_table(&summary.calls, out)?;
+    call_table(&calls_only(&summary.calls), out)?;
     writeln!(out)?;
     writeln!(out, "Per process:")?;
     for p in &summary.processes {
@@ -40,7 +41,8 @@ pub fn write(summary: &Summary, top: usize, out: &mut dyn Write) -> io::Result<(
             },
             None => "exit not seen".into(),
         };
-        let total: u64 = p.calls.values().map(|s| s.count).sum();
+        let calls = calls_only(&p.calls);
+        let total: u64 = calls.values().map(|s| s.count).sum();
         let origin = if p.exec_index > 0 {
             " [exec]"
         } else if p.forked {
@@ -61,7 +63,7 @@ pub fn write(summary: &Summary, top: usize, out: &mut dyn Write) -> io::Result<(
             p.ppid,
             truncate(&p.cmdline, 80)
         )?;
-        let mut top_calls: Vec<_> = p.calls.iter().collect();
+        let mut top_calls: Vec<_> = calls.iter().collect();
         top_calls.sort_by_key(|(_, s)| std::cmp::Reverse(s.total_ns));
         let line: Vec<String> = top_calls
             .iter()
@@ -183,6 +185,18 @@ fn ranks_section(ranks: &Ranks, out: &mut dyn Write) -> io::Result<()> {
             "  Straggler: no steps to compare (optimizer.step phases come with mlprof-collect --torch)"
         ),
     }
+}
+
+/// The table without ITT tasks, frames and markers: they are spans that nest (a phase holds
+/// its ops, an op its calls), so summing them with calls made shares like "itt_task 89.5 % of
+/// the time". They have their own table (`spans_section`); `summary --json` keeps them in
+/// `calls` with their counts, as documented.
+fn calls_only(calls: &CallTable) -> CallTable {
+    calls
+        .iter()
+        .filter(|(name, _)| Func::from_name(name).is_none_or(|f| f.api() != Api::Itt))
+        .map(|(name, stats)| (*name, *stats))
+        .collect()
 }
 
 fn call_table(calls: &CallTable, out: &mut dyn Write) -> io::Result<()> {
