@@ -1,5 +1,6 @@
 //! The page of a small synthetic run: sections, exact numbers, no external reference.
 
+use super::tables::compact_list;
 use super::*;
 use crate::test_run;
 
