@@ -10,7 +10,6 @@ use libc::{off_t, off64_t, size_t, ssize_t};
 use mlprof_format::func::Func;
 use mlprof_format::record::Event;
 
-use crate::guard;
 use crate::real::{Real, as_fn};
 use crate::recorder::Span;
 
@@ -42,6 +41,9 @@ macro_rules! fd_int_hook {
 
 // ---- duplication and control ---------------------------------------------------------------
 
+fd_int_hook!(close, c"close", Func::Close, (fd: c_int), fd: fd, arg: 0, arg2: 0, extra: 0);
+fd_int_hook!(fsync, c"fsync", Func::Fsync, (fd: c_int), fd: fd, arg: 0, arg2: 0, extra: 0);
+fd_int_hook!(fdatasync, c"fdatasync", Func::Fdatasync, (fd: c_int), fd: fd, arg: 0, arg2: 0, extra: 0);
 fd_int_hook!(dup, c"dup", Func::Dup, (fd: c_int), fd: fd, arg: -1i64, arg2: 0, extra: 0);
 fd_int_hook!(dup2, c"dup2", Func::Dup2, (fd: c_int, target: c_int), fd: fd, arg: target, arg2: 0, extra: 0);
 fd_int_hook!(dup3, c"dup3", Func::Dup3, (fd: c_int, target: c_int, flags: c_int), fd: fd, arg: target, arg2: 0, extra: flags);
@@ -79,15 +81,7 @@ macro_rules! posix_hook {
                 extra: $extra as u32,
                 ..Event::default()
             };
-            if ret == 0 {
-                span.finish(event, $func, false);
-            } else {
-                // `finish` records the thread's errno for a failed call: lend it the number.
-                let errno = guard::errno();
-                guard::set_errno(ret);
-                span.finish(event, $func, true);
-                guard::set_errno(errno);
-            }
+            span.finish_with_error(event, $func, ret);
             ret
         }
     };

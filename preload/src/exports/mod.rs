@@ -136,26 +136,7 @@ open_hook!(__openat64_2, c"__openat64_2", Func::Openat64, (dirfd: c_int, path: *
 
 // ---- fd-only calls -------------------------------------------------------------------------
 
-macro_rules! fd_hook {
-    ($sym:ident, $name:literal, $func:expr) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $sym(fd: c_int) -> c_int {
-            let real = real!($name, unsafe extern "C" fn(c_int) -> c_int, -1);
-            let Some(span) = Span::begin($func) else {
-                // Safety: forwarding the caller's argument unchanged.
-                return unsafe { real(fd) };
-            };
-            // Safety: as above.
-            let ret = unsafe { real(fd) };
-            span.finish(Event { fd, ret: ret as i64, ..Event::default() }, $func, ret < 0);
-            ret
-        }
-    };
-}
-
-fd_hook!(close, c"close", Func::Close);
-fd_hook!(fsync, c"fsync", Func::Fsync);
-fd_hook!(fdatasync, c"fdatasync", Func::Fdatasync);
+// close, fsync and fdatasync are in `fds` with the other calls on a descriptor.
 
 macro_rules! lseek_hook {
     ($sym:ident, $name:literal, $func:expr, $off:ty) => {

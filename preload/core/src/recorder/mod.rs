@@ -156,6 +156,22 @@ impl Span {
         }
     }
 
+    /// Ends a call that reports failure by returning an error number and leaves errno alone
+    /// (`posix_fallocate`, `posix_fadvise`): the record's errno is `error`, and the thread's
+    /// errno stays what the caller had.
+    #[inline(always)]
+    pub fn finish_with_error(self, mut event: Event, func: Func, error: i32) {
+        let end = clock::now();
+        event.errno = error;
+        if error == 0 {
+            self.write(end, event, func, false);
+        } else {
+            let kept = guard::errno();
+            self.write(end, event, func, true);
+            guard::set_errno(kept);
+        }
+    }
+
     /// The calling thread's state.
     pub fn thread(&self) -> &ThreadState {
         &self.thread
