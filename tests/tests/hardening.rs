@@ -79,6 +79,21 @@ fn small_shared_memory_never_kills_the_job() {
     assert!(stderr.contains("without profiling") && stderr.contains("--shm-size"), "{stderr}");
 }
 
+/// Runs `prog` bare and under the collector (writing `out`): both succeed and print the same
+/// results and errno values.
+fn run_bare_and_profiled_alike(prog: &str, out: &std::path::Path) {
+    let mut bare = Command::new(prog);
+    clean_env(&mut bare);
+    let bare = output_with_timeout(bare, default_timeout());
+    assert!(bare.status.success(), "{}", describe(&bare));
+    let profiled = run_collect_ok(out, &[prog]);
+    assert_eq!(
+        String::from_utf8_lossy(&profiled.stdout),
+        String::from_utf8_lossy(&bare.stdout),
+        "results and errno under mlprof must equal those without it"
+    );
+}
+
 /// Every hooked libc function that takes a pointer, called with invalid ones (and with invalid
 /// flags or modes beside a bad pointer): the same return values and errno as without mlprof,
 /// no crash, every call recorded.
@@ -86,22 +101,8 @@ fn small_shared_memory_never_kills_the_job() {
 fn invalid_pointers_fail_as_without_mlprof() {
     let dir = TempDir::new("badptr");
     let prog = compile("badptr", &dir);
-    let bare = output_with_timeout(
-        {
-            let mut c = Command::new(&prog);
-            clean_env(&mut c);
-            c
-        },
-        default_timeout(),
-    );
-    assert!(bare.status.success(), "{}", describe(&bare));
     let out = dir.join("run.bin");
-    let profiled = run_collect_ok(&out, &[&prog]);
-    assert_eq!(
-        String::from_utf8_lossy(&profiled.stdout),
-        String::from_utf8_lossy(&bare.stdout),
-        "results and errno under mlprof must equal those without it"
-    );
+    run_bare_and_profiled_alike(&prog, &out);
     let s = clean_summary(&out);
     let p = s.proc_exact(&prog);
     let calls = p.calls();
@@ -140,22 +141,8 @@ fn invalid_pointers_fail_as_without_mlprof() {
 fn invalid_pointers_in_metadata_calls_fail_as_without_mlprof() {
     let dir = TempDir::new("badptr-meta");
     let prog = compile("badptr_meta", &dir);
-    let bare = output_with_timeout(
-        {
-            let mut c = Command::new(&prog);
-            clean_env(&mut c);
-            c
-        },
-        default_timeout(),
-    );
-    assert!(bare.status.success(), "{}", describe(&bare));
     let out = dir.join("run.bin");
-    let profiled = run_collect_ok(&out, &[&prog]);
-    assert_eq!(
-        String::from_utf8_lossy(&profiled.stdout),
-        String::from_utf8_lossy(&bare.stdout),
-        "results and errno under mlprof must equal those without it"
-    );
+    run_bare_and_profiled_alike(&prog, &out);
     let s = clean_summary(&out);
     let calls = s.proc_exact(&prog).calls();
     let mut e = s.expect();
