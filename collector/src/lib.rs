@@ -94,6 +94,13 @@ struct Args {
     /// call, BENCHMARKS.md). Sets MLPROF_TORCH_SHAPES=1 for the hook.
     #[arg(long)]
     torch_shapes: bool,
+    /// Complete mode: also record the system calls no symbol hook sees (glibc's own, raw
+    /// syscall(), inline syscall instructions, the dynamic loader inside dlopen), every thread
+    /// and child, by trapping each one with Linux's syscall user dispatch (5.11+; not ptrace).
+    /// Costs a signal delivery per system call (~2-7 µs, BENCHMARKS.md); off by default. Sets
+    /// MLPROF_ALL_SYSCALLS=1 for the library. See README "System calls".
+    #[arg(long)]
+    all_syscalls: bool,
     /// Print nothing but errors.
     #[arg(long, short)]
     quiet: bool,
@@ -226,6 +233,9 @@ fn run(args: Args) -> Result<ExitCode, String> {
             torch_hook.iter().map(|hook| ("PYTHONPATH", hook.python_path())).collect();
         if args.torch_shapes {
             extra_env.push(("MLPROF_TORCH_SHAPES", "1".into()));
+        }
+        if args.all_syscalls {
+            extra_env.push(("MLPROF_ALL_SYSCALLS", "1".into()));
         }
         let mut child = launch::spawn(&args.command, &preload, &shm_path, &session, &extra_env)?;
         let child_pid = child.id();

@@ -39,6 +39,12 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         meaning: "1 (set by --torch-shapes): under --torch, also record each op's input shapes and dtypes (markers in domain mlprof.shapes)",
     },
     EnvOption {
+        name: "MLPROF_ALL_SYSCALLS",
+        read_by: ReadBy::Preload,
+        default: "0",
+        meaning: "1 (set by --all-syscalls): complete mode, every system call of every thread trapped (syscall user dispatch) and recorded",
+    },
+    EnvOption {
         name: "MLPROF_SHM",
         read_by: ReadBy::Preload,
         default: "(set by the launcher)",

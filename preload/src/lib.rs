@@ -33,5 +33,13 @@ fn mlprof_init() {
         // The first ITT call loads the collector (dlopen), whose own calls are not the
         // application's.
         state.foreign(itt_stamp::init);
+        // Last, so that our own start-up is not trapped.
+        #[cfg(target_arch = "x86_64")]
+        if mlprof_preload_core::trap::requested() && !mlprof_preload_core::trap::enable_for_process() {
+            mlprof_preload_core::sys::log_line(&[
+                b"mlprof: --all-syscalls: this kernel refused syscall user dispatch (Linux 5.11+ needed); ",
+                b"recording the hooked calls only",
+            ]);
+        }
     }
 }

@@ -50,6 +50,10 @@ pub struct ThreadState {
     /// recorded (the lane has one writer), so they are counted as dropped. Atomic because the
     /// handler and the interrupted code share it.
     pub nested: core::sync::atomic::AtomicU32,
+    /// Complete mode: the application asked to block SIGSYS, which is never really blocked
+    /// (a trapped system call with SIGSYS blocked would kill the process): what it is told
+    /// its mask holds (see `trap::signals`).
+    pub trap_sigsys_blocked: Cell<bool>,
 }
 
 unsafe extern "C" {
@@ -159,6 +163,7 @@ impl ThreadState {
             gpu_depth: Cell::new(0),
             internal: Cell::new(false),
             nested: core::sync::atomic::AtomicU32::new(0),
+            trap_sigsys_blocked: Cell::new(false),
         }
     }
 

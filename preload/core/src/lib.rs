@@ -13,7 +13,9 @@
 //!    vfork, thread exit), lanes, strings and the record API the hooks use ([`recorder::Span`],
 //!    [`recorder::AggregateCall`]); ITT stamping is injected into it ([`recorder::stamp`]), not
 //!    imported; [`gpu`] records CUDA/NCCL calls through it;
-//! 4. [`itt`]: mlprof as an ITT collector (ABI structs, interning, task stacks, chaining).
+//! 4. [`itt`]: mlprof as an ITT collector (ABI structs, interning, task stacks, chaining);
+//!    [`trap`]: complete mode, every system call trapped with syscall user dispatch and
+//!    recorded through the recorder.
 //!
 //! Hook rules: no lock, no allocation, no system call beyond the intercepted one on the hot
 //! path; errno preserved; a full ring drops and counts; nothing here may panic.
@@ -31,6 +33,8 @@ pub mod library;
 pub mod real;
 pub mod recorder;
 pub mod sys;
+#[cfg(target_arch = "x86_64")]
+pub mod trap;
 pub mod user_memory;
 
 #[cfg(test)]

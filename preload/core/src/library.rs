@@ -25,6 +25,14 @@ pub fn contains(addr: usize) -> bool {
     text_range().is_some_and(|(start, end)| (start..end).contains(&addr))
 }
 
+/// Whether `addr` lies in our own code, from the range found before (false when it was not
+/// looked up yet): what a signal handler may ask, since finding the range takes the loader's
+/// lock, which the interrupted code may hold.
+pub fn contains_known(addr: usize) -> bool {
+    let (start, end) = (TEXT_START.load(Ordering::Relaxed), TEXT_END.load(Ordering::Relaxed));
+    (start..end).contains(&addr)
+}
+
 #[cold]
 fn find_text_range() -> Option<(usize, usize)> {
     let mut info: libc::Dl_info = libc::Dl_info {

@@ -19,3 +19,15 @@ __attribute__((visibility("hidden"))) void *mlprof_thread_state(void) {
 __attribute__((visibility("hidden"))) unsigned long mlprof_thread_state_bytes(void) {
     return MLPROF_THREAD_STATE_BYTES;
 }
+
+/*
+ * Complete mode's per-thread word (trap/mod.rs, trap/stubs.S): [0] the syscall user dispatch
+ * selector (0 = let system calls through, 1 = trap them), [1] what kind of child the thread's
+ * trapped clone is making (1 = a vfork child), read by the child in the stub. Initial-exec
+ * like the state above: the stubs reach it with two instructions and no call.
+ */
+__attribute__((visibility("hidden"), tls_model("initial-exec"))) __thread unsigned char mlprof_trap_state[2];
+
+__attribute__((visibility("hidden"))) unsigned char *mlprof_trap_state_of_thread(void) {
+    return mlprof_trap_state;
+}

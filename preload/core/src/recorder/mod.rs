@@ -172,6 +172,49 @@ impl Span {
         }
     }
 
+    /// Starts timing a system call trapped in complete mode (from the SIGSYS handler), or
+    /// `None` when it is not to be recorded: no session (a signal handler does not join), or
+    /// the call is our own (the guard is held: a system call made by our bookkeeping). No ITT
+    /// stamp: a trapped call is below the libc call that may be stamped already.
+    #[inline(always)]
+    pub fn begin_trapped() -> Option<Span> {
+        if !session::is_active_quick() {
+            return None;
+        }
+        let thread = guard::current()?;
+        if thread.in_hook.get() {
+            return None;
+        }
+        if thread.vfork_pending.get() && !lifecycle::vfork_parent_resumed(&thread) {
+            return None;
+        }
+        let (ring, lane, writer) = thread_lane(&thread)?;
+        Some(Span { thread, ring, lane, writer, start: clock::now(), stamped: false })
+    }
+
+    /// Ends a trapped system call: `number` (kept in `extra`), its first two arguments (`fd`
+    /// and `arg`), and the kernel's return value (`-errno` on failure, which sets the error
+    /// flag and `errno`). `at_once`: a call the handler does not make itself (it returns twice,
+    /// or never), recorded with no duration when it is made.
+    #[inline(always)]
+    pub fn finish_trapped(self, number: u32, args: [u64; 2], ret: i64, at_once: bool) {
+        let end = if at_once { self.start } else { clock::now() };
+        let failed = (-4095..0).contains(&ret);
+        let event = Event {
+            fd: args[0] as i32,
+            arg: args[1],
+            ret,
+            errno: if failed { -ret as i32 } else { 0 },
+            extra: number,
+            ..Event::default()
+        };
+        // A trapped call inside a hooked libc call: the hook's call is still in flight.
+        let thread = self.thread;
+        let in_flight = thread.in_flight.get();
+        self.write(end, event, Func::TrappedSyscall, failed);
+        thread.in_flight.set(in_flight);
+    }
+
     /// The calling thread's state.
     pub fn thread(&self) -> &ThreadState {
         &self.thread
@@ -223,8 +266,10 @@ impl Span {
         if nested != 0 {
             self.ring.count_interrupted(self.lane, nested as u64);
         }
-        state.in_hook.set(false);
+        // With the guard held: in complete mode a system call made here is ours, not the
+        // application's.
         session::check(end);
+        state.in_hook.set(false);
     }
 
     /// Names GPU function `handle` for the collector, once per handle per process: `resolve`
