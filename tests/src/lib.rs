@@ -41,6 +41,7 @@ pub mod expect;
 pub mod locations;
 pub mod program;
 pub mod skip;
+pub mod strace;
 pub mod summary;
 pub mod tmp;
 

@@ -2,27 +2,12 @@
 //! exact counts per function and per file, and `mlprof summary --syscalls --json` held against
 //! `strace -f` on the same program (tests/programs/metadata.c).
 
+use mlprof_tests::strace::*;
 use mlprof_tests::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::process::Command;
 
 const N: u64 = 20;
-
-/// `mlprof summary --syscalls --json RUN`, parsed.
-fn syscalls_json(run_bin: &std::path::Path) -> Value {
-    let mut c = Command::new(&bins().mlprof);
-    clean_env(&mut c);
-    c.arg("summary").arg("--syscalls").arg("--json").arg(run_bin);
-    let out = output_with_timeout(c, default_timeout());
-    assert!(out.status.success(), "mlprof summary --syscalls --json failed\n{}", describe(&out));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "summary --syscalls --json printed invalid JSON ({e}):\n{}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })
-}
 
 /// Every hooked call of metadata.c, counted exactly per function (with its failures), per
 /// file (duplicated descriptors keep their file's name, `*at` paths are joined to their
@@ -176,96 +161,6 @@ fn metadata_directory_descriptor_and_loader_calls() {
     e.finish();
 }
 
-/// One system call strace printed: who made it, its name and everything after the name
-/// (arguments and result; an `<unfinished ...>` call joined with its `<... resumed>` rest).
-struct Traced {
-    pid: String,
-    name: String,
-    rest: String,
-}
-
-impl Traced {
-    fn failed(&self) -> bool {
-        self.rest.contains(" = -1 ")
-    }
-    /// The first quoted argument (a path).
-    fn path(&self) -> Option<&str> {
-        self.rest.split('"').nth(1)
-    }
-}
-
-/// The system calls `strace -f` printed between the markers (`write(-1, "MLPROF_MARK1")` ..
-/// `write(-1, "MLPROF_MARK2")`, both included, whichever process made them).
-fn strace_window(trace: &str) -> Vec<Traced> {
-    let mut pending: BTreeMap<String, (String, String)> = BTreeMap::new();
-    let mut calls = Vec::new();
-    let mut on = false;
-    for line in trace.lines() {
-        // `-f` prefixes each line with the pid.
-        let (pid, line) = line.split_once(' ').unwrap_or(("", line));
-        let line = line.trim_start();
-        if line.contains("MLPROF_MARK1") {
-            on = true;
-        }
-        if line.starts_with("+++") || line.starts_with("---") {
-            continue;
-        }
-        let call = if let Some(resumed) = line.strip_prefix("<... ") {
-            let Some((name, rest)) = resumed.split_once(" resumed>") else { continue };
-            match pending.remove(pid) {
-                Some((n, head)) if n == name => (n, head + rest),
-                _ => continue,
-            }
-        } else {
-            let Some((name, rest)) = line.split_once('(') else { continue };
-            if name.is_empty() || name.contains(' ') {
-                continue;
-            }
-            if let Some(head) = rest.strip_suffix("<unfinished ...>") {
-                pending.insert(pid.to_string(), (name.to_string(), head.to_string()));
-                continue;
-            }
-            (name.to_string(), rest.to_string())
-        };
-        if on {
-            calls.push(Traced { pid: pid.to_string(), name: call.0, rest: call.1 });
-        }
-        if line.contains("MLPROF_MARK2") {
-            break;
-        }
-    }
-    calls
-}
-
-/// `name -> (calls, errors)` of `calls`.
-fn tally<'a>(calls: impl Iterator<Item = &'a Traced>) -> BTreeMap<String, (u64, u64)> {
-    let mut counts = BTreeMap::new();
-    for c in calls {
-        let entry = counts.entry(c.name.clone()).or_insert((0, 0));
-        entry.0 += 1;
-        entry.1 += c.failed() as u64;
-    }
-    counts
-}
-
-/// Runs `strace -f -o DIR/strace.txt CMD`; `None` (skipped, saying why) where strace is missing
-/// or may not trace.
-fn strace(dir: &TempDir, cmd: &[String]) -> Option<(String, std::process::Output)> {
-    if !require_program("strace", "the reference counts of the strace-shaped view") {
-        return None;
-    }
-    let trace = dir.join("strace.txt");
-    let mut c = Command::new("strace");
-    clean_env(&mut c).arg("-f").arg("-o").arg(&trace).args(cmd);
-    let o = output_with_timeout(c, default_timeout());
-    if !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("PTRACE_TRACEME") {
-        skip(format!("strace cannot trace here (ptrace refused): {}", describe(&o)));
-        return None;
-    }
-    assert!(o.status.success(), "strace -f {cmd:?} failed\n{}", describe(&o));
-    Some((std::fs::read_to_string(&trace).expect("strace output"), o))
-}
-
 /// The strace-shaped view folds each recorded libc call into the system calls it makes; on
 /// metadata.c every system call in it must equal strace's count and errors exactly, and every
 /// system call strace saw between the markers must be in it, except malloc's own (`brk`,
@@ -316,33 +211,6 @@ fn is_shared_library(path: &str) -> bool {
     let Some(at) = file.find(".so") else { return false };
     let rest = &file[at + 3..];
     rest.is_empty() || (rest.starts_with('.') && rest[1..].chars().all(|c| c.is_ascii_digit() || c == '.'))
-}
-
-/// The `--syscalls` view of `root` and every process below it (by ppid), summed.
-fn view_of_tree(summary: &Summary, view: &Value, root: u64) -> BTreeMap<String, (u64, u64)> {
-    let mut pids = vec![root];
-    let mut grew = true;
-    while grew {
-        grew = false;
-        for p in summary.processes() {
-            if pids.contains(&p.ppid()) && !pids.contains(&p.pid()) {
-                pids.push(p.pid());
-                grew = true;
-            }
-        }
-    }
-    let mut counts = BTreeMap::new();
-    for pid in pids {
-        let Some(table) = view.pointer(&format!("/per_process/{pid}")).and_then(Value::as_object) else {
-            continue;
-        };
-        for (name, stat) in table {
-            let entry = counts.entry(name.clone()).or_insert((0, 0));
-            entry.0 += stat.get("count").and_then(Value::as_u64).unwrap_or(0);
-            entry.1 += stat.get("errors").and_then(Value::as_u64).unwrap_or(0);
-        }
-    }
-    counts
 }
 
 /// Issue 16's reference job: an ImageFolder-like scan and a DataLoader with 2 workers over a

@@ -1,5 +1,6 @@
 //! A recorded libc, CUDA or NCCL call as a slice: named after the function, in a category per
-//! API (libc calls by kind: `io`, `mmap`, `clock`, `ioctl`), with the call's arguments.
+//! API (libc calls by kind: `io`, `mmap`, `clock`, `ioctl`; complete mode's trapped system calls
+//! in `syscall`, named after theirs), with the call's arguments.
 
 use std::io;
 
@@ -33,6 +34,10 @@ pub(super) fn write<W: TraceWriter>(
         Api::Itt => unreachable!("ITT records are annotations, written by convert::itt"),
     };
     let (name, category) = match c.function_texts.get(event.kind as usize).copied().flatten() {
+        // Complete mode's trapped calls are named after their system call.
+        _ if func == Func::TrappedSyscall => {
+            (c.text(Text::Syscall(event.extra)), c.text(Text::Literal("syscall")))
+        }
         Some(texts) => texts,
         None => {
             let texts = (c.text(Text::Function(func)), c.text(Text::Literal(category)));
@@ -71,6 +76,18 @@ fn libc_args<W: TraceWriter>(
     event: &Event,
     args: &mut ArgList<'_, MAX_ARGS>,
 ) {
+    if class == Class::Syscall {
+        // A trapped system call (complete mode): its number, its first argument (the low 32
+        // bits, kept in `fd`) and second, the kernel's return value (-errno on failure).
+        args.push("nr", ArgValue::UInt(event.extra.into()));
+        args.push("arg0", ArgValue::Int(event.fd.into()));
+        args.push("arg1", ArgValue::Hex(event.arg));
+        args.push("ret", ArgValue::Int(event.ret));
+        if event.is_error() {
+            args.push("errno", ArgValue::Int(event.errno.into()));
+        }
+        return;
+    }
     args.push("fd", ArgValue::Int(event.fd.into()));
     args.push("ret", ArgValue::Int(event.ret));
     if matches!(class, Class::Read | Class::Write) {

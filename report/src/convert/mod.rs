@@ -368,6 +368,8 @@ enum Text {
     IttCategory(u64),
     /// A kernel's demangled name: (pid, function handle).
     Kernel(u32, u64),
+    /// A trapped system call's name (complete mode), by number.
+    Syscall(u32),
 }
 
 /// The counter tracks of calls and drops.
@@ -649,6 +651,7 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
             Text::IttCategory(0) => self.out.intern("itt,"),
             Text::IttCategory(domain) => self.out.intern(&format!("itt,{}", meta.string(domain))),
             Text::Kernel(pid, function) => self.out.intern(&meta.kernel_name(pid, function)),
+            Text::Syscall(nr) => self.out.intern(&crate::summary::syscalls::syscall_name(nr)),
         };
         self.texts.insert(text, handle);
         handle

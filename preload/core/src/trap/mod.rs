@@ -161,7 +161,15 @@ extern "C" fn on_sigsys(signal: c_int, info: *mut libc::siginfo_t, context: *mut
         // Safety: and, for a SA_SIGINFO handler, the interrupted context.
         match unsafe { context.cast::<libc::ucontext_t>().as_mut() } {
             Some(context) if code == SYS_USER_DISPATCH => dispatch(context),
-            _ => signals::forward(signal, info, context),
+            _ => {
+                if signals::forward(signal, info, context) {
+                    // The application's handler ran and returned, as after a delivery of its
+                    // own, which the kernel ends with an rt_sigreturn (made from our frame).
+                    if let Some(span) = untrapped(Span::begin_trapped) {
+                        untrapped(|| span.finish_trapped(libc::SYS_rt_sigreturn as u32, [0, 0], 0, true));
+                    }
+                }
+            }
         }
     });
 }

@@ -154,11 +154,12 @@ pub(super) fn sigaction(args: [u64; 6]) -> i64 {
     ret
 }
 
-/// A SIGSYS that is not one of our traps: what the application's action says.
-pub(super) fn forward(signal: c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
+/// A SIGSYS that is not one of our traps: what the application's action says. Returns
+/// whether the application's handler ran.
+pub(super) fn forward(signal: c_int, info: *mut libc::siginfo_t, context: *mut c_void) -> bool {
     let action = app_sigsys();
     match action.handler {
-        h if h == libc::SIG_IGN => {}
+        h if h == libc::SIG_IGN => false,
         h if h == libc::SIG_DFL => {
             // The default action (the process dies, with a core): ours goes, and the signal
             // is sent again, to be taken as soon as this handler returns.
@@ -166,6 +167,7 @@ pub(super) fn forward(signal: c_int, info: *mut libc::siginfo_t, context: *mut c
             let (pid, tid) = (raw::getpid(), raw::gettid());
             // Safety: tgkill with integer arguments.
             unsafe { raw::syscall6(libc::SYS_tgkill, [pid, tid, libc::SIGSYS as u64, 0, 0, 0]) };
+            false
         }
         handler if action.flags & libc::SA_SIGINFO as u64 != 0 => {
             type Handler = unsafe extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void);
@@ -173,6 +175,7 @@ pub(super) fn forward(signal: c_int, info: *mut libc::siginfo_t, context: *mut c
             let handler: Handler = unsafe { core::mem::transmute::<usize, Handler>(handler) };
             // Safety: calling it as the kernel would have.
             unsafe { handler(signal, info, context) };
+            true
         }
         handler => {
             type Handler = unsafe extern "C" fn(c_int);
@@ -180,6 +183,7 @@ pub(super) fn forward(signal: c_int, info: *mut libc::siginfo_t, context: *mut c
             let handler: Handler = unsafe { core::mem::transmute::<usize, Handler>(handler) };
             // Safety: calling it as the kernel would have.
             unsafe { handler(signal) };
+            true
         }
     }
 }
