@@ -1,9 +1,9 @@
 //! The strace-shaped view (`mlprof summary --syscalls`): the run's calls as the system calls
 //! they make, so the table reads like `strace -f -c`.
 //!
-//! A process in complete mode (trapped system call records; not written by any released
-//! preload yet, see README "System calls") would have recorded every system call it made:
-//! those are counted as they are. Any other process is folded: each
+//! A process in complete mode (`mlprof-collect --all-syscalls`: trapped system call records,
+//! see README "System calls") recorded every system call it made: those are counted as they
+//! are. Any other process is folded: each
 //! recorded libc call becomes the system calls glibc (2.33 and later, x86_64) makes for it —
 //! `open64`/`fopen` → `openat`, `stat` → `newfstatat`, `__xstat` → `stat`, `opendir` → `openat`
 //! and `newfstatat`, `readdir` → `getdents64` when it refilled its buffer, `isatty` → `ioctl`,

@@ -30,6 +30,14 @@ pub fn write(summary: &Summary, top: usize, out: &mut dyn Write) -> io::Result<(
     writeln!(out)?;
     writeln!(out, "Whole process tree:")?;
     call_table(&calls_only(&summary.calls), out)?;
+    if let Some(trapped) = summary.calls.get(Func::TrappedSyscall.name()).filter(|s| s.count > 0) {
+        writeln!(
+            out,
+            "Complete mode: {} system calls trapped ({} failed), inside the calls above and not added \
+             to them: `mlprof summary --syscalls` lists them.",
+            trapped.count, trapped.errors
+        )?;
+    }
     writeln!(out)?;
     writeln!(out, "Per process:")?;
     for p in &summary.processes {
@@ -190,11 +198,14 @@ fn ranks_section(ranks: &Ranks, out: &mut dyn Write) -> io::Result<()> {
 /// The table without ITT tasks, frames and markers: they are spans that nest (a phase holds
 /// its ops, an op its calls), so summing them with calls made shares like "itt_task 89.5 % of
 /// the time". They have their own table (`spans_section`); `summary --json` keeps them in
-/// `calls` with their counts, as documented.
+/// `calls` with their counts, as documented. Complete mode's trapped system calls are left
+/// out too: they lie inside the libc calls above them (`--syscalls` shows them).
 fn calls_only(calls: &CallTable) -> CallTable {
     calls
         .iter()
-        .filter(|(name, _)| Func::from_name(name).is_none_or(|f| f.api() != Api::Itt))
+        .filter(|(name, _)| {
+            Func::from_name(name).is_none_or(|f| f.api() != Api::Itt && f != Func::TrappedSyscall)
+        })
         .map(|(name, stats)| (*name, *stats))
         .collect()
 }
