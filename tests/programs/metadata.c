@@ -38,6 +38,9 @@
  *   write(a, 16); write(b, 16); write(c, 16); write(e, 16)
  *                                             write 4 (attributed to DIR/d/f0)
  *   fcntl(fd, F_GETFL); dup(-1)               fcntl 2 in all, dup 2 (1 error: EBADF)
+ *   fcntl(fd, F_SETOWN, -pgrp); fcntl(fd, F_GETOWN) == -pgrp
+ *                                             fcntl 4 in all, no error (a negative owner is
+ *                                             a process group, not a failure)
  *   close(a); close(b); close(c); close(e)    close 4
  *   ftruncate(fd, 4096)                       ftruncate 1
  *   fallocate(fd, 0, 0, 8192)                 fallocate 1
@@ -106,6 +109,7 @@ int main(int argc, char **argv) {
     memset(data, 'm', sizeof data);
     snprintf(top, sizeof top, "%s/d", dir);
 
+    pid_t pgrp = getpgrp(); /* before the window: strace would count it */
     mark("MLPROF_MARK1");
     CHECK(mkdir(top, 0755) == 0, "mkdir %s", top);
     expect_fail(mkdir(top, 0755), EEXIST, "mkdir again");
@@ -165,6 +169,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 4; i++) CHECK(write(dups[i], data, sizeof data) == sizeof data, "write dup");
     CHECK(fcntl(fd, F_GETFL) >= 0, "F_GETFL");
     expect_fail(dup(-1), EBADF, "dup -1");
+    CHECK(fcntl(fd, F_SETOWN, -pgrp) == 0, "F_SETOWN");
+    CHECK(fcntl(fd, F_GETOWN) == -pgrp, "F_GETOWN: the process group, negative");
     for (int i = 0; i < 4; i++) CHECK(close(dups[i]) == 0, "close dup");
     CHECK(ftruncate(fd, 4096) == 0, "ftruncate");
     CHECK(fallocate(fd, 0, 0, 8192) == 0, "fallocate");

@@ -33,7 +33,8 @@ macro_rules! fd_int_hook {
                 extra: $extra as u32,
                 ..Event::default()
             };
-            span.finish(event, $func, ret < 0);
+            // -1 is the only failure (fcntl(F_GETOWN) returns a process group as -pgid).
+            span.finish(event, $func, ret == -1);
             ret
         }
     };
@@ -113,7 +114,8 @@ macro_rules! transfer_hook {
                 extra: $from as u32,
                 ..Event::default()
             };
-            span.finish(event, $func, ret < 0);
+            // -1 is the only failure (fcntl(F_GETOWN) returns a process group as -pgid).
+            span.finish(event, $func, ret == -1);
             ret
         }
     };
