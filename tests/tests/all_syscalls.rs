@@ -79,7 +79,7 @@ fn tree(summary: &Summary, root: u64) -> BTreeSet<u64> {
 /// Holds `mine` against strace's `reference`, call for call and error for error, except the
 /// families set aside (`set_aside`: which must still be seen by strace, or be timing).
 fn expect_same(
-    e: &mut Expect,
+    e: &mut Expect<'_>,
     reference: &BTreeMap<String, (u64, u64)>,
     mine: &BTreeMap<String, (u64, u64)>,
     set_aside: &[(&str, &str)],
