@@ -30,6 +30,8 @@
 
 mod raw;
 mod signals;
+#[cfg(test)]
+mod tests;
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
