@@ -174,7 +174,8 @@ impl Span {
 
     /// Starts timing a system call trapped in complete mode (from the SIGSYS handler), or
     /// `None` when it is not to be recorded: no session (a signal handler does not join), or
-    /// the call is our own (the guard is held: a system call made by our bookkeeping). No ITT
+    /// the call is our own (the guard is held: a system call made by our bookkeeping, or by
+    /// libc on our behalf). No ITT
     /// stamp: a trapped call is below the libc call that may be stamped already.
     #[inline(always)]
     pub fn begin_trapped() -> Option<Span> {
@@ -185,9 +186,9 @@ impl Span {
         if thread.in_hook.get() {
             return None;
         }
-        if thread.vfork_pending.get() && !lifecycle::vfork_parent_resumed(&thread) {
-            return None;
-        }
+        // `vfork_pending` is left alone: a vfork child never traps (the stub does not turn
+        // trapping on in it), so this is the parent, and the call may be the vfork itself,
+        // after which the mark must still be there for the child's hooked calls.
         let (ring, lane, writer) = thread_lane(&thread)?;
         Some(Span { thread, ring, lane, writer, start: clock::now(), stamped: false })
     }
