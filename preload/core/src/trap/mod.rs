@@ -122,11 +122,13 @@ pub fn enable_for_process() -> bool {
     if raw::sigaction(libc::SIGSYS, Some(&ours), None) != 0 {
         return false;
     }
-    signals::unmask_sigsys_everywhere();
     if !enable_for_thread() {
         raw::sigaction(libc::SIGSYS, Some(&old), None);
         return false;
     }
+    // Only once trapping is on (refused, the program is left exactly as it was); these calls
+    // go through the untrapped range.
+    signals::unmask_sigsys_everywhere();
     ENABLED.store(true, Ordering::Relaxed);
     // The execve that started this program: made before we were loaded.
     if let Some(span) = Span::begin_trapped() {
