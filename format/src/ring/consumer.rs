@@ -93,18 +93,7 @@ impl RingView {
     /// Opens an unbacked lane to producers that back it themselves (`UNBACKED → OPEN`, see
     /// [`LANE_OPEN`](super::LANE_OPEN)); false if it was not unbacked.
     pub fn open(&self, index: u32) -> bool {
-        let Some(lane) = self.lane(index) else { return false };
-        let word = lane.state.load(Ordering::Acquire);
-        let opened = lane_state(word) == LANE_UNBACKED
-            && lane
-                .state
-                .compare_exchange(
-                    word,
-                    lane_word(lane_generation(word), LANE_OPEN),
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                )
-                .is_ok();
+        let opened = self.move_lane(index, LANE_UNBACKED, LANE_OPEN);
         if opened {
             self.header().lanes_offered.fetch_add(1, Ordering::Release);
         }
@@ -114,31 +103,27 @@ impl RingView {
     /// Takes an open lane back from producers (`OPEN → UNBACKED`), so that the collector backs
     /// it itself; false if a producer claimed it meanwhile.
     pub fn withdraw_open(&self, index: u32) -> bool {
-        let Some(lane) = self.lane(index) else { return false };
-        let word = lane.state.load(Ordering::Acquire);
-        lane_state(word) == LANE_OPEN
-            && lane
-                .state
-                .compare_exchange(
-                    word,
-                    lane_word(lane_generation(word), LANE_UNBACKED),
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
+        self.move_lane(index, LANE_OPEN, LANE_UNBACKED)
     }
 
     /// Takes a free lane back from producers (`FREE → UNBACKED`), so that the collector may
     /// release its memory; false if a producer claimed it meanwhile.
     pub fn withdraw(&self, index: u32) -> bool {
+        self.move_lane(index, LANE_FREE, LANE_UNBACKED)
+    }
+
+    /// Moves lane `index` from state `from` to `to`, keeping its generation, if it is in `from`
+    /// now; false if it is not, or a producer changed it meanwhile (the compare-and-swap that
+    /// every collector-side transition of a lane a producer may race for goes through).
+    fn move_lane(&self, index: u32, from: u32, to: u32) -> bool {
         let Some(lane) = self.lane(index) else { return false };
         let word = lane.state.load(Ordering::Acquire);
-        lane_state(word) == LANE_FREE
+        lane_state(word) == from
             && lane
                 .state
                 .compare_exchange(
                     word,
-                    lane_word(lane_generation(word), LANE_UNBACKED),
+                    lane_word(lane_generation(word), to),
                     Ordering::AcqRel,
                     Ordering::Relaxed,
                 )
