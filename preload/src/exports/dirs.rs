@@ -120,12 +120,7 @@ pub unsafe extern "C" fn closedir(dir: *mut DIR) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
     let real = real!(c"getdents64", unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t, -1);
-    let Some(span) = Span::begin(Func::Getdents64) else {
-        // Safety: forwarding the caller's arguments unchanged.
-        return unsafe { real(fd, buf, count) };
-    };
-    // Safety: as above.
-    let ret = unsafe { real(fd, buf, count) };
+    let (span, ret) = call_in_span!(Func::Getdents64, real(fd, buf, count));
     let event = Event { fd, ret: ret as i64, arg: count as u64, extra: 1, ..Event::default() };
     span.finish(event, Func::Getdents64, ret < 0);
     ret

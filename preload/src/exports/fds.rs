@@ -19,12 +19,7 @@ macro_rules! fd_int_hook {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $sym($($arg: $ty),*) -> c_int {
             let real = real!($name, unsafe extern "C" fn($($ty),*) -> c_int, -1);
-            let Some(span) = Span::begin($func) else {
-                // Safety: forwarding the caller's arguments unchanged.
-                return unsafe { real($($arg),*) };
-            };
-            // Safety: as above.
-            let ret = unsafe { real($($arg),*) };
+            let (span, ret) = call_in_span!($func, real($($arg),*));
             let event = Event {
                 fd: $fd,
                 ret: ret as i64,
@@ -68,12 +63,7 @@ macro_rules! posix_hook {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $sym($($arg: $ty),*) -> c_int {
             let real = real!($name, unsafe extern "C" fn($($ty),*) -> c_int, libc::ENOSYS);
-            let Some(span) = Span::begin($func) else {
-                // Safety: forwarding the caller's arguments unchanged.
-                return unsafe { real($($arg),*) };
-            };
-            // Safety: as above.
-            let ret = unsafe { real($($arg),*) };
+            let (span, ret) = call_in_span!($func, real($($arg),*));
             let event = Event {
                 fd: $fd,
                 ret: ret as i64,
@@ -100,12 +90,7 @@ macro_rules! transfer_hook {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $sym($($arg: $ty),*) -> ssize_t {
             let real = real!($name, unsafe extern "C" fn($($ty),*) -> ssize_t, -1);
-            let Some(span) = Span::begin($func) else {
-                // Safety: forwarding the caller's arguments unchanged.
-                return unsafe { real($($arg),*) };
-            };
-            // Safety: as above.
-            let ret = unsafe { real($($arg),*) };
+            let (span, ret) = call_in_span!($func, real($($arg),*));
             let event = Event {
                 fd: $to,
                 ret: ret as i64,

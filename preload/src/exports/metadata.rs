@@ -35,12 +35,7 @@ macro_rules! path_hook {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $sym($($arg: $ty),*) -> c_int {
             let real = real!($name, unsafe extern "C" fn($($ty),*) -> c_int, -1);
-            let Some(span) = Span::begin($func) else {
-                // Safety: forwarding the caller's arguments unchanged.
-                return unsafe { real($($arg),*) };
-            };
-            // Safety: as above.
-            let ret = unsafe { real($($arg),*) };
+            let (span, ret) = call_in_span!($func, real($($arg),*));
             let failed = ret < 0;
             let event = Event {
                 fd: $fd,
@@ -62,12 +57,7 @@ macro_rules! fd_stat_hook {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $sym($($arg: $ty),*) -> c_int {
             let real = real!($name, unsafe extern "C" fn($($ty),*) -> c_int, -1);
-            let Some(span) = Span::begin($func) else {
-                // Safety: forwarding the caller's arguments unchanged.
-                return unsafe { real($($arg),*) };
-            };
-            // Safety: as above.
-            let ret = unsafe { real($($arg),*) };
+            let (span, ret) = call_in_span!($func, real($($arg),*));
             span.finish(Event { fd: $fd, ret: ret as i64, arg: $word as u64, ..Event::default() }, $func, ret < 0);
             ret
         }

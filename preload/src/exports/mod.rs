@@ -41,6 +41,19 @@ macro_rules! real {
     }};
 }
 
+/// What most hooks begin with: the real call made straight (and its result returned) when the
+/// call is not recorded, or else made inside a span. Evaluates to `(span, ret)`.
+macro_rules! call_in_span {
+    ($func:expr, $real:ident($($arg:expr),*)) => {
+        match Span::begin($func) {
+            // Safety: forwarding the caller's arguments unchanged.
+            None => return unsafe { $real($($arg),*) },
+            // Safety: as above.
+            Some(span) => (span, unsafe { $real($($arg),*) }),
+        }
+    };
+}
+
 fn io_event(fd: c_int, asked: usize, done: isize) -> Event {
     Event { fd, ret: done as i64, arg: asked as u64, arg2: done.max(0) as u64, ..Event::default() }
 }
@@ -76,12 +89,7 @@ macro_rules! rw_hook {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $sym($($arg: $ty),*) -> ssize_t {
             let real = real!($name, unsafe extern "C" fn($($ty),*) -> ssize_t, -1);
-            let Some(span) = Span::begin($func) else {
-                // Safety: forwarding the caller's arguments unchanged.
-                return unsafe { real($($arg),*) };
-            };
-            // Safety: as above.
-            let ret = unsafe { real($($arg),*) };
+            let (span, ret) = call_in_span!($func, real($($arg),*));
             span.finish(io_event($fd, ($asked)(ret), ret), $func, ret < 0);
             ret
         }
@@ -143,12 +151,7 @@ macro_rules! lseek_hook {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $sym(fd: c_int, offset: $off, whence: c_int) -> $off {
             let real = real!($name, unsafe extern "C" fn(c_int, $off, c_int) -> $off, -1);
-            let Some(span) = Span::begin($func) else {
-                // Safety: forwarding the caller's arguments unchanged.
-                return unsafe { real(fd, offset, whence) };
-            };
-            // Safety: as above.
-            let ret = unsafe { real(fd, offset, whence) };
+            let (span, ret) = call_in_span!($func, real(fd, offset, whence));
             let event =
                 Event { fd, ret: ret as i64, arg: offset as u64, extra: whence as u32, ..Event::default() };
             span.finish(event, $func, ret < 0);
@@ -178,12 +181,7 @@ macro_rules! mmap_hook {
                 unsafe extern "C" fn(*mut c_void, size_t, c_int, c_int, c_int, $off) -> *mut c_void,
                 libc::MAP_FAILED
             );
-            let Some(span) = Span::begin($func) else {
-                // Safety: forwarding the caller's arguments unchanged.
-                return unsafe { real(addr, len, prot, flags, fd, offset) };
-            };
-            // Safety: as above.
-            let ret = unsafe { real(addr, len, prot, flags, fd, offset) };
+            let (span, ret) = call_in_span!($func, real(addr, len, prot, flags, fd, offset));
             let event = Event {
                 fd,
                 ret: ret as i64,
@@ -204,12 +202,7 @@ mmap_hook!(mmap64, c"mmap64", Func::Mmap64, off64_t);
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     let real = real!(c"munmap", unsafe extern "C" fn(*mut c_void, size_t) -> c_int, -1);
-    let Some(span) = Span::begin(Func::Munmap) else {
-        // Safety: forwarding the caller's arguments unchanged.
-        return unsafe { real(addr, len) };
-    };
-    // Safety: as above.
-    let ret = unsafe { real(addr, len) };
+    let (span, ret) = call_in_span!(Func::Munmap, real(addr, len));
     span.finish(
         Event { fd: -1, ret: ret as i64, arg: len as u64, ..Event::default() },
         Func::Munmap,
@@ -319,12 +312,7 @@ pub unsafe extern "C" fn clock_gettime(clock: libc::clockid_t, tp: *mut timespec
         // Safety: forwarding the caller's arguments unchanged.
         return aggregated(slot, || unsafe { real(clock, tp) });
     }
-    let Some(span) = Span::begin(Func::ClockGettime) else {
-        // Safety: forwarding the caller's arguments unchanged.
-        return unsafe { real(clock, tp) };
-    };
-    // Safety: as above.
-    let ret = unsafe { real(clock, tp) };
+    let (span, ret) = call_in_span!(Func::ClockGettime, real(clock, tp));
     let event = Event { fd: -1, ret: ret as i64, extra: clock as u32, ..Event::default() };
     span.finish(event, Func::ClockGettime, ret != 0);
     ret
@@ -337,12 +325,7 @@ pub unsafe extern "C" fn gettimeofday(tv: *mut timeval, tz: *mut c_void) -> c_in
         // Safety: forwarding the caller's arguments unchanged.
         return aggregated(AGG_SLOT_GETTIMEOFDAY, || unsafe { real(tv, tz) });
     }
-    let Some(span) = Span::begin(Func::Gettimeofday) else {
-        // Safety: forwarding the caller's arguments unchanged.
-        return unsafe { real(tv, tz) };
-    };
-    // Safety: as above.
-    let ret = unsafe { real(tv, tz) };
+    let (span, ret) = call_in_span!(Func::Gettimeofday, real(tv, tz));
     span.finish(Event { fd: -1, ret: ret as i64, ..Event::default() }, Func::Gettimeofday, ret != 0);
     ret
 }
@@ -363,12 +346,7 @@ fn aggregated(slot: usize, call: impl FnOnce() -> c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     let real = real!(c"ioctl", unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int, -1);
-    let Some(span) = Span::begin(Func::Ioctl) else {
-        // Safety: forwarding the caller's arguments unchanged.
-        return unsafe { real(fd, request, arg) };
-    };
-    // Safety: as above.
-    let ret = unsafe { real(fd, request, arg) };
+    let (span, ret) = call_in_span!(Func::Ioctl, real(fd, request, arg));
     // c_ulong is u64 here and u32 on 32-bit targets.
     #[allow(clippy::useless_conversion)]
     let request = u64::from(request);
