@@ -154,7 +154,7 @@ impl Drainer {
     /// How long the collector may sleep after a pass that took `busiest` records from its
     /// fullest lane over `elapsed`: until that lane, at that rate, would be a quarter full, but
     /// 1 ms at least and 100 ms at most (liveness checks and aggregate snapshots need no more).
-    /// A lane that fills faster than foreseen wakes the collector at half full anyway.
+    /// A lane that fills faster than foreseen wakes the collector at a quarter full anyway.
     pub fn next_sleep(&self, elapsed: Duration) -> Duration {
         let quarter = self.segment.geometry.lane_capacity as f64 / 4.0;
         let rate = self.busiest_lane as f64 / elapsed.as_secs_f64().max(1e-6);

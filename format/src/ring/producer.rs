@@ -225,8 +225,8 @@ impl LaneWriter {
 
     /// Writes one record (the caller owns the lane, and holds its thread's guard so that no
     /// signal handler pushes into it meanwhile); a full lane drops it and counts the drop.
-    /// Never blocks. When the lane crosses a quarter of its capacity and is half full, a
-    /// sleeping collector is asked to wake up (`true` returned in `wake`'s place: the caller
+    /// Never blocks. When the lane crosses a quarter of its capacity and is a quarter full or
+    /// more, a sleeping collector is asked to wake up (`true` returned in `wake`'s place: the caller
     /// makes the system call, rarely).
     #[inline(always)]
     pub fn push(&self, event: &Event) -> Pushed {
@@ -257,13 +257,15 @@ impl LaneWriter {
         Pushed::Written
     }
 
-    /// Every quarter lap: is the lane half full and the collector asleep?
+    /// Every quarter lap: is the lane a quarter full or more and the collector asleep? (A
+    /// quarter, not half: on a machine whose every CPU runs a writer, the woken collector
+    /// waits for a time slice, and the rest of the lane is what it has to get one.)
     #[cold]
     fn crossed_a_quarter(&self, lane: &Lane, head: u64, capacity: u64) -> Pushed {
         // Safety: as in `push`.
         let header = unsafe { &*self.header };
         let filled = head.wrapping_sub(lane.cached_tail.load(Ordering::Relaxed));
-        if filled >= capacity / 2 && header.sleeping.load(Ordering::Relaxed) != 0 {
+        if filled >= capacity / 4 && header.sleeping.load(Ordering::Relaxed) != 0 {
             header.wake.fetch_add(1, Ordering::Release);
             return Pushed::WrittenWakeCollector;
         }
@@ -288,7 +290,7 @@ impl LaneWriter {
 pub enum Pushed {
     /// The record is published.
     Written,
-    /// Published, and the collector sleeps while this lane is half full: wake it (a futex
+    /// Published, and the collector sleeps while this lane is a quarter full: wake it (a futex
     /// wake on [`LaneWriter::wake_word`]).
     WrittenWakeCollector,
     /// The lane was full: dropped and counted.
