@@ -286,8 +286,9 @@ fn convert_with<W: TraceWriter>(
         let item = match frame {
             Frame::Events(batch) if converter.streaming => {
                 converter.observe(batch);
-                let mut events = spare.pop().unwrap_or_default();
-                events.extend_from_slice(batch);
+                // The reader's buffer itself waits in the window (no copy); a spare one
+                // replaces it.
+                let events = reader.take_events(spare.pop().unwrap_or_default());
                 ahead += events.len();
                 Item::Events(events)
             }
@@ -497,9 +498,9 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         spare: &mut Vec<Vec<Event>>,
     ) -> Result<(), Stop> {
         match item {
-            Item::Events(mut events) => {
+            Item::Events(events) => {
                 self.events(&events, outcome, open, close)?;
-                events.clear();
+                // Not cleared: the reader overwrites its records with the next frame's.
                 spare.push(events);
             }
             Item::Aggregates(samples) => self.aggregates(&samples)?,
