@@ -247,12 +247,24 @@ struct Learned {
 
 /// A frame read ahead, waiting for its turn.
 enum Item {
-    Events(Vec<Event>),
+    Events(Batch),
     Aggregates(Vec<AggregateSample>),
     Drops(Vec<DropSample>),
     EnergyDevice(EnergyDevice),
     EnergySamples(Vec<EnergySample>),
 }
+
+/// Events read ahead, and what noting them looked up already.
+#[derive(Default)]
+struct Batch {
+    events: Vec<Event>,
+    /// The path index of each call that names a path (in order; [`NO_PATH`]: none yet): the
+    /// lookup in a table of every path, a cache miss, done once instead of twice.
+    paths: Vec<PathIndex>,
+}
+
+/// A path not indexed when its call was read ahead.
+const NO_PATH: PathIndex = PathIndex::MAX;
 
 fn convert_with<W: TraceWriter>(
     meta: &RunMeta,
@@ -269,7 +281,7 @@ fn convert_with<W: TraceWriter>(
     let mut reader = run::open(input).map_err(|e| Stop::Error(ConvertError::Read(e)))?;
     let mut outcome = Outcome { parts: 1, ..Outcome::default() };
     let mut window = VecDeque::new();
-    let mut spare: Vec<Vec<Event>> = Vec::new();
+    let mut spare: Vec<Batch> = Vec::new();
     // Events in `window`.
     let mut ahead = 0;
     loop {
@@ -285,15 +297,17 @@ fn convert_with<W: TraceWriter>(
         };
         let item = match frame {
             Frame::Events(batch) if converter.streaming => {
-                converter.observe(batch);
+                let Batch { events: buffer, mut paths } = spare.pop().unwrap_or_default();
+                paths.clear();
+                converter.observe(batch, &mut paths);
                 // The reader's buffer itself waits in the window (no copy); a spare one
                 // replaces it.
-                let events = reader.take_events(spare.pop().unwrap_or_default());
+                let events = reader.take_events(buffer);
                 ahead += events.len();
-                Item::Events(events)
+                Item::Events(Batch { events, paths })
             }
             Frame::Events(batch) => {
-                converter.events(batch, &mut outcome, open, close)?;
+                converter.events(batch, None, &mut outcome, open, close)?;
                 on_progress(&Progress { events: outcome.events, bytes_read: reader.offset(), total_bytes });
                 continue;
             }
@@ -311,8 +325,8 @@ fn convert_with<W: TraceWriter>(
         while ahead > converter.lookahead
             && let Some(item) = window.pop_front()
         {
-            if let Item::Events(events) = &item {
-                ahead -= events.len();
+            if let Item::Events(batch) = &item {
+                ahead -= batch.events.len();
             }
             converter.item(item, &mut outcome, open, close, &mut spare)?;
             on_progress(&Progress { events: outcome.events, bytes_read: reader.offset(), total_bytes });
@@ -334,6 +348,16 @@ struct Kind {
     func: Func,
     class: Class,
     api: Api,
+    /// A libc function with a path argument.
+    has_path: bool,
+}
+
+impl Kind {
+    /// Whether the call names a path of its own (see `calls::libc_args`).
+    #[inline]
+    fn names_path(&self, event: &Event) -> bool {
+        self.has_path && event.arg2 != 0
+    }
 }
 
 /// Kinds of the functions known, as a table (`Func::from_id` and `Func::class` are long
@@ -344,7 +368,9 @@ static KIND_TABLE: [Option<Kind>; KINDS] = {
     let mut kind = 0;
     while kind < KINDS {
         if let Some(func) = Func::from_id(kind as u16) {
-            table[kind] = Some(Kind { func, class: func.class(), api: func.api() });
+            let (class, api) = (func.class(), func.api());
+            let has_path = matches!(api, Api::Libc) && func.has_path();
+            table[kind] = Some(Kind { func, class, api, has_path });
         }
         kind += 1;
     }
@@ -467,8 +493,9 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         Ok(())
     }
 
-    /// Streaming: notes the fd changes and the spans of a batch read ahead.
-    fn observe(&mut self, batch: &[Event]) {
+    /// Streaming: notes the fd changes and the spans of a batch read ahead, and the path index
+    /// of each call naming a path (to `paths`, for [`Converter::events`]).
+    fn observe(&mut self, batch: &[Event], paths: &mut Vec<PathIndex>) {
         let mut last = None;
         for event in batch {
             let Some(kind) = kind_of(event.kind) else { continue };
@@ -476,6 +503,10 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
                 // Opens, closes and duplicates (descriptor calls) change what an fd names.
                 if matches!(kind.class, Class::Open | Class::Close | Class::Fd) {
                     self.fds.observe_streaming(self.meta, event, &mut self.fd_cache);
+                }
+                if kind.names_path(event) {
+                    // Just indexed (an open), or not: found at once or not at all.
+                    paths.push(self.fds.path_index(event.arg2).unwrap_or(NO_PATH));
                 }
             } else if last != Some((event.pid, event.tid)) {
                 last = Some((event.pid, event.tid));
@@ -495,13 +526,13 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         outcome: &mut Outcome,
         open: &mut dyn FnMut(usize) -> io::Result<W>,
         close: &mut dyn FnMut(usize, W) -> io::Result<()>,
-        spare: &mut Vec<Vec<Event>>,
+        spare: &mut Vec<Batch>,
     ) -> Result<(), Stop> {
         match item {
-            Item::Events(events) => {
-                self.events(&events, outcome, open, close)?;
-                // Not cleared: the reader overwrites its records with the next frame's.
-                spare.push(events);
+            Item::Events(batch) => {
+                self.events(&batch.events, Some(&batch.paths), outcome, open, close)?;
+                // Its records are not cleared: the reader overwrites them with the next frame's.
+                spare.push(batch);
             }
             Item::Aggregates(samples) => self.aggregates(&samples)?,
             Item::Drops(samples) => self.drops(&samples)?,
@@ -517,19 +548,24 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         Ok(())
     }
 
-    /// Writes a batch of events.
+    /// Writes a batch of events; `paths`: the path indexes [`Converter::observe`] found for it.
     fn events(
         &mut self,
         batch: &[Event],
+        paths: Option<&[PathIndex]>,
         outcome: &mut Outcome,
         open: &mut dyn FnMut(usize) -> io::Result<W>,
         close: &mut dyn FnMut(usize, W) -> io::Result<()>,
     ) -> Result<(), Stop> {
         let options = self.options;
+        let mut paths = paths.unwrap_or_default().iter();
         for event in batch {
             let Some(kind) = kind_of(event.kind) else {
                 continue;
             };
+            // Taken before any filter, in the order `observe` pushed them.
+            let path = if kind.names_path(event) { paths.next().copied() } else { None };
+            let path = path.filter(|&index| index != NO_PATH);
             if !options.only.api(kind.api)
                 || !options.pid(event.pid)
                 || !options.in_window(event.start, event.start.saturating_add(event.dur))
@@ -548,7 +584,7 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
             if kind.api == Api::Itt {
                 itt::write(self, kind.func, event, thread.handle)?;
             } else {
-                calls::write(self, kind, event, thread)?;
+                calls::write(self, kind, event, thread, path)?;
             }
             self.in_part += 1;
             outcome.events += 1;
