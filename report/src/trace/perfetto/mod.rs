@@ -250,6 +250,7 @@ impl<W: Write> TraceWriter for PerfettoWriter<W> {
             last_root: (0, 0),
             held_end: None,
             held_extra: Vec::new(),
+            templates: Vec::new(),
         });
         self.output.maybe_flush()?;
         Ok(ThreadHandle::from_index(self.sequences.len() - 1))

@@ -3,6 +3,7 @@
 
 use std::io::{self, Write};
 
+use super::encode::Template;
 use super::field::*;
 use super::output::{set_length, timestamp};
 use super::{Interned, PerfettoWriter};
@@ -49,6 +50,8 @@ pub(super) struct Sequence {
     pub(super) held_end: Option<u64>,
     /// Fields of that END after its type (flow ids).
     pub(super) held_extra: Vec<u8>,
+    /// Templates of the events written on it (`encode::TEMPLATE_SLOTS` once one is made).
+    pub(super) templates: Vec<Template>,
 }
 
 impl<W: Write> PerfettoWriter<W> {
