@@ -259,9 +259,10 @@ impl<W: Write> PerfettoWriter<W> {
         let max = t.header.len() + args.len() * (12 + 10);
         append(body, max, |w| {
             w.bytes_padded(&t.header, t.header_len.into());
-            for i in 0..args.len() {
-                let at = w.open_prefixed(&t.prefixes[i], t.prefix_lens[i].into());
-                w.varint(values[i]);
+            let prefixes = t.prefixes.iter().zip(t.prefix_lens);
+            for ((prefix, len), &value) in prefixes.zip(&values).take(args.len()) {
+                let at = w.open_prefixed(prefix, len.into());
+                w.varint(value);
                 w.close_short(at);
             }
         });
