@@ -6,7 +6,7 @@ use std::io;
 use mlprof_format::func::{Api, Class, Func};
 use mlprof_format::record::{Event, FLAG_NESTED, GpuCall, copy_direction_name};
 
-use super::{Converter, Kind, Text, ThreadState};
+use super::converter::{Converter, Kind, Text, ThreadState};
 use crate::run::{PathIndex, bytes_moved, nccl_datatype_name, nccl_op_name};
 use crate::trace::{ArgList, ArgValue, Slice, TraceWriter};
 
