@@ -9,7 +9,9 @@ Each round converts every run with both binaries, in an order that alternates ro
 peak RSS). Prints, per run and binary, the median of each with its distribution-free 95%
 confidence interval (order statistics of the binomial(n, 1/2); with 6 rounds that is the
 range of all 6, 96.9%), events per CPU second (the one-core rate: conversion is one thread),
-and the trace's bytes per event. EVENTS is the run's event count (synth_run prints it);
+and the trace's bytes per event. User and system CPU are also given apart: system time (the
+kernel copying the run in and the trace out, page-cache writeback) varies most with the
+other load on a shared machine. EVENTS is the run's event count (synth_run prints it);
 without it the count is read from the tool's "wrote N events" line.
 """
 
@@ -70,6 +72,8 @@ def run_once(binary, run, out, fmt):
     return {
         "wall": float(wall),
         "cpu": float(user) + float(system),
+        "user": float(user),
+        "sys": float(system),
         "rss": int(rss_kb) / 1024,
         "bytes": size,
         "events": int(m.group(1)) if m else None,
@@ -113,17 +117,24 @@ def main():
     else:
         note = ""
     print(f"Medians [distribution-free 95% CI{note}], {n} interleaved rounds.\n")
-    print("| run | binary | wall s | CPU s | M events per CPU s | peak RSS MiB | bytes/event | 2nd pass |")
-    print("|---|---|--:|--:|--:|--:|--:|--:|")
+    print(
+        "| run | binary | wall s | CPU s | user s | sys s | M events per CPU s | M events per user s "
+        "| peak RSS MiB | bytes/event | 2nd pass |"
+    )
+    print("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for (run, name), rs in results.items():
         events = rs[0]["events"]
         wall, (wl, wh) = median_ci([r["wall"] for r in rs])
         cpu, (cl, ch) = median_ci([r["cpu"] for r in rs])
+        user, (ul, uh) = median_ci([r["user"] for r in rs])
+        system, (yl, yh) = median_ci([r["sys"] for r in rs])
         rate, (rl, rh) = median_ci([events / r["cpu"] / 1e6 for r in rs])
+        urate, (ql, qh) = median_ci([events / max(r["user"], 0.01) / 1e6 for r in rs])
         rss, (sl, sh) = median_ci([r["rss"] for r in rs])
         print(
             f"| {os.path.basename(run)} | {name} | {wall:.2f} [{wl:.2f}, {wh:.2f}] | {cpu:.2f} [{cl:.2f}, {ch:.2f}] "
-            f"| {rate:.2f} [{rl:.2f}, {rh:.2f}] | {rss:.1f} [{sl:.1f}, {sh:.1f}] "
+            f"| {user:.2f} [{ul:.2f}, {uh:.2f}] | {system:.2f} [{yl:.2f}, {yh:.2f}] "
+            f"| {rate:.2f} [{rl:.2f}, {rh:.2f}] | {urate:.2f} [{ql:.2f}, {qh:.2f}] | {rss:.1f} [{sl:.1f}, {sh:.1f}] "
             f"| {rs[0]['bytes'] / events:.1f} | {sum(r['second_pass'] for r in rs)}/{len(rs)} |"
         )
 

@@ -87,7 +87,10 @@ impl RunReader<BufReader<File>> {
     /// Opens `path` and reads its header.
     pub fn open(path: &Path) -> Result<Self, Error> {
         let file = File::open(path)?;
-        RunReader::new(BufReader::with_capacity(1 << 20, file))
+        // Small next to the 1 MiB reads of event records: those go from the file straight into
+        // the event buffer (BufReader passes a read its buffer cannot hold through once the
+        // buffer is drained), not through the buffer and a second copy.
+        RunReader::new(BufReader::with_capacity(64 << 10, file))
     }
 
     /// Opens `path` for metadata-only reading ([`RunReader::skip_events`]): event frames are
@@ -320,6 +323,14 @@ impl<R: Read> RunReader<R> {
 }
 
 impl<R: Read> RunReader<R> {
+    /// The records of the events frame just returned, as an owned buffer, without copying
+    /// them: `replacement` (any buffer, typically one given back by an earlier call) becomes
+    /// the reader's. For a caller that keeps batches for a while (reading ahead).
+    /// Its records need not be cleared: the next frame overwrites them.
+    pub fn take_events(&mut self, replacement: Vec<Event>) -> Vec<Event> {
+        std::mem::replace(&mut self.events, replacement)
+    }
+
     /// An events frame, read straight into the aligned event buffer (one copy), growing with
     /// the data actually read so a corrupt length cannot cost a large allocation.
     fn read_events(&mut self, frame_offset: u64, len: u32) -> Result<Option<Frame<'_>>, Error> {
@@ -330,19 +341,26 @@ impl<R: Read> RunReader<R> {
                 what: format!("events frame of {len} bytes"),
             });
         }
-        self.events.clear();
-        let mut remaining = len;
+        // The buffer keeps the length of the frame it last held (see `take_events`): records
+        // already there are overwritten, not zeroed first; it grows by at most 1 MiB at a
+        // time, ahead of what is read.
+        let (mut filled, mut remaining) = (0, len);
         while remaining > 0 {
             let take = remaining.min(1 << 20);
-            let old = self.events.len();
-            self.events.resize(old + take / RECORD_BYTES, Event::default());
-            let got = read_fully(&mut self.input, self.events[old..].as_mut_bytes())?;
+            let upto = filled + take / RECORD_BYTES;
+            if self.events.len() < upto {
+                self.events.resize(upto, Event::default());
+            }
+            let got = read_fully(&mut self.input, self.events[filled..upto].as_mut_bytes())?;
             if got < take {
                 self.offset += 8 + (len - remaining + got) as u64;
+                self.events.clear();
                 return self.truncate("inside a frame");
             }
+            filled = upto;
             remaining -= take;
         }
+        self.events.truncate(filled);
         // A multiple of 64 bytes needs no padding.
         self.offset += 8 + len as u64;
         Ok(Some(Frame::Events(&self.events)))

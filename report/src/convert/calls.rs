@@ -7,8 +7,8 @@ use std::io;
 use mlprof_format::func::{Api, Class, Func};
 use mlprof_format::record::{Event, FLAG_NESTED, GpuCall, copy_direction_name};
 
-use super::{Converter, Kind, Text, ThreadState};
-use crate::run::{bytes_moved, nccl_datatype_name, nccl_op_name};
+use super::converter::{Converter, Kind, Text, ThreadState};
+use crate::run::{PathIndex, bytes_moved, nccl_datatype_name, nccl_op_name};
 use crate::trace::{ArgList, ArgValue, Slice, TraceWriter};
 
 /// The most arguments a call has (an NCCL collective: 10).
@@ -19,8 +19,9 @@ pub(super) fn write<W: TraceWriter>(
     kind: Kind,
     event: &Event,
     thread: ThreadState,
+    path: Option<PathIndex>,
 ) -> io::Result<()> {
-    let Kind { func, class, api } = kind;
+    let Kind { func, class, api, .. } = kind;
     let category = match api {
         Api::Libc => match class {
             Class::Map => "mmap",
@@ -53,7 +54,7 @@ pub(super) fn write<W: TraceWriter>(
     let dimensions;
     let mut args = ArgList::<MAX_ARGS>::new();
     if api == Api::Libc {
-        libc_args(c, func, class, event, &mut args);
+        libc_args(c, func, class, event, path, &mut args);
     } else {
         let call = GpuCall::from_event(event);
         dimensions = [call.grid(), call.block()].map(|(x, y, z)| [x, y, z].map(u64::from));
@@ -74,6 +75,9 @@ fn libc_args<W: TraceWriter>(
     func: Func,
     class: Class,
     event: &Event,
+    // The path index of its path argument when it was found reading ahead (else looked up:
+    // the same answer, as a path indexed since names the same string).
+    known: Option<PathIndex>,
     args: &mut ArgList<'_, MAX_ARGS>,
 ) {
     if class == Class::Syscall {
@@ -111,10 +115,12 @@ fn libc_args<W: TraceWriter>(
     let path = match class {
         // A call with a path argument names it: an open its own path (a failed one too, when
         // it got that far), a stat or an unlink the path it was given.
-        _ if func.has_path() && event.arg2 != 0 => Some(match c.fds.path_index(event.arg2) {
-            Some(index) => c.path_text(index),
-            None => c.text(Text::Run(event.arg2)),
-        }),
+        _ if func.has_path() && event.arg2 != 0 => {
+            Some(match known.or_else(|| c.fds.path_index(event.arg2)) {
+                Some(index) => c.path_text(index),
+                None => c.text(Text::Run(event.arg2)),
+            })
+        }
         Class::Open | Class::Clock | Class::Syscall | Class::Load => None,
         _ if event.fd < 0 => None,
         _ => c

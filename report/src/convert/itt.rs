@@ -8,7 +8,7 @@ use std::io;
 use mlprof_format::func::{Class, Func};
 use mlprof_format::record::{Event, IttSpan};
 
-use super::{Converter, Text};
+use super::converter::{Converter, Text};
 use crate::pipeline::{DATA, FETCH, WAIT, flow_id};
 use crate::trace::{ArgValue, Flow, Instant, Slice, ThreadHandle, TraceWriter};
 

@@ -88,19 +88,25 @@ pub fn put_message(buf: &mut Vec<u8>, field: u32, body: impl FnOnce(&mut Vec<u8>
     }
 }
 
+/// Bytes reserved past an [`append`]'s `max`: room for a [`Spare`] to write a varint or a
+/// short template into a fixed-size window (one bounds check, not one a byte) and keep only
+/// the bytes it needed.
+const SLACK: usize = 16;
+
 /// Appends what `write` writes through a [`Spare`], at most `max` bytes, to `buf`.
 ///
 /// The hot paths write a few dozen bytes per event; `Vec::push` checks the capacity and
 /// stores the length for each of them, this reserves once and sets the length once.
 #[inline]
 pub fn append<R>(buf: &mut Vec<u8>, max: usize, write: impl FnOnce(&mut Spare<'_>) -> R) -> R {
-    buf.reserve(max);
+    buf.reserve(max + SLACK);
     let len = buf.len();
-    let mut spare = Spare { bytes: &mut buf.spare_capacity_mut()[..max], n: 0 };
+    let mut spare = Spare { bytes: &mut buf.spare_capacity_mut()[..max + SLACK], n: 0, limit: max };
     let result = write(&mut spare);
     let n = spare.n;
-    // Safety: `Spare` only writes `bytes[n]` and then increments `n` (or rewrites a byte below
-    // `n`), so the first `n` bytes of the spare capacity after `len` are initialized.
+    // Safety: every `Spare` method writes bytes from `n` on and then advances `n` over bytes it
+    // wrote (or rewrites a byte below `n`), so the first `n` bytes of the spare capacity after
+    // `len` are initialized; `n <= max + SLACK`, within the capacity reserved.
     unsafe { buf.set_len(len + n) };
     result
 }
@@ -110,6 +116,8 @@ pub fn append<R>(buf: &mut Vec<u8>, max: usize, write: impl FnOnce(&mut Spare<'_
 pub struct Spare<'a> {
     bytes: &'a mut [std::mem::MaybeUninit<u8>],
     n: usize,
+    /// `max`: `bytes` goes [`SLACK`] further.
+    limit: usize,
 }
 
 impl Spare<'_> {
@@ -117,15 +125,41 @@ impl Spare<'_> {
     pub fn byte(&mut self, byte: u8) {
         self.bytes[self.n].write(byte);
         self.n += 1;
+        self.check();
+    }
+
+    /// Panics past `max` (the slack is only ever written ahead of `n`, never kept).
+    #[inline(always)]
+    fn check(&self) {
+        assert!(self.n <= self.limit, "a Spare written past its {} bytes", self.limit);
     }
 
     #[inline(always)]
     pub fn varint(&mut self, mut value: u64) {
-        while value >= 0x80 {
-            self.byte(value as u8 | 0x80);
+        // At most 10 bytes, written into a window checked once.
+        let window = &mut self.bytes[self.n..self.n + 10];
+        let mut i = 0;
+        while value >= 0x80 && i < 9 {
+            window[i].write(value as u8 | 0x80);
             value >>= 7;
+            i += 1;
         }
-        self.byte(value as u8);
+        window[i].write(value as u8);
+        self.n += i + 1;
+        self.check();
+    }
+
+    /// The first `len` bytes of `bytes` (`N` ≤ [`SLACK`]): all `N` are copied, a fixed-size
+    /// copy, and `len` kept.
+    #[inline(always)]
+    pub fn bytes_padded<const N: usize>(&mut self, bytes: &[u8; N], len: usize) {
+        const { assert!(N <= SLACK) };
+        let Some(window) = self.bytes[self.n..].first_chunk_mut::<N>() else {
+            panic!("a Spare written past its {} bytes", self.limit);
+        };
+        *window = bytes.map(std::mem::MaybeUninit::new);
+        self.n += len.min(N);
+        self.check();
     }
 
     #[inline(always)]
@@ -134,6 +168,7 @@ impl Spare<'_> {
             to.write(byte);
         }
         self.n += bytes.len();
+        self.check();
     }
 
     /// A varint field.
@@ -147,9 +182,18 @@ impl Spare<'_> {
     /// length goes, for [`Spare::close_short`].
     #[inline(always)]
     pub fn open_short(&mut self, field: u32) -> usize {
-        self.byte((field << 3 | LEN) as u8);
-        self.byte(0);
+        self.bytes_padded(&[(field << 3 | LEN) as u8, 0], 2);
         self.n - 1
+    }
+
+    /// Writes `prefix`, a nested message's tag, a length byte to fill in and the start of its
+    /// body (shorter than 128 bytes in all): returns where its length goes, for
+    /// [`Spare::close_short`].
+    #[inline(always)]
+    pub fn open_prefixed<const N: usize>(&mut self, prefix: &[u8; N], len: usize) -> usize {
+        let at = self.n + 1;
+        self.bytes_padded(prefix, len);
+        at
     }
 
     /// Closes the message opened at `at`.

@@ -5,13 +5,76 @@ use std::io::Write;
 
 use super::PerfettoWriter;
 use super::field::*;
-use crate::trace::proto::{append, put_bytes, put_fixed64, put_message, put_uint};
+use crate::trace::proto::{LEN, VARINT, append, put_bytes, put_fixed64, put_message, put_tag, put_uint};
 use crate::trace::{ArgValue, Args, StringHandle};
 
 pub(super) const ANNOTATION_CACHE_SLOTS: usize = 64;
 /// The most bytes a debug annotation with a varint value takes: its tag and length, the key's
 /// tag and iid (a varint of up to 32 bits), the value's tag (up to 2 bytes) and varint.
 pub(super) const MAX_ANNOTATION: usize = 2 + 1 + 5 + 2 + 10;
+
+/// Arguments of an event a [`Template`] can write.
+pub(super) const TEMPLATE_ARGS: usize = 8;
+/// Templates a sequence keeps (direct-mapped by event name).
+pub(super) const TEMPLATE_SLOTS: usize = 16;
+
+/// The bytes of an event's fields that repeat from one event to the next on a sequence: its
+/// type, name and category, and each argument's key and value type. Built after an event was
+/// encoded the general way (so everything it names is interned on the sequence); an event
+/// with the same name, category, keys and value types is then written from it, only its
+/// values (and the interning of interned values) left to do.
+#[derive(Clone, Copy)]
+pub(super) struct Template {
+    kind: u64,
+    name: u32,
+    category: u32,
+    /// Arguments; `u8::MAX`: an empty slot.
+    len: u8,
+    keys: [&'static str; TEMPLATE_ARGS],
+    /// [`value_code`] of each argument.
+    codes: [u8; TEMPLATE_ARGS],
+    /// Type, name and category fields.
+    header: [u8; 16],
+    header_len: u8,
+    /// Each annotation's tag, a length byte to fill in, its key iid field and its value's tag.
+    prefixes: [[u8; 12]; TEMPLATE_ARGS],
+    prefix_lens: [u8; TEMPLATE_ARGS],
+}
+
+impl Template {
+    pub(super) const EMPTY: Template = Template {
+        kind: 0,
+        name: 0,
+        category: 0,
+        len: u8::MAX,
+        keys: [""; TEMPLATE_ARGS],
+        codes: [0; TEMPLATE_ARGS],
+        header: [0; 16],
+        header_len: 0,
+        prefixes: [[0; 12]; TEMPLATE_ARGS],
+        prefix_lens: [0; TEMPLATE_ARGS],
+    };
+}
+
+/// The template slot of events named `name`.
+#[inline(always)]
+fn template_slot(kind: u64, name: StringHandle) -> usize {
+    (name.index() ^ (kind as usize) << 3) % TEMPLATE_SLOTS
+}
+
+/// Which kind of varint value an argument has (its annotation field); None for the values a
+/// template does not write (doubles, strings, arrays).
+#[inline(always)]
+fn value_code(value: &ArgValue<'_>) -> Option<u8> {
+    match value {
+        ArgValue::Int(_) => Some(0),
+        ArgValue::UInt(_) => Some(1),
+        ArgValue::Bool(_) => Some(2),
+        ArgValue::Hex(_) => Some(3),
+        ArgValue::Interned(_) => Some(4),
+        ArgValue::Double(_) | ArgValue::Str(_) | ArgValue::UInts(_) => None,
+    }
+}
 
 /// The interned tables. Each has its own iid space (as in Perfetto's `InternedData`), so an
 /// event name's iid stays one byte however many paths were interned before it.
@@ -134,9 +197,135 @@ impl<W: Write> PerfettoWriter<W> {
         iid.into()
     }
 
-    /// Appends the TrackEvent body of a slice's BEGIN or of an instant to `body`.
+    /// Appends the TrackEvent body of a slice's BEGIN or of an instant to `body`: from the
+    /// sequence's template for events like it when it has one, else field by field (and makes
+    /// a template of it).
     #[inline]
     pub(super) fn encode(
+        &mut self,
+        index: usize,
+        kind: u64,
+        name: StringHandle,
+        category: StringHandle,
+        args: Args<'_>,
+        body: &mut Vec<u8>,
+    ) {
+        if !self.encode_from_template(index, kind, name, category, args, body) {
+            self.encode_fields(index, kind, name, category, args, body);
+            self.make_template(index, kind, name, category, args);
+        }
+    }
+
+    /// [`Self::encode`] from a template; false (having done nothing) if there is none for
+    /// this event.
+    #[inline(always)]
+    fn encode_from_template(
+        &mut self,
+        index: usize,
+        kind: u64,
+        name: StringHandle,
+        category: StringHandle,
+        args: Args<'_>,
+        body: &mut Vec<u8>,
+    ) -> bool {
+        let slot = template_slot(kind, name);
+        let Some(t) = self.sequences[index].templates.get(slot) else {
+            return false;
+        };
+        if t.len as usize != args.len()
+            || t.name as usize != name.index()
+            || t.category as usize != category.index()
+            || t.kind != kind
+        {
+            return false;
+        }
+        for (i, (key, value)) in args.iter().enumerate() {
+            if !std::ptr::eq(*key, t.keys[i]) || value_code(value) != Some(t.codes[i]) {
+                return false;
+            }
+        }
+        // The values (interning the interned ones: keys, name and category are already).
+        let mut values = [0u64; TEMPLATE_ARGS];
+        for (v, (_, value)) in values.iter_mut().zip(args) {
+            *v = match *value {
+                ArgValue::Int(v) => v as u64,
+                ArgValue::UInt(v) | ArgValue::Hex(v) => v,
+                ArgValue::Bool(v) => v.into(),
+                ArgValue::Interned(handle) => self.intern(index, Table::StringValue, handle.index()),
+                ArgValue::Double(_) | ArgValue::Str(_) | ArgValue::UInts(_) => 0,
+            };
+        }
+        let t = &self.sequences[index].templates[slot];
+        let max = t.header.len() + args.len() * (12 + 10);
+        append(body, max, |w| {
+            w.bytes_padded(&t.header, t.header_len.into());
+            let prefixes = t.prefixes.iter().zip(t.prefix_lens);
+            for ((prefix, len), &value) in prefixes.zip(&values).take(args.len()) {
+                let at = w.open_prefixed(prefix, len.into());
+                w.varint(value);
+                w.close_short(at);
+            }
+        });
+        true
+    }
+
+    /// Makes a template of an event just encoded field by field, if a template can write it.
+    #[cold]
+    #[inline(never)]
+    fn make_template(
+        &mut self,
+        index: usize,
+        kind: u64,
+        name: StringHandle,
+        category: StringHandle,
+        args: Args<'_>,
+    ) {
+        if args.len() > TEMPLATE_ARGS || kind >= 0x80 {
+            return;
+        }
+        let mut t = Template::EMPTY;
+        (t.kind, t.name, t.category, t.len) =
+            (kind, name.index() as u32, category.index() as u32, args.len() as u8);
+        // Everything it names is interned on the sequence now: these only look iids up.
+        let (name, category) = (
+            self.intern(index, Table::Name, name.index()),
+            self.intern(index, Table::Category, category.index()),
+        );
+        let mut header = Vec::with_capacity(16);
+        put_uint(&mut header, EVENT_TYPE, kind);
+        put_uint(&mut header, EVENT_NAME_IID, name);
+        put_uint(&mut header, EVENT_CATEGORY_IIDS, category);
+        t.header_len = header.len() as u8;
+        t.header[..header.len()].copy_from_slice(&header);
+        for (i, &(key, value)) in args.iter().enumerate() {
+            let Some(code) = value_code(&value) else { return };
+            let field = match value {
+                ArgValue::Int(_) => ANNOTATION_INT,
+                ArgValue::UInt(_) => ANNOTATION_UINT,
+                ArgValue::Bool(_) => ANNOTATION_BOOL,
+                ArgValue::Hex(_) => ANNOTATION_POINTER,
+                _ => ANNOTATION_STRING_IID,
+            };
+            let id = self.annotation_id(key) as usize;
+            let iid = self.intern(index, Table::AnnotationName, id);
+            let mut prefix = Vec::with_capacity(12);
+            prefix.extend_from_slice(&[(EVENT_DEBUG_ANNOTATIONS << 3 | LEN) as u8, 0]);
+            put_uint(&mut prefix, ANNOTATION_NAME_IID, iid);
+            put_tag(&mut prefix, field, VARINT);
+            t.keys[i] = key;
+            t.codes[i] = code;
+            t.prefix_lens[i] = prefix.len() as u8;
+            t.prefixes[i][..prefix.len()].copy_from_slice(&prefix);
+        }
+        let templates = &mut self.sequences[index].templates;
+        if templates.is_empty() {
+            templates.resize(TEMPLATE_SLOTS, Template::EMPTY);
+        }
+        templates[template_slot(kind, StringHandle::from_index(t.name as usize))] = t;
+    }
+
+    /// [`Self::encode`] field by field.
+    fn encode_fields(
         &mut self,
         index: usize,
         kind: u64,

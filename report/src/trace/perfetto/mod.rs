@@ -17,6 +17,10 @@
 //! * A slice is a `TYPE_SLICE_BEGIN` packet (name, category, arguments as debug annotations)
 //!   and a `TYPE_SLICE_END` packet (flow ids, when the slice has a flow); an instant a
 //!   `TYPE_INSTANT` packet.
+//! * Encoding: an event is encoded field by field the first time its kind (name, category,
+//!   argument keys and value types) appears on a sequence; the sequence then keeps a template
+//!   of it (those fields' bytes, with the key iids), and the next events like it are written
+//!   from the template and their values. The bytes are the same either way.
 //!
 //! **Order.** A thread's records reach the writer in the order they ended, but Perfetto's
 //! slices nest by BEGIN/END, and incremental timestamps need non-decreasing times per
@@ -250,6 +254,7 @@ impl<W: Write> TraceWriter for PerfettoWriter<W> {
             last_root: (0, 0),
             held_end: None,
             held_extra: Vec::new(),
+            templates: Vec::new(),
         });
         self.output.maybe_flush()?;
         Ok(ThreadHandle::from_index(self.sequences.len() - 1))

@@ -3,10 +3,11 @@
 
 use std::io::{self, Write};
 
+use super::encode::Template;
 use super::field::*;
-use super::output::{put_timestamp, set_length};
+use super::output::{set_length, timestamp};
 use super::{Interned, PerfettoWriter};
-use crate::trace::proto::{LEN, put_bytes, put_fixed64, put_message, put_uint, put_varint};
+use crate::trace::proto::{LEN, append, put_bytes, put_fixed64, put_message, put_uint};
 use crate::trace::{Slice, ThreadHandle};
 
 /// Slices a thread may hold back before its forest is written regardless.
@@ -49,6 +50,8 @@ pub(super) struct Sequence {
     pub(super) held_end: Option<u64>,
     /// Fields of that END after its type (flow ids).
     pub(super) held_extra: Vec<u8>,
+    /// Templates of the events written on it (`encode::TEMPLATE_SLOTS` once one is made).
+    pub(super) templates: Vec<Template>,
 }
 
 impl<W: Write> PerfettoWriter<W> {
@@ -70,7 +73,10 @@ impl<W: Write> PerfettoWriter<W> {
                 &[],
                 &seq.arena[e.offset as usize..begin_end],
             );
-            if !e.instant {
+            if e.instant {
+            } else if e.end_len == 0 {
+                self.output.end(seq.id, &mut seq.last_ts, e.end);
+            } else {
                 let end = begin_end..begin_end + e.end_len as usize;
                 self.output.event(seq.id, &mut seq.last_ts, e.end, &END_HEAD, &seq.arena[end]);
             }
@@ -107,7 +113,10 @@ impl<W: Write> PerfettoWriter<W> {
             let begin = e.offset as usize..(e.offset + e.begin_len) as usize;
             if item & 1 == 0 {
                 self.output.event(seq.id, &mut seq.last_ts, e.start, &[], &seq.arena[begin]);
-            } else if !e.instant {
+            } else if e.instant {
+            } else if e.end_len == 0 {
+                self.output.end(seq.id, &mut seq.last_ts, e.end);
+            } else {
                 let end = begin.end..begin.end + e.end_len as usize;
                 self.output.event(seq.id, &mut seq.last_ts, e.end, &END_HEAD, &seq.arena[end]);
             }
@@ -131,8 +140,12 @@ impl<W: Write> PerfettoWriter<W> {
     pub(super) fn begin_event(&mut self, index: usize) -> io::Result<()> {
         let seq = &mut self.sequences[index];
         if let Some(end) = seq.held_end.take() {
-            self.output.event(seq.id, &mut seq.last_ts, end, &END_HEAD, &seq.held_extra);
-            seq.held_extra.clear();
+            if seq.held_extra.is_empty() {
+                self.output.end(seq.id, &mut seq.last_ts, end);
+            } else {
+                self.output.event(seq.id, &mut seq.last_ts, end, &END_HEAD, &seq.held_extra);
+                seq.held_extra.clear();
+            }
         }
         if seq.ready > 0 {
             self.write_ready(index);
@@ -163,11 +176,18 @@ impl<W: Write> PerfettoWriter<W> {
         let seq = &mut self.sequences[index];
         let mut buf = std::mem::take(&mut self.output.buf);
         let packet_at = buf.len();
-        buf.extend_from_slice(&[(TRACE_PACKET << 3 | LEN) as u8, 0]);
-        put_timestamp(&mut buf, &mut seq.last_ts, start);
-        buf.push((PACKET_SEQUENCE_ID << 3) as u8);
-        put_varint(&mut buf, seq.id.into());
-        buf.extend_from_slice(&[(PACKET_TRACK_EVENT << 3 | LEN) as u8, 0]);
+        let (value, absolute) = timestamp(&mut seq.last_ts, start);
+        append(&mut buf, 2 + 11 + 3 + 6 + 2, |w| {
+            w.byte((TRACE_PACKET << 3 | LEN) as u8);
+            w.byte(0);
+            w.uint(PACKET_TIMESTAMP, value);
+            if absolute {
+                w.uint(PACKET_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC);
+            }
+            w.uint(PACKET_SEQUENCE_ID, seq.id.into());
+            w.byte((PACKET_TRACK_EVENT << 3 | LEN) as u8);
+            w.byte(0);
+        });
         let event_at = buf.len() - 1;
         seq.held_end = Some(end);
         seq.last_root = (start, end);

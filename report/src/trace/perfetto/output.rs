@@ -4,7 +4,8 @@
 use std::io::{self, Write};
 
 use super::field::*;
-use crate::trace::proto::{LEN, append, put_bytes, put_message, put_uint, put_varint, tag_len, varint_len};
+use super::order::END_HEAD;
+use crate::trace::proto::{LEN, append, put_bytes, put_message, put_uint, tag_len, varint_len};
 
 /// Uncompressed bytes per `compressed_packets` batch (Perfetto's own writer stays under 512 KB).
 pub(super) const COMPRESS_BATCH: usize = 400 << 10;
@@ -62,17 +63,35 @@ impl<W: Write> Output<W> {
         });
     }
 
+    /// A slice's END without flow ids: [`Self::event`] with the END's two bytes, in one short
+    /// write (an END every slice).
+    #[inline]
+    pub(super) fn end(&mut self, seq: u32, last_ts: &mut u64, ts: u64) {
+        if ts < *last_ts || seq >= 0x80 {
+            return self.event(seq, last_ts, ts, &END_HEAD, &[]);
+        }
+        let delta = ts - *last_ts;
+        *last_ts = ts;
+        // Timestamp, sequence id (one byte), the TrackEvent: under 128 bytes.
+        let packet_len = 1 + varint_len(delta) + 2 + 2 + END_HEAD.len();
+        append(&mut self.buf, 2 + packet_len, |w| {
+            w.byte((TRACE_PACKET << 3 | LEN) as u8);
+            w.byte(packet_len as u8);
+            w.byte((PACKET_TIMESTAMP << 3) as u8);
+            w.varint(delta);
+            w.byte((PACKET_SEQUENCE_ID << 3) as u8);
+            w.byte(seq as u8);
+            w.byte((PACKET_TRACK_EVENT << 3 | LEN) as u8);
+            w.byte(END_HEAD.len() as u8);
+            w.bytes(&END_HEAD);
+        });
+    }
+
     /// A TrackEvent packet of a thread sequence: the timestamp as a delta from the sequence's
     /// previous one, or absolute when it goes back; the event is `head` then `body`.
     #[inline]
     pub(super) fn event(&mut self, seq: u32, last_ts: &mut u64, ts: u64, head: &[u8], body: &[u8]) {
-        let (value, absolute) = if ts >= *last_ts {
-            let delta = ts - *last_ts;
-            *last_ts = ts;
-            (delta, false)
-        } else {
-            (ts, true)
-        };
+        let (value, absolute) = timestamp(last_ts, ts);
         let event_len = head.len() + body.len();
         let clock_len = if absolute { tag_len(PACKET_TIMESTAMP_CLOCK_ID) + 1 } else { 0 };
         let packet_len = 1
@@ -99,17 +118,16 @@ impl<W: Write> Output<W> {
     }
 }
 
-/// A thread packet's timestamp: the delta from the sequence's previous one, or absolute (on
-/// CLOCK_MONOTONIC) when it goes back.
-#[inline]
-pub(super) fn put_timestamp(buf: &mut Vec<u8>, last_ts: &mut u64, ts: u64) {
-    buf.push((PACKET_TIMESTAMP << 3) as u8);
+/// A thread packet's timestamp value and whether it is absolute: the delta from the sequence's
+/// previous one, or (when it goes back) the time itself, on CLOCK_MONOTONIC.
+#[inline(always)]
+pub(super) fn timestamp(last_ts: &mut u64, ts: u64) -> (u64, bool) {
     if ts >= *last_ts {
-        put_varint(buf, ts - *last_ts);
+        let delta = ts - *last_ts;
         *last_ts = ts;
+        (delta, false)
     } else {
-        put_varint(buf, ts);
-        put_uint(buf, PACKET_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC);
+        (ts, true)
     }
 }
 
