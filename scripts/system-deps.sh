@@ -8,8 +8,10 @@
 #   openjdk-17-jre-headless             Java for PySpark, which reads `mlprof export --parquet`
 #                                       in tests/tests/scale.rs
 #   chromium                            renders the HTML report headless (tests/tests/report.rs)
+#   strace                              the reference counts of the strace-shaped view and of
+#                                       complete mode (tests/tests/syscalls.rs, all_syscalls.rs)
 set -euo pipefail
-packages=(libjemalloc2 libgoogle-perftools4 faketime openjdk-17-jre-headless chromium)
+packages=(libjemalloc2 libgoogle-perftools4 faketime openjdk-17-jre-headless chromium strace)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
