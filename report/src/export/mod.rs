@@ -23,6 +23,7 @@
 //! time. Memory is bounded: rows are buffered per table up to a fixed count and written as
 //! row groups, the metadata of the run aside.
 
+mod strings;
 mod table;
 
 use std::collections::HashMap;
@@ -32,7 +33,6 @@ use bytes::Bytes;
 use mlprof_format::func::{Api, Class, Func};
 use mlprof_format::record::{FLAG_NESTED, GpuCall, IttSpan};
 use mlprof_format::runfile::Frame;
-use parquet::data_type::ByteArray;
 use rustc_hash::FxHashMap;
 
 use crate::run::{self, FdCache, RunMeta, bytes_moved};
@@ -220,15 +220,13 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
     let mut symbols = Symbols::default();
     let mut by_string: FxHashMap<u64, u32> = FxHashMap::default();
     let mut string = |symbols: &mut Symbols, id: u64| -> u32 {
-        *by_string.entry(id).or_insert_with(|| {
-            symbols.add(ByteArray::from(Bytes::from(meta.strings.get(&id).cloned().unwrap_or_default())))
-        })
+        *by_string
+            .entry(id)
+            .or_insert_with(|| symbols.add(Bytes::from(meta.strings.get(&id).cloned().unwrap_or_default())))
     };
-    let text = |symbols: &mut Symbols, text: &str| symbols.add(ByteArray::from(text.as_bytes().to_vec()));
-    let names: FxHashMap<u16, u32> = Func::ALL
-        .iter()
-        .map(|f| (*f as u16, symbols.add(ByteArray::from(Bytes::from_static(f.name().as_bytes())))))
-        .collect();
+    let text = |symbols: &mut Symbols, text: &str| symbols.add(Bytes::copy_from_slice(text.as_bytes()));
+    let names: FxHashMap<u16, u32> =
+        Func::ALL.iter().map(|f| (*f as u16, symbols.add(Bytes::from_static(f.name().as_bytes())))).collect();
     // (pid, image) → the partitions of its rank in events, spans and gpu_calls.
     let mut partition_of: FxHashMap<(u32, usize), (usize, usize, usize)> = FxHashMap::default();
     let mut files: HashMap<u64, FileTotals> = HashMap::new();
@@ -326,7 +324,7 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
                             let kernel = (func.class() == Class::Launch).then(|| {
                                 *kernels.entry((event.pid, call.object)).or_insert_with(|| {
                                     let name = meta.kernel_name(event.pid, call.object);
-                                    symbols.add(ByteArray::from(name.into_bytes()))
+                                    symbols.add(Bytes::from(name.into_bytes()))
                                 })
                             });
                             gpu.push(&symbols, gpu_part, |row| {

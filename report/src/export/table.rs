@@ -16,12 +16,15 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
+use bytes::Bytes;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
-use parquet::data_type::{BoolType, ByteArray, ByteArrayType, Int32Type, Int64Type};
+use parquet::data_type::{BoolType, Int32Type, Int64Type};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::writer::SerializedFileWriter;
 
 use parquet::schema::parser::parse_message_type;
+
+use super::strings::StringEncoder;
 use parquet::schema::types::ColumnPath;
 
 /// Rows per row group when a partition fills one by itself.
@@ -29,6 +32,8 @@ const GROUP_ROWS: usize = 256 << 10;
 /// Rows a table holds in memory at most, over all its partitions: the largest partition is
 /// written out when they are more (about 30 MB for the events table, at 58 bytes a row).
 const TABLE_BUDGET_ROWS: usize = 512 << 10;
+/// zstd's level for every page.
+const ZSTD_LEVEL: i32 = 3;
 
 /// A column's physical type.
 #[derive(Clone, Copy)]
@@ -65,12 +70,12 @@ pub const fn delta(name: &'static str) -> Spec {
 /// The strings of an export, each stored once; columns hold their index.
 #[derive(Default)]
 pub struct Symbols {
-    values: Vec<ByteArray>,
+    values: Vec<Bytes>,
 }
 
 impl Symbols {
     /// Adds a string; returns its index.
-    pub fn add(&mut self, value: ByteArray) -> u32 {
+    pub fn add(&mut self, value: Bytes) -> u32 {
         self.values.push(value);
         (self.values.len() - 1) as u32
     }
@@ -177,7 +182,8 @@ enum Batch {
     I32(Vec<i32>),
     I64(Vec<i64>),
     Bool(Vec<bool>),
-    Str(Vec<ByteArray>),
+    /// Indexes into [`Symbols`].
+    Sym(Vec<u32>),
 }
 
 /// One row group of one partition.
@@ -185,6 +191,8 @@ struct Job {
     partition: usize,
     dir: PathBuf,
     columns: Vec<(Batch, Option<Vec<i16>>)>,
+    /// The symbols added since the table's last job.
+    symbols: Vec<Bytes>,
 }
 
 /// One table of one run: `DIR/<table>/run=<id>/[<key>=<value>/]part-0.parquet`.
@@ -197,6 +205,8 @@ pub struct Table {
     partitions: Vec<Partition>,
     by_key: HashMap<String, usize>,
     buffered: usize,
+    /// How many of the export's symbols the writer thread has been sent.
+    symbols_sent: usize,
     jobs: Option<SyncSender<Job>>,
     writer: Option<JoinHandle<std::io::Result<u64>>>,
     pub rows: u64,
@@ -215,7 +225,9 @@ fn write_jobs(
     props: Arc<WriterProperties>,
 ) -> std::io::Result<u64> {
     let mut files: HashMap<usize, (PathBuf, PathBuf, SerializedFileWriter<BufWriter<File>>)> = HashMap::new();
+    let mut strings = StringEncoder::new(ZSTD_LEVEL);
     for job in jobs {
+        strings.extend(job.symbols);
         let writer = match files.entry(job.partition) {
             std::collections::hash_map::Entry::Occupied(entry) => &mut entry.into_mut().2,
             std::collections::hash_map::Entry::Vacant(entry) => {
@@ -227,16 +239,21 @@ fn write_jobs(
                 &mut entry.insert((tmp, done, writer)).2
             }
         };
+        let descr = writer.schema_descr().clone();
         let mut group = writer.next_row_group().map_err(parquet_err)?;
-        let mut columns = job.columns.iter();
-        while let Some(mut out) = group.next_column().map_err(parquet_err)? {
-            let Some((batch, def)) = columns.next() else { break };
+        for (at, (batch, def)) in job.columns.iter().enumerate() {
             let def = def.as_deref();
+            if let Batch::Sym(v) = batch {
+                let (bytes, close) = strings.chunk(descr.column(at), v, def).map_err(parquet_err)?;
+                group.append_column(&bytes, close).map_err(parquet_err)?;
+                continue;
+            }
+            let Some(mut out) = group.next_column().map_err(parquet_err)? else { break };
             match batch {
                 Batch::I32(v) => out.typed::<Int32Type>().write_batch(v, def, None),
                 Batch::I64(v) => out.typed::<Int64Type>().write_batch(v, def, None),
                 Batch::Bool(v) => out.typed::<BoolType>().write_batch(v, def, None),
-                Batch::Str(v) => out.typed::<ByteArrayType>().write_batch(v, def, None),
+                Batch::Sym(_) => unreachable!("written above"),
             }
             .map_err(parquet_err)?;
             out.close().map_err(parquet_err)?;
@@ -276,7 +293,7 @@ impl Table {
         let schema =
             parse_message_type(&format!("message {name} {{ {} }}", fields.join(" "))).map_err(parquet_err)?;
         let mut props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).map_err(parquet_err)?))
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(ZSTD_LEVEL).map_err(parquet_err)?))
             .set_created_by(format!("mlprof {}", env!("CARGO_PKG_VERSION")))
             // Min/max per column chunk lets engines skip row groups by time; page statistics
             // would cost time for little more.
@@ -300,6 +317,7 @@ impl Table {
             partitions: Vec::new(),
             by_key: HashMap::new(),
             buffered: 0,
+            symbols_sent: 0,
             jobs: Some(jobs),
             writer: Some(writer),
             rows: 0,
@@ -366,11 +384,7 @@ impl Table {
                     Values::I32(v) => Batch::I32(std::mem::take(v)),
                     Values::I64(v) => Batch::I64(std::mem::take(v)),
                     Values::Bool(v) => Batch::Bool(std::mem::take(v)),
-                    Values::Sym(v) => {
-                        let strings = v.iter().map(|&i| symbols.values[i as usize].clone()).collect();
-                        v.clear();
-                        Batch::Str(strings)
-                    }
+                    Values::Sym(v) => Batch::Sym(std::mem::take(v)),
                 };
                 (batch, column.def.as_mut().map(std::mem::take))
             })
@@ -381,7 +395,8 @@ impl Table {
         };
         self.buffered -= partition.rows;
         partition.rows = 0;
-        let job = Job { partition: at, dir, columns };
+        let job = Job { partition: at, dir, columns, symbols: symbols.values[self.symbols_sent..].to_vec() };
+        self.symbols_sent = symbols.values.len();
         if self.jobs.as_ref().is_some_and(|jobs| jobs.send(job).is_ok()) {
             return Ok(());
         }
