@@ -35,7 +35,7 @@ use mlprof_format::record::{FLAG_NESTED, GpuCall, IttSpan};
 use mlprof_format::runfile::Frame;
 use rustc_hash::FxHashMap;
 
-use crate::run::{self, FdCache, RunMeta, bytes_moved};
+use crate::run::{self, FdCache, FdIntervals, PathIndex, RunMeta, bytes_moved};
 use table::{Kind, Spec, Symbols, Table, col, delta, opt};
 
 const EVENTS: &[Spec] = &[
@@ -192,6 +192,114 @@ struct FileTotals {
     total_ns: u64,
 }
 
+/// A path met in the run: its string id, its symbol, its totals.
+struct PathSlot {
+    id: u64,
+    symbol: u32,
+    totals: FileTotals,
+}
+
+/// The paths met, by string id and by fd-history path index.
+#[derive(Default)]
+struct Paths {
+    slots: Vec<PathSlot>,
+    by_id: FxHashMap<u64, u32>,
+    /// Slot + 1 by [`PathIndex`] (0: not met yet).
+    by_index: Vec<u32>,
+}
+
+impl Paths {
+    /// The slot of path string `id`.
+    fn of_id(&mut self, meta: &RunMeta, symbols: &mut Symbols, id: u64) -> u32 {
+        *self.by_id.entry(id).or_insert_with(|| {
+            let text = meta.strings.get(&id).cloned().unwrap_or_default();
+            let symbol = symbols.add(Bytes::from(text));
+            self.slots.push(PathSlot { id, symbol, totals: FileTotals::default() });
+            (self.slots.len() - 1) as u32
+        })
+    }
+
+    /// The slot of the path of fd-history index `index`.
+    #[inline]
+    fn of_index(
+        &mut self,
+        meta: &RunMeta,
+        symbols: &mut Symbols,
+        fds: &FdIntervals,
+        index: PathIndex,
+    ) -> u32 {
+        let at = index as usize;
+        if let Some(&slot) = self.by_index.get(at)
+            && slot > 0
+        {
+            return slot - 1;
+        }
+        let slot = self.of_id(meta, symbols, fds.path_id(index));
+        if at >= self.by_index.len() {
+            self.by_index.resize(at + 1, 0);
+        }
+        self.by_index[at] = slot + 1;
+        slot
+    }
+
+    fn at(&mut self, slot: u32) -> (u32, &mut FileTotals) {
+        let slot = &mut self.slots[slot as usize];
+        (slot.symbol, &mut slot.totals)
+    }
+}
+
+/// An image's partitions in events, spans and gpu_calls.
+type Parts = (usize, usize, usize);
+
+/// The partitions of each process image, by pid.
+#[derive(Default)]
+struct PidPartitions {
+    last: Option<(u32, usize)>,
+    by_pid: FxHashMap<u32, usize>,
+    /// Per pid: its images' start times, and their partitions.
+    pids: Vec<(Vec<u64>, Vec<Parts>)>,
+}
+
+impl PidPartitions {
+    /// The partitions of the image of `pid` running at `time`; `partitions` makes them for
+    /// a rank (`none` for an image without one).
+    #[inline]
+    fn get(
+        &mut self,
+        meta: &RunMeta,
+        pid: u32,
+        time: u64,
+        mut partitions: impl FnMut(&str) -> Parts,
+    ) -> Parts {
+        let at = match self.last {
+            Some((last, at)) if last == pid => at,
+            _ => {
+                let at = *self.by_pid.entry(pid).or_insert_with(|| {
+                    let images = meta.images.get(&pid).map_or(&[][..], Vec::as_slice);
+                    let rank = |image: Option<&run::Image>| {
+                        image
+                            .and_then(|i| i.info.rank.as_ref())
+                            .map_or("none".to_string(), |r| r.rank.to_string())
+                    };
+                    let starts = images.iter().map(|i| i.info.start_ns).collect();
+                    let mut parts: Vec<_> = images.iter().map(|i| partitions(&rank(Some(i)))).collect();
+                    if parts.is_empty() {
+                        parts.push(partitions(&rank(None)));
+                    }
+                    self.pids.push((starts, parts));
+                    self.pids.len() - 1
+                });
+                self.last = Some((pid, at));
+                at
+            }
+        };
+        let (starts, parts) = &self.pids[at];
+        // As `RunMeta::image_at`: the latest image that started before `time`, else the first.
+        let image = if starts.len() <= 1 { 0 } else { starts.iter().rposition(|&s| s <= time).unwrap_or(0) };
+        parts[image]
+    }
+}
+
 /// Exports one run into `dir` (see the module documentation).
 pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
     let mut meta = RunMeta::load(path)?;
@@ -225,11 +333,17 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
             .or_insert_with(|| symbols.add(Bytes::from(meta.strings.get(&id).cloned().unwrap_or_default())))
     };
     let text = |symbols: &mut Symbols, text: &str| symbols.add(Bytes::copy_from_slice(text.as_bytes()));
-    let names: FxHashMap<u16, u32> =
-        Func::ALL.iter().map(|f| (*f as u16, symbols.add(Bytes::from_static(f.name().as_bytes())))).collect();
-    // (pid, image) → the partitions of its rank in events, spans and gpu_calls.
-    let mut partition_of: FxHashMap<(u32, usize), (usize, usize, usize)> = FxHashMap::default();
-    let mut files: HashMap<u64, FileTotals> = HashMap::new();
+    // A function's name by its id (an array: looked up for every event).
+    let mut names = vec![u32::MAX; Func::ALL.iter().map(|f| *f as usize + 1).max().unwrap_or(0)];
+    for f in Func::ALL {
+        names[*f as usize] = symbols.add(Bytes::from_static(f.name().as_bytes()));
+    }
+    // The partitions of each process's images, by pid (the last pid remembered: a batch holds
+    // runs of one thread's events).
+    let mut pids = PidPartitions::default();
+    // The paths met, each with its symbol and totals: found from an fd call's path index by
+    // an array, from an open's path string id by a hash.
+    let mut paths = Paths::default();
     let mut kernels: FxHashMap<(u32, u64), u32> = FxHashMap::default();
     let kinds: [u32; 5] = ["task", "frame", "marker", "pause", "resume"].map(|k| text(&mut symbols, k));
     let mut devices: HashMap<u32, (u32, u32, bool)> = HashMap::new();
@@ -242,32 +356,27 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
             Frame::Events(batch) => {
                 for event in batch {
                     let Some(func) = Func::from_id(event.kind) else { continue };
-                    let image = meta.image_at(event.pid, event.start).unwrap_or(0);
                     let (events_part, spans_part, gpu_part) =
-                        *partition_of.entry((event.pid, image)).or_insert_with(|| {
-                            let rank = meta
-                                .images
-                                .get(&event.pid)
-                                .and_then(|i| i.get(image))
-                                .and_then(|i| i.info.rank.as_ref())
-                                .map_or("none".to_string(), |r| r.rank.to_string());
-                            (events.partition(&rank), spans.partition(&rank), gpu.partition(&rank))
+                        pids.get(&meta, event.pid, event.start, |rank| {
+                            (events.partition(rank), spans.partition(rank), gpu.partition(rank))
                         });
-                    let name = names[&event.kind];
+                    let name = names[event.kind as usize];
                     match func.api() {
                         Api::Libc => {
-                            let path_id = match func.class() {
+                            let slot = match func.class() {
                                 // An open names its own path.
-                                Class::Open => (event.arg2 != 0).then_some(event.arg2),
-                                Class::Clock => None,
+                                Class::Open if event.arg2 != 0 => {
+                                    Some(paths.of_id(&meta, &mut symbols, event.arg2))
+                                }
+                                Class::Open | Class::Clock => None,
                                 _ if event.fd < 0 => None,
                                 _ => fds
                                     .lookup_cached(&meta, event.pid, event.fd, event.start, &mut fd_cache)
-                                    .map(|index| fds.path_id(index)),
+                                    .map(|index| paths.of_index(&meta, &mut symbols, &fds, index)),
                             };
                             let bytes = bytes_moved(func, event);
-                            if let Some(path_id) = path_id {
-                                let file = files.entry(path_id).or_default();
+                            let path = slot.map(|slot| {
+                                let (symbol, file) = paths.at(slot);
                                 file.calls += 1;
                                 file.total_ns += event.dur;
                                 match func.class() {
@@ -276,8 +385,8 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
                                     Class::Write => file.bytes_written += bytes,
                                     _ => {}
                                 }
-                            }
-                            let path = path_id.map(|id| string(&mut symbols, id));
+                                symbol
+                            });
                             events
                                 .push(&symbols, events_part, |row| {
                                     row.str(name)
@@ -422,7 +531,7 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
     let mut file_table = Table::new("files", FILES, &run_dir("files"), None).map_err(io_err)?;
     let files_part = file_table.partition("");
     let mut paths: Vec<(String, FileTotals)> =
-        files.into_iter().map(|(id, t)| (meta.string(id), t)).collect();
+        paths.slots.into_iter().map(|slot| (meta.string(slot.id), slot.totals)).collect();
     paths.sort_by(|a, b| a.0.cmp(&b.0));
     for (path, t) in &paths {
         let path = text(&mut symbols, path);
