@@ -87,7 +87,10 @@ impl RunReader<BufReader<File>> {
     /// Opens `path` and reads its header.
     pub fn open(path: &Path) -> Result<Self, Error> {
         let file = File::open(path)?;
-        RunReader::new(BufReader::with_capacity(1 << 20, file))
+        // Smaller than the reads of an events frame (1 MiB): once the header's buffered bytes
+        // are taken, those go straight from the file into the event buffer, not through this
+        // one (a second copy of the whole file).
+        RunReader::new(BufReader::with_capacity(64 << 10, file))
     }
 
     /// Opens `path` for metadata-only reading ([`RunReader::skip_events`]): event frames are
