@@ -36,17 +36,17 @@ use mlprof_format::runfile::Frame;
 use rustc_hash::FxHashMap;
 
 use crate::run::{self, FdCache, FdIntervals, PathIndex, RunMeta, bytes_moved};
-use table::{Kind, Spec, Symbols, Table, col, delta, opt};
+use table::{Kind, Spec, Symbols, Table, col, delta, opt, plain};
 
 const EVENTS: &[Spec] = &[
     col("name", Kind::Str),
     col("pid", Kind::I32),
     col("tid", Kind::I32),
     delta("start_ns"),
-    col("dur_ns", Kind::I64),
+    plain("dur_ns", Kind::I64),
     col("fd", Kind::I32),
-    col("bytes", Kind::I64),
-    col("ret", Kind::I64),
+    plain("bytes", Kind::I64),
+    plain("ret", Kind::I64),
     col("errno", Kind::I32),
     opt("path", Kind::Str),
 ];
@@ -58,10 +58,10 @@ const SPANS: &[Spec] = &[
     col("pid", Kind::I32),
     col("tid", Kind::I32),
     delta("start_ns"),
-    col("dur_ns", Kind::I64),
+    plain("dur_ns", Kind::I64),
     col("depth", Kind::I32),
-    col("id", Kind::I64),
-    col("parent", Kind::I64),
+    plain("id", Kind::I64),
+    plain("parent", Kind::I64),
 ];
 
 const GPU_CALLS: &[Spec] = &[
@@ -69,7 +69,7 @@ const GPU_CALLS: &[Spec] = &[
     col("pid", Kind::I32),
     col("tid", Kind::I32),
     delta("start_ns"),
-    col("dur_ns", Kind::I64),
+    plain("dur_ns", Kind::I64),
     col("device", Kind::I32),
     col("status", Kind::I32),
     col("stream", Kind::I64),

@@ -32,8 +32,9 @@ const GROUP_ROWS: usize = 256 << 10;
 /// Rows a table holds in memory at most, over all its partitions: the largest partition is
 /// written out when they are more (about 30 MB for the events table, at 58 bytes a row).
 const TABLE_BUDGET_ROWS: usize = 512 << 10;
-/// zstd's level for every page.
-const ZSTD_LEVEL: i32 = 3;
+/// zstd's level for every page: 1 makes the events table no larger than 3 did (dictionary
+/// and delta encodings leave little for zstd's longer searches) and costs less.
+const ZSTD_LEVEL: i32 = 1;
 
 /// A column's physical type.
 #[derive(Clone, Copy)]
@@ -53,18 +54,25 @@ pub struct Spec {
     pub optional: bool,
     /// Times and other values that change by small steps: delta-encoded, no dictionary.
     pub delta: bool,
+    /// Values too varied for a dictionary to pay (durations, ids): PLAIN, left to zstd. The
+    /// dictionary encoder hashes every value, and here its dictionary only grows.
+    pub plain: bool,
 }
 
 pub const fn col(name: &'static str, kind: Kind) -> Spec {
-    Spec { name, kind, optional: false, delta: false }
+    Spec { name, kind, optional: false, delta: false, plain: false }
 }
 
 pub const fn opt(name: &'static str, kind: Kind) -> Spec {
-    Spec { name, kind, optional: true, delta: false }
+    Spec { name, kind, optional: true, delta: false, plain: false }
 }
 
 pub const fn delta(name: &'static str) -> Spec {
-    Spec { name, kind: Kind::I64, optional: false, delta: true }
+    Spec { name, kind: Kind::I64, optional: false, delta: true, plain: false }
+}
+
+pub const fn plain(name: &'static str, kind: Kind) -> Spec {
+    Spec { name, kind, optional: false, delta: false, plain: true }
 }
 
 /// The strings of an export, each stored once; columns hold their index.
@@ -299,6 +307,9 @@ impl Table {
             // would cost time for little more.
             .set_statistics_enabled(EnabledStatistics::Chunk)
             .set_dictionary_enabled(true);
+        for s in specs.iter().filter(|s| s.plain) {
+            props = props.set_column_dictionary_enabled(ColumnPath::from(s.name), false);
+        }
         for s in specs.iter().filter(|s| s.delta) {
             let path = ColumnPath::from(s.name);
             props = props
