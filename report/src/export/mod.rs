@@ -333,10 +333,12 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
             .or_insert_with(|| symbols.add(Bytes::from(meta.strings.get(&id).cloned().unwrap_or_default())))
     };
     let text = |symbols: &mut Symbols, text: &str| symbols.add(Bytes::copy_from_slice(text.as_bytes()));
-    // A function's name by its id (an array: looked up for every event).
-    let mut names = vec![u32::MAX; Func::ALL.iter().map(|f| *f as usize + 1).max().unwrap_or(0)];
-    for f in Func::ALL {
-        names[*f as usize] = symbols.add(Bytes::from_static(f.name().as_bytes()));
+    // A function, its API, class and name by its id (an array: looked up for every event).
+    let mut funcs: Vec<Option<(Func, Api, Class, u32)>> =
+        vec![None; Func::ALL.iter().map(|f| *f as usize + 1).max().unwrap_or(0)];
+    for &f in Func::ALL {
+        let name = symbols.add(Bytes::from_static(f.name().as_bytes()));
+        funcs[f as usize] = Some((f, f.api(), f.class(), name));
     }
     // The partitions of each process's images, by pid (the last pid remembered: a batch holds
     // runs of one thread's events).
@@ -355,18 +357,37 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
         match frame {
             Frame::Events(batch) => {
                 for event in batch {
-                    let Some(func) = Func::from_id(event.kind) else { continue };
+                    let Some(&Some((func, api, class, name))) = funcs.get(event.kind as usize) else {
+                        continue;
+                    };
                     let (events_part, spans_part, gpu_part) =
                         pids.get(&meta, event.pid, event.start, |rank| {
                             (events.partition(rank), spans.partition(rank), gpu.partition(rank))
                         });
-                    let name = names[event.kind as usize];
-                    match func.api() {
+                    match api {
                         Api::Libc => {
-                            let slot = match func.class() {
-                                // An open names its own path.
+                            let slot = match class {
+                                // An open names its own path: the fd's history has it as the
+                                // change at the open's end (its dense index, no hashing),
+                                // unless the open failed.
                                 Class::Open if event.arg2 != 0 => {
-                                    Some(paths.of_id(&meta, &mut symbols, event.arg2))
+                                    let end = event.start.saturating_add(event.dur);
+                                    let index = (event.fd >= 0 && !event.is_error())
+                                        .then(|| {
+                                            fds.lookup_cached(
+                                                &meta,
+                                                event.pid,
+                                                event.fd,
+                                                end.saturating_add(1),
+                                                &mut fd_cache,
+                                            )
+                                        })
+                                        .flatten()
+                                        .filter(|&index| fds.path_id(index) == event.arg2);
+                                    Some(match index {
+                                        Some(index) => paths.of_index(&meta, &mut symbols, &fds, index),
+                                        None => paths.of_id(&meta, &mut symbols, event.arg2),
+                                    })
                                 }
                                 Class::Open | Class::Clock => None,
                                 _ if event.fd < 0 => None,
@@ -379,7 +400,7 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
                                 let (symbol, file) = paths.at(slot);
                                 file.calls += 1;
                                 file.total_ns += event.dur;
-                                match func.class() {
+                                match class {
                                     Class::Open if !event.is_error() => file.opens += 1,
                                     Class::Read => file.bytes_read += bytes,
                                     Class::Write => file.bytes_written += bytes,
@@ -430,7 +451,7 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
                         }
                         Api::CudaRuntime | Api::CudaDriver | Api::Nccl => {
                             let call = GpuCall::from_event(event);
-                            let kernel = (func.class() == Class::Launch).then(|| {
+                            let kernel = (class == Class::Launch).then(|| {
                                 *kernels.entry((event.pid, call.object)).or_insert_with(|| {
                                     let name = meta.kernel_name(event.pid, call.object);
                                     symbols.add(Bytes::from(name.into_bytes()))

@@ -387,17 +387,24 @@ impl Table {
         if partition.rows == 0 {
             return Ok(());
         }
+        // The partition's next row group will likely be as large: its buffers start at that
+        // capacity (not grown by doubling), within the table's share per partition.
+        let reserve = partition.rows.min(TABLE_BUDGET_ROWS / self.partitions.len());
+        let partition = &mut self.partitions[at];
+        fn take<T>(v: &mut Vec<T>, reserve: usize) -> Vec<T> {
+            std::mem::replace(v, Vec::with_capacity(reserve))
+        }
         let columns = partition
             .columns
             .iter_mut()
             .map(|column| {
                 let batch = match &mut column.values {
-                    Values::I32(v) => Batch::I32(std::mem::take(v)),
-                    Values::I64(v) => Batch::I64(std::mem::take(v)),
-                    Values::Bool(v) => Batch::Bool(std::mem::take(v)),
-                    Values::Sym(v) => Batch::Sym(std::mem::take(v)),
+                    Values::I32(v) => Batch::I32(take(v, reserve)),
+                    Values::I64(v) => Batch::I64(take(v, reserve)),
+                    Values::Bool(v) => Batch::Bool(take(v, reserve)),
+                    Values::Sym(v) => Batch::Sym(take(v, reserve)),
                 };
-                (batch, column.def.as_mut().map(std::mem::take))
+                (batch, column.def.as_mut().map(|def| take(def, reserve)))
             })
             .collect();
         let dir = match self.partition_by {
