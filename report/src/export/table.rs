@@ -24,7 +24,7 @@ use parquet::file::writer::SerializedFileWriter;
 
 use parquet::schema::parser::parse_message_type;
 
-use super::strings::StringEncoder;
+use super::dictionary::DictionaryEncoder;
 use parquet::schema::types::ColumnPath;
 
 /// Rows per row group when a partition fills one by itself.
@@ -229,13 +229,14 @@ fn parquet_err(e: parquet::errors::ParquetError) -> std::io::Error {
 /// channel closed) every file is closed and renamed into place. Returns the bytes written.
 fn write_jobs(
     jobs: Receiver<Job>,
+    specs: &'static [Spec],
     schema: Arc<parquet::schema::types::Type>,
     props: Arc<WriterProperties>,
 ) -> std::io::Result<u64> {
     let mut files: HashMap<usize, (PathBuf, PathBuf, SerializedFileWriter<BufWriter<File>>)> = HashMap::new();
-    let mut strings = StringEncoder::new(ZSTD_LEVEL);
+    let mut encoder = DictionaryEncoder::new(ZSTD_LEVEL);
     for job in jobs {
-        strings.extend(job.symbols);
+        encoder.extend(job.symbols);
         let writer = match files.entry(job.partition) {
             std::collections::hash_map::Entry::Occupied(entry) => &mut entry.into_mut().2,
             std::collections::hash_map::Entry::Vacant(entry) => {
@@ -251,8 +252,14 @@ fn write_jobs(
         let mut group = writer.next_row_group().map_err(parquet_err)?;
         for (at, (batch, def)) in job.columns.iter().enumerate() {
             let def = def.as_deref();
-            if let Batch::Sym(v) = batch {
-                let (bytes, close) = strings.chunk(descr.column(at), v, def).map_err(parquet_err)?;
+            let chunk = match batch {
+                Batch::Sym(v) => Some(encoder.chunk(descr.column(at), v, def).map_err(parquet_err)?),
+                Batch::I32(v) if specs.get(at).is_some_and(|s| !s.plain && !s.delta) => {
+                    encoder.int32_chunk(descr.column(at), v, def).map_err(parquet_err)?
+                }
+                _ => None,
+            };
+            if let Some((bytes, close)) = chunk {
                 group.append_column(&bytes, close).map_err(parquet_err)?;
                 continue;
             }
@@ -323,7 +330,7 @@ impl Table {
         let (jobs, receiver) = sync_channel(1);
         let writer = std::thread::Builder::new()
             .name(format!("parquet-{name}"))
-            .spawn(move || write_jobs(receiver, schema, props))?;
+            .spawn(move || write_jobs(receiver, specs, schema, props))?;
         Ok(Table {
             specs,
             dir: dir.to_path_buf(),

@@ -1,10 +1,11 @@
-//! String columns, encoded here rather than by the Parquet crate's column writer: rows hold
-//! indexes into the export's symbols already, so a column chunk's dictionary is made by
-//! looking each index up in an array (no hashing of the string per row, no reference-counted
-//! copy per row, min/max over the dictionary rather than over every row). The chunk is
-//! standard Parquet: a PLAIN dictionary page, then v1 data pages of RLE_DICTIONARY indexes
-//! (definition levels first for an optional column), each page zstd-compressed, handed to the
-//! file writer with `append_column`.
+//! Dictionary-encoded columns, written here rather than by the Parquet crate's column writer.
+//! String rows hold indexes into the export's symbols already, so a chunk's dictionary is made
+//! by looking each index up in an array (no hashing of the string per row, no
+//! reference-counted copy per row, min/max over the dictionary rather than over every row).
+//! Int32 columns of few values (pids, tids, fds, errnos) are hashed only when the value
+//! changes. The chunk is standard Parquet: a PLAIN dictionary page, then v1 data pages of
+//! RLE_DICTIONARY indexes (definition levels first for an optional column), each page
+//! zstd-compressed, handed to the file writer with `append_column`.
 
 use bytes::Bytes;
 use parquet::basic::{Compression, Encoding, EncodingMask, PageType};
@@ -16,9 +17,12 @@ use parquet::file::metadata::{ColumnChunkMetaData, PageEncodingStats};
 use parquet::file::statistics::Statistics;
 use parquet::file::writer::{SerializedPageWriter, TrackedWrite};
 use parquet::schema::types::ColumnDescPtr;
+use rustc_hash::FxHashMap;
 
 /// Values per data page.
 const PAGE_VALUES: usize = 32 << 10;
+/// Distinct values above which an int32 chunk is left to the column writer (PLAIN).
+const INT_DICTIONARY_MAX: usize = 1 << 16;
 /// Longer minimum or maximum strings are left out of the chunk's statistics, as the column
 /// writer truncates them (a plan filtering on such a column reads the chunk).
 const STATISTICS_MAX_LEN: usize = 64;
@@ -45,7 +49,7 @@ fn compress(
 /// What a string column chunk's encoder keeps between chunks: the symbols it has been sent
 /// and, per symbol, its index in the chunk being written + 1 (0: not in it).
 #[derive(Default)]
-pub struct StringEncoder {
+pub struct DictionaryEncoder {
     symbols: Vec<Bytes>,
     local: Vec<u32>,
     zstd: Option<zstd::bulk::Compressor<'static>>,
@@ -53,11 +57,13 @@ pub struct StringEncoder {
     /// Reused buffers.
     keys: Vec<u32>,
     body: Vec<u8>,
+    dict_body: Vec<u8>,
+    by_value: FxHashMap<i32, u32>,
 }
 
-impl StringEncoder {
-    pub fn new(level: i32) -> StringEncoder {
-        StringEncoder { level, ..Default::default() }
+impl DictionaryEncoder {
+    pub fn new(level: i32) -> DictionaryEncoder {
+        DictionaryEncoder { level, ..Default::default() }
     }
 
     /// Symbols added since the last call (their indexes follow the ones known).
@@ -66,16 +72,16 @@ impl StringEncoder {
         self.local.resize(self.symbols.len(), 0);
     }
 
-    /// Encodes one column chunk: `values` are symbol indexes of the rows with a value, `def`
-    /// the definition levels of an optional column (one per row). Returns the chunk's bytes
-    /// (offsets in its metadata are relative to them) and what `append_column` needs.
+    /// Encodes one string column chunk: `values` are symbol indexes of the rows with a
+    /// value, `def` the definition levels of an optional column (one per row). Returns the
+    /// chunk's bytes (offsets in its metadata are relative to them) and what `append_column`
+    /// needs.
     pub fn chunk(
         &mut self,
         descr: ColumnDescPtr,
         values: &[u32],
         def: Option<&[i16]>,
     ) -> Result<(Bytes, ColumnCloseResult), ParquetError> {
-        let rows = def.map_or(values.len(), <[i16]>::len);
         // The chunk's dictionary, in order of first use.
         let mut dict: Vec<u32> = Vec::new();
         let mut keys = std::mem::take(&mut self.keys);
@@ -92,36 +98,118 @@ impl StringEncoder {
         for &symbol in &dict {
             self.local[symbol as usize] = 0;
         }
+        let mut body = std::mem::take(&mut self.dict_body);
+        body.clear();
+        let mut min_max: Option<(&[u8], &[u8])> = None;
+        for &symbol in &dict {
+            let s: &[u8] = &self.symbols[symbol as usize];
+            body.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            body.extend_from_slice(s);
+            min_max = Some(match min_max {
+                None => (s, s),
+                Some((lo, hi)) => (lo.min(s), hi.max(s)),
+            });
+        }
+        let unencoded = keys.iter().map(|&key| self.symbols[dict[key as usize] as usize].len() as i64).sum();
+        let rows = def.map_or(values.len(), <[i16]>::len);
+        let min_max = min_max.filter(|(lo, hi)| lo.len().max(hi.len()) <= STATISTICS_MAX_LEN);
+        let statistics = Statistics::byte_array(
+            min_max.map(|(lo, _)| ByteArray::from(lo.to_vec())),
+            min_max.map(|(_, hi)| ByteArray::from(hi.to_vec())),
+            None,
+            Some((rows - values.len()) as u64),
+            false,
+        );
+        let written = self.pages(descr, def, dict.len(), &body, &keys, statistics, Some(unencoded));
+        self.keys = keys;
+        self.dict_body = body;
+        written
+    }
 
+    /// Encodes one int32 column chunk as [`DictionaryEncoder::chunk`] does, its dictionary made by
+    /// hashing (the last value remembered: runs of a thread's pid, tid, fd). `None` when the
+    /// chunk has too many distinct values for a dictionary to pay: the column writer takes it.
+    pub fn int32_chunk(
+        &mut self,
+        descr: ColumnDescPtr,
+        values: &[i32],
+        def: Option<&[i16]>,
+    ) -> Result<Option<(Bytes, ColumnCloseResult)>, ParquetError> {
+        let mut keys = std::mem::take(&mut self.keys);
+        keys.clear();
+        keys.reserve(values.len());
+        let mut by_value = std::mem::take(&mut self.by_value);
+        by_value.clear();
+        let mut body = std::mem::take(&mut self.dict_body);
+        body.clear();
+        let mut last: Option<(i32, u32)> = None;
+        let (mut min, mut max) = (i32::MAX, i32::MIN);
+        for &value in values {
+            let key = match last {
+                Some((v, key)) if v == value => key,
+                _ => {
+                    let next = by_value.len() as u32;
+                    let key = *by_value.entry(value).or_insert(next);
+                    if key == next {
+                        body.extend_from_slice(&value.to_le_bytes());
+                        (min, max) = (min.min(value), max.max(value));
+                    }
+                    last = Some((value, key));
+                    key
+                }
+            };
+            keys.push(key);
+        }
+        let distinct = by_value.len();
+        self.by_value = by_value;
+        let written = if distinct > INT_DICTIONARY_MAX {
+            None
+        } else {
+            let rows = def.map_or(values.len(), <[i16]>::len);
+            let present = !values.is_empty();
+            let statistics = Statistics::int32(
+                present.then_some(min),
+                present.then_some(max),
+                None,
+                Some((rows - values.len()) as u64),
+                false,
+            );
+            Some(self.pages(descr, def, distinct, &body, &keys, statistics, None)?)
+        };
+        self.keys = keys;
+        self.dict_body = body;
+        Ok(written)
+    }
+
+    /// Writes a chunk's pages: the dictionary page (`dict_len` values PLAIN in `dict_body`),
+    /// then data pages of `keys` (one per value) with the definition levels `def`.
+    #[allow(clippy::too_many_arguments)]
+    fn pages(
+        &mut self,
+        descr: ColumnDescPtr,
+        def: Option<&[i16]>,
+        dict_len: usize,
+        dict_body: &[u8],
+        keys: &[u32],
+        statistics: Statistics,
+        unencoded: Option<i64>,
+    ) -> Result<(Bytes, ColumnCloseResult), ParquetError> {
+        let rows = def.map_or(keys.len(), <[i16]>::len);
         let mut sink = TrackedWrite::new(Vec::new());
         let mut writer = SerializedPageWriter::new(&mut sink);
         let (mut compressed, mut uncompressed) = (0u64, 0u64);
         let mut encodings = EncodingMask::default();
         let mut page_stats = Vec::new();
         let mut dictionary_offset = None;
-        let mut body = std::mem::take(&mut self.body);
-
-        let mut min_max: Option<(&[u8], &[u8])> = None;
-        let mut unencoded = 0i64;
-        if !dict.is_empty() {
-            body.clear();
-            for &symbol in &dict {
-                let s: &[u8] = &self.symbols[symbol as usize];
-                body.extend_from_slice(&(s.len() as u32).to_le_bytes());
-                body.extend_from_slice(s);
-                min_max = Some(match min_max {
-                    None => (s, s),
-                    Some((lo, hi)) => (lo.min(s), hi.max(s)),
-                });
-            }
-            let buf = compress(&mut self.zstd, self.level, &body)?;
+        if dict_len > 0 {
+            let buf = compress(&mut self.zstd, self.level, dict_body)?;
             let page = Page::DictionaryPage {
                 buf,
-                num_values: dict.len() as u32,
+                num_values: dict_len as u32,
                 encoding: Encoding::PLAIN,
                 is_sorted: false,
             };
-            let spec = writer.write_page(CompressedPage::new(page, body.len()))?;
+            let spec = writer.write_page(CompressedPage::new(page, dict_body.len()))?;
             dictionary_offset = Some(spec.offset as i64);
             compressed += spec.compressed_size as u64;
             uncompressed += spec.uncompressed_size as u64;
@@ -132,22 +220,12 @@ impl StringEncoder {
                 count: 1,
             });
         }
-        for &key in &keys {
-            unencoded += self.symbols[dict[key as usize] as usize].len() as i64;
-        }
-        let min_max = min_max.filter(|(lo, hi)| lo.len().max(hi.len()) <= STATISTICS_MAX_LEN);
-        let statistics = Statistics::byte_array(
-            min_max.map(|(lo, _)| ByteArray::from(lo.to_vec())),
-            min_max.map(|(_, hi)| ByteArray::from(hi.to_vec())),
-            None,
-            Some((rows - values.len()) as u64),
-            false,
-        );
 
         // A chunk with no value (all null) has no dictionary: its pages say PLAIN, and hold
         // definition levels only.
-        let encoding = if dict.is_empty() { Encoding::PLAIN } else { Encoding::RLE_DICTIONARY };
-        let width = bit_width(dict.len().saturating_sub(1) as u32).max(1);
+        let encoding = if dict_len == 0 { Encoding::PLAIN } else { Encoding::RLE_DICTIONARY };
+        let width = bit_width(dict_len.saturating_sub(1) as u32).max(1);
+        let mut body = std::mem::take(&mut self.body);
         let mut data_offset = None;
         let (mut row, mut key, mut pages) = (0, 0, 0);
         // At least one page, even for a chunk of no row.
@@ -166,7 +244,7 @@ impl StringEncoder {
                 }
                 None => end - row,
             };
-            if !dict.is_empty() {
+            if dict_len > 0 {
                 body.push(width);
                 rle_hybrid(&keys[key..key + present], width, &mut body, |k| k);
             }
@@ -188,11 +266,10 @@ impl StringEncoder {
                 break;
             }
         }
+        self.body = body;
         encodings.insert(encoding);
         encodings.insert(Encoding::RLE);
         page_stats.push(PageEncodingStats { page_type: PageType::DATA_PAGE, encoding, count: pages });
-        self.keys = keys;
-        self.body = body;
 
         let metadata = ColumnChunkMetaData::builder(descr)
             .set_compression(Compression::ZSTD(parquet::basic::ZstdLevel::try_new(self.level).map_err(err)?))
@@ -204,7 +281,7 @@ impl StringEncoder {
             .set_data_page_offset(data_offset.unwrap_or(0))
             .set_dictionary_page_offset(dictionary_offset)
             .set_statistics(statistics)
-            .set_unencoded_byte_array_data_bytes(Some(unencoded))
+            .set_unencoded_byte_array_data_bytes(unencoded)
             .build()?;
         let bytes = Bytes::from(sink.into_inner()?);
         let close = ColumnCloseResult {
@@ -319,7 +396,7 @@ mod tests {
         out
     }
 
-    /// Writes row groups of a required and an optional string column with `StringEncoder`
+    /// Writes row groups of a required and an optional string column with `DictionaryEncoder`
     /// and reads them back with the Parquet crate's reader.
     #[test]
     fn string_chunks_read_back() {
@@ -337,7 +414,7 @@ mod tests {
         let mut file = SerializedFileWriter::new(Vec::new(), Arc::new(schema), Arc::new(props)).unwrap();
         let symbols: Vec<Bytes> =
             (0..3000).map(|i| Bytes::from(format!("/data/file-{i:05}{}", "x".repeat(i % 90)))).collect();
-        let mut encoder = StringEncoder::new(1);
+        let mut encoder = DictionaryEncoder::new(1);
         encoder.extend(symbols.iter().cloned());
         let mut expected = Vec::new();
         // Many pages with runs and nulls; one row; all null; one distinct value.
@@ -379,6 +456,54 @@ mod tests {
         assert_eq!(stats.null_count_opt(), Some(20));
         let stats = metadata.row_group(3).column(1).statistics().unwrap();
         assert_eq!(stats.min_bytes_opt(), Some(&symbols[42][..]));
+    }
+
+    /// Int32 chunks with nulls, runs and a negative value read back; a chunk of too many
+    /// distinct values is declined.
+    #[test]
+    fn int32_chunks_read_back() {
+        use parquet::file::properties::WriterProperties;
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        use parquet::file::writer::SerializedFileWriter;
+        use parquet::record::Field;
+        use std::sync::Arc;
+
+        let schema = parquet::schema::parser::parse_message_type("message t { optional int32 v; }").unwrap();
+        let mut file = SerializedFileWriter::new(
+            Vec::new(),
+            Arc::new(schema),
+            Arc::new(WriterProperties::builder().build()),
+        )
+        .unwrap();
+        let mut encoder = DictionaryEncoder::new(1);
+        let expected: Vec<Option<i32>> =
+            (0..50_000).map(|i| (i % 5 != 0).then_some((i / 100) % 40 - 3)).collect();
+        let def: Vec<i16> = expected.iter().map(|v| v.is_some() as i16).collect();
+        let values: Vec<i32> = expected.iter().flatten().copied().collect();
+        let descr = file.schema_descr().clone();
+        let mut group = file.next_row_group().unwrap();
+        let (bytes, close) = encoder.int32_chunk(descr.column(0), &values, Some(&def)).unwrap().unwrap();
+        group.append_column(&bytes, close).unwrap();
+        group.close().unwrap();
+        let many: Vec<i32> = (0..(INT_DICTIONARY_MAX as i32 + 1)).collect();
+        assert!(encoder.int32_chunk(descr.column(0), &many, None).unwrap().is_none());
+
+        let reader = SerializedFileReader::new(Bytes::from(file.into_inner().unwrap())).unwrap();
+        let read: Vec<Option<i32>> = reader
+            .get_row_iter(None)
+            .unwrap()
+            .map(|row| match row.unwrap().get_column_iter().next().unwrap().1 {
+                Field::Int(v) => Some(*v),
+                Field::Null => None,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(read, expected);
+        let stats = reader.metadata().row_group(0).column(0).statistics().unwrap();
+        assert_eq!(
+            (stats.min_bytes_opt(), stats.max_bytes_opt()),
+            (Some(&(-3i32).to_le_bytes()[..]), Some(&36i32.to_le_bytes()[..]))
+        );
     }
 
     #[test]
