@@ -4,9 +4,11 @@
 //! a reader globbing `*.parquet` never sees half a file.
 //!
 //! Strings are buffered as indexes into the export's [`Symbols`] (4 bytes a row, not a
-//! reference-counted buffer) and become Parquet values when their row group is written.
-//! Encoding and compression run on the table's own thread, fed one row group at a time
-//! through a channel of one slot, while the caller decodes the next events.
+//! reference-counted buffer) up to the page writer: string columns and int32 columns of few
+//! values are dictionary-encoded by `dictionary.rs`, the others by the Parquet crate's column
+//! writer. Encoding and compression run on the table's own thread, fed one row group at a
+//! time (with the symbols added since the last) through a channel of one slot, while the
+//! caller decodes the next events.
 
 use std::collections::HashMap;
 use std::fs::File;
