@@ -63,7 +63,9 @@ pub fn expand_out(
 /// Under `srun` with several tasks per node, each task's collector expands `%h` and `%n` to the
 /// same name, and they would write one file. Task `SLURM_LOCALID=L` (L > 0) writes
 /// `<stem>-task<L>[.<ext>]` next to it instead (task 0 keeps the name): returns that path and
-/// the message saying so. `None` when the pattern names no node or this is task 0.
+/// the message saying so. `None` when the pattern names no node, when this is task 0, or when
+/// the pattern already holds the number L on its own (`run-%h-$SLURM_LOCALID.bin`, expanded
+/// by the shell); a collision left after that is refused by the run file's lock.
 pub fn per_task_out(
     pattern: &Path,
     out: &Path,
@@ -74,6 +76,9 @@ pub fn per_task_out(
         return None;
     }
     let local: u32 = env("SLURM_LOCALID")?.trim().parse().ok().filter(|&l| l > 0)?;
+    if text.split(|c: char| !c.is_ascii_digit()).any(|number| number.parse() == Ok(local)) {
+        return None;
+    }
     let stem = out.file_stem()?.to_string_lossy();
     let name = match out.extension() {
         Some(ext) => format!("{stem}-task{local}.{}", ext.to_string_lossy()),
@@ -142,6 +147,11 @@ mod tests {
         assert_eq!(task("run.bin", "run.bin", "1"), None, "no node in the name: the file lock says it");
         assert_eq!(task("run-%%h.bin", "run-%h.bin", "1"), None);
         assert_eq!(task("run-%h.bin", "run-gpu7.bin", "x"), None);
+        assert_eq!(task("runs/run-%h-3.bin", "runs/run-gpu7-3.bin", "3"), None, "already per task");
+        assert_eq!(
+            task("runs/run-%h-13.bin", "runs/run-gpu7-13.bin", "3").as_deref(),
+            Some("runs/run-gpu7-13-task3.bin")
+        );
         assert_eq!(per_task_out(Path::new("run-%h.bin"), Path::new("run-gpu7.bin"), &env(&[])), None);
     }
 
