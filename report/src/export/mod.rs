@@ -619,6 +619,141 @@ pub fn table_dir(dir: &Path, table: &str, id: &str) -> PathBuf {
 mod tests {
     use super::*;
 
+    /// Rows of every Parquet file under `dir` (sorted by path), each as its fields' text.
+    fn rows(dir: &Path) -> Vec<Vec<String>> {
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        let mut files = Vec::new();
+        let mut todo = vec![dir.to_path_buf()];
+        while let Some(d) = todo.pop() {
+            for entry in std::fs::read_dir(&d).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    todo.push(path);
+                } else {
+                    files.push(path);
+                }
+            }
+        }
+        files.sort();
+        let mut out = Vec::new();
+        for file in files {
+            let reader = SerializedFileReader::new(std::fs::File::open(&file).unwrap()).unwrap();
+            for row in reader.get_row_iter(None).unwrap() {
+                out.push(row.unwrap().get_column_iter().map(|(_, f)| f.to_string()).collect());
+            }
+        }
+        out
+    }
+
+    /// GPU calls (kernel names, from the run's symbols or the handle, and null for calls that
+    /// launch nothing), ITT spans and energy samples (null readings) read back as written.
+    #[test]
+    fn gpu_calls_spans_and_energy_read_back() {
+        use mlprof_format::energy::{EnergyDevice, EnergySample};
+        use mlprof_format::record::Event;
+        use mlprof_format::runfile::{ProcessInfo, RunEnd, RunInfo, RunWriter, SymbolInfo};
+
+        let dir = std::env::temp_dir().join(format!("mlprof-export-gpu-{}", std::process::id()));
+        let run = dir.join("run.bin");
+        std::fs::create_dir_all(&dir).unwrap();
+        let start = 1_000_000_000u64;
+        let info = RunInfo { host: "h".into(), start_mono_ns: start, ..Default::default() };
+        let mut w = RunWriter::create(&run, &info).unwrap();
+        let (kernel, task, domain) = (1u64, 2u64, 3u64);
+        w.write_string(kernel, b"_Z6kernelv").unwrap();
+        w.write_string(task, b"forward").unwrap();
+        w.write_string(domain, b"torch").unwrap();
+        w.write_process(&ProcessInfo { pid: 7, ppid: 1, start_ns: start, ..Default::default() }).unwrap();
+        w.write_symbol(&SymbolInfo { pid: 7, handle: 0xabc, name: kernel }).unwrap();
+        let gpu = |func: Func, at: u64, object: u64| {
+            GpuCall {
+                kind: func as u16,
+                pid: 7,
+                tid: 7,
+                start: start + at,
+                dur: 10,
+                object,
+                ..Default::default()
+            }
+            .into_event()
+        };
+        let span = IttSpan {
+            kind: Func::IttTask as u16,
+            pid: 7,
+            tid: 7,
+            start: start + 5,
+            dur: 100,
+            id: 9,
+            name: task,
+            domain,
+            ..Default::default()
+        }
+        .into_event();
+        let read = Event {
+            kind: Func::Read as u16,
+            pid: 7,
+            tid: 7,
+            fd: -1,
+            start: start + 50,
+            ..Default::default()
+        };
+        w.write_events(&[
+            gpu(Func::CudaLaunchKernel, 10, 0xabc),
+            gpu(Func::CudaMemcpy, 20, 0),
+            gpu(Func::CudaLaunchKernel, 30, 0xdef),
+            span,
+            read,
+        ])
+        .unwrap();
+        w.write_energy_device(&EnergyDevice {
+            id: 0,
+            kind: "gpu".into(),
+            name: "GPU 0".into(),
+            in_run: true,
+            ..Default::default()
+        })
+        .unwrap();
+        w.write_energy_samples(&[
+            EnergySample {
+                device: 0,
+                time_ns: start + 1,
+                energy_uj: Some(5),
+                power_mw: Some(70),
+                ..Default::default()
+            },
+            EnergySample {
+                device: 0,
+                time_ns: start + 2,
+                energy_uj: None,
+                power_mw: None,
+                ..Default::default()
+            },
+        ])
+        .unwrap();
+        w.finish(&RunEnd { end_ns: start + 1000, events: 5, dropped: 0 }).unwrap();
+
+        let out = dir.join("parquet");
+        let exported = export_parquet(&run, &out).unwrap();
+        let table = |name: &str| rows(&table_dir(&out, name, &exported.run_id));
+        let gpu_rows = table("gpu_calls");
+        let kernels: Vec<&str> = gpu_rows.iter().map(|r| r[11].as_str()).collect();
+        assert_eq!(kernels, ["\"kernel()\"", "null", "\"kernel@0xdef\""]);
+        assert_eq!(gpu_rows[1][0], "\"cudaMemcpy\"");
+        let spans = table("spans");
+        assert_eq!(spans.len(), 1);
+        assert_eq!(spans[0][..3], ["\"forward\"", "\"torch\"", "\"task\""]);
+        let energy = table("energy");
+        assert_eq!(energy.len(), 2);
+        assert_eq!(
+            (energy[0][1].as_str(), energy[0][5].as_str(), energy[0][6].as_str()),
+            ("\"GPU 0\"", "5", "70")
+        );
+        assert_eq!((energy[1][5].as_str(), energy[1][6].as_str()), ("null", "null"));
+        let events = table("events");
+        assert_eq!((events.len(), events[0][9].as_str()), (1, "null"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn utc_stamps() {
         assert_eq!(utc_stamp(0), "19700101T000000");
