@@ -377,11 +377,15 @@ fn create_run_file(path: &std::path::Path, info: &RunInfo) -> std::io::Result<Ru
 
 /// Opens `path` for writing, locked, then empties it: an error, not a truncation of its
 /// records, when another collector holds it. A file system without `flock` (some network
-/// ones) is written without the lock.
+/// ones) is written without the lock; what is not a regular file (`/dev/null`, a pipe) is
+/// neither locked nor truncated.
 fn open_exclusive(path: &std::path::Path) -> std::io::Result<std::fs::File> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new().write(true).create(true).truncate(false).mode(0o600).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Ok(file);
+    }
     // Safety: flock on the descriptor of `file`, which lives across the call; no memory is
     // passed.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
@@ -418,5 +422,7 @@ mod tests {
         drop(first);
         assert!(open_exclusive(&path).is_ok(), "free again once the first closed it");
         std::fs::remove_file(&path).unwrap();
+        let (_a, _b) =
+            (open_exclusive("/dev/null".as_ref()).unwrap(), open_exclusive("/dev/null".as_ref()).unwrap());
     }
 }
