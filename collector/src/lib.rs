@@ -114,7 +114,14 @@ struct Args {
 pub fn main() -> ExitCode {
     let mut args = Args::parse();
     let env = |name: &str| std::env::var(name).ok();
-    args.out = node::expand_out(&args.out, &args.command, &hostname(), &env);
+    let pattern = args.out.clone();
+    args.out = node::expand_out(&pattern, &args.command, &hostname(), &env);
+    if let Some((out, why)) = node::per_task_out(&pattern, &args.out, &env) {
+        if !args.quiet {
+            eprintln!("mlprof-collect: {why}");
+        }
+        args.out = out;
+    }
     if !args.no_energy
         && let Some(why) = node::energy_left_to_another(&env)
     {
@@ -372,13 +379,61 @@ fn report(args: &Args, totals: &Totals, elapsed: Duration) {
 }
 
 /// The run file (private to the user: it names files and command lines), written by a thread
-/// of its own (`file_writer`).
+/// of its own (`file_writer`). It is locked (`flock`) while this collector writes it, so that a
+/// second collector given the same `--out` refuses rather than mixing its records into it.
 fn create_run_file(path: &std::path::Path, info: &RunInfo) -> std::io::Result<RunWriter<BackgroundFile>> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    let file = open_exclusive(path)?;
     RunWriter::new(BackgroundFile::new(file)?, info)
+}
+
+/// Opens `path` for writing, locked, then empties it: an error, not a truncation of its
+/// records, when another collector holds it. A file system without `flock` (some network
+/// ones) is written without the lock; what is not a regular file (`/dev/null`, a pipe) is
+/// neither locked nor truncated.
+fn open_exclusive(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().write(true).create(true).truncate(false).mode(0o600).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Ok(file);
+    }
+    // Safety: flock on the descriptor of `file`, which lives across the call; no memory is
+    // passed.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            return Err(std::io::Error::other(
+                "another mlprof-collect is writing it (two collectors given the same --out, e.g. two srun \
+                 tasks of one node with a pattern that names the node only); give each its own file",
+            ));
+        }
+    }
+    file.set_len(0)?;
+    Ok(file)
 }
 
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_collector_on_the_same_file_refuses() {
+        let path = std::env::temp_dir().join(format!("mlprof-lock-{}.bin", std::process::id()));
+        std::fs::write(&path, b"old records").unwrap();
+        let first = open_exclusive(&path).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "emptied once locked");
+        std::fs::write(&path, b"records").unwrap();
+        let second = open_exclusive(&path).map(|_| ()).unwrap_err().to_string();
+        assert!(second.contains("another mlprof-collect"), "{second}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"records", "the first one's file is left alone");
+        drop(first);
+        assert!(open_exclusive(&path).is_ok(), "free again once the first closed it");
+        std::fs::remove_file(&path).unwrap();
+        let (_a, _b) =
+            (open_exclusive("/dev/null".as_ref()).unwrap(), open_exclusive("/dev/null".as_ref()).unwrap());
+    }
 }

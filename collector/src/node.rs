@@ -60,6 +60,41 @@ pub fn expand_out(
     PathBuf::from(out)
 }
 
+/// Under `srun` with several tasks per node, each task's collector expands `%h` and `%n` to the
+/// same name, and they would write one file. Task `SLURM_LOCALID=L` (L > 0) writes
+/// `<stem>-task<L>[.<ext>]` next to it instead (task 0 keeps the name): returns that path and
+/// the message saying so. `None` when the pattern names no node, when this is task 0, or when
+/// the pattern already holds the number L on its own (`run-%h-$SLURM_LOCALID.bin`, expanded
+/// by the shell); a collision left after that is refused by the run file's lock.
+pub fn per_task_out(
+    pattern: &Path,
+    out: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Option<(PathBuf, String)> {
+    let text = pattern.to_string_lossy().replace("%%", "");
+    if !text.contains("%h") && !text.contains("%n") {
+        return None;
+    }
+    let local: u32 = env("SLURM_LOCALID")?.trim().parse().ok().filter(|&l| l > 0)?;
+    if text.split(|c: char| !c.is_ascii_digit()).any(|number| number.parse() == Ok(local)) {
+        return None;
+    }
+    let stem = out.file_stem()?.to_string_lossy();
+    let name = match out.extension() {
+        Some(ext) => format!("{stem}-task{local}.{}", ext.to_string_lossy()),
+        None => format!("{stem}-task{local}"),
+    };
+    let path = out.with_file_name(name);
+    let why = format!(
+        "--out {}: srun started several tasks on this node (SLURM_LOCALID={local}), whose collectors \
+         would all write {}; this one writes {} (task 0 keeps the name; `mlprof merge` takes them all)",
+        pattern.display(),
+        out.display(),
+        path.display()
+    );
+    Some((path, why))
+}
+
 /// Why this collector leaves the node's energy to another: under `srun` with several tasks
 /// per node, each task's collector would sample the same GPUs and RAPL zones; the task with
 /// `SLURM_LOCALID=0` does it for the node.
@@ -98,6 +133,26 @@ mod tests {
         assert_eq!(p("run-%n.bin", &torchrun, &none), "run-4.bin");
         assert_eq!(p("run-%n.bin", &cmd(&["python", "train.py"]), &none), "run-gpu7.bin");
         assert_eq!(p("run-%x%", &[], &none), "run-%x%");
+    }
+
+    #[test]
+    fn srun_tasks_of_one_node_write_files_of_their_own() {
+        let task = |pattern: &str, out: &str, local: &'static str| {
+            let vars: &'static [(&str, &str)] = Box::leak(Box::new([("SLURM_LOCALID", local)]));
+            per_task_out(Path::new(pattern), Path::new(out), &env(vars)).map(|(p, _)| p.display().to_string())
+        };
+        assert_eq!(task("run-%h.bin", "run-gpu7.bin", "0"), None);
+        assert_eq!(task("run-%h.bin", "run-gpu7.bin", "2").as_deref(), Some("run-gpu7-task2.bin"));
+        assert_eq!(task("/x/%n/run", "/x/3/run", "1").as_deref(), Some("/x/3/run-task1"));
+        assert_eq!(task("run.bin", "run.bin", "1"), None, "no node in the name: the file lock says it");
+        assert_eq!(task("run-%%h.bin", "run-%h.bin", "1"), None);
+        assert_eq!(task("run-%h.bin", "run-gpu7.bin", "x"), None);
+        assert_eq!(task("runs/run-%h-3.bin", "runs/run-gpu7-3.bin", "3"), None, "already per task");
+        assert_eq!(
+            task("runs/run-%h-13.bin", "runs/run-gpu7-13.bin", "3").as_deref(),
+            Some("runs/run-gpu7-13-task3.bin")
+        );
+        assert_eq!(per_task_out(Path::new("run-%h.bin"), Path::new("run-gpu7.bin"), &env(&[])), None);
     }
 
     #[test]

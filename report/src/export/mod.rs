@@ -23,6 +23,7 @@
 //! time. Memory is bounded: rows are buffered per table up to a fixed count and written as
 //! row groups, the metadata of the run aside.
 
+mod dictionary;
 mod table;
 
 use std::collections::HashMap;
@@ -32,21 +33,20 @@ use bytes::Bytes;
 use mlprof_format::func::{Api, Class, Func};
 use mlprof_format::record::{FLAG_NESTED, GpuCall, IttSpan};
 use mlprof_format::runfile::Frame;
-use parquet::data_type::ByteArray;
 use rustc_hash::FxHashMap;
 
-use crate::run::{self, FdCache, RunMeta, bytes_moved};
-use table::{Kind, Spec, Symbols, Table, col, delta, opt};
+use crate::run::{self, FdCache, FdIntervals, PathIndex, RunMeta, bytes_moved};
+use table::{Kind, Spec, Symbols, Table, col, delta, opt, plain};
 
 const EVENTS: &[Spec] = &[
     col("name", Kind::Str),
     col("pid", Kind::I32),
     col("tid", Kind::I32),
     delta("start_ns"),
-    col("dur_ns", Kind::I64),
+    plain("dur_ns", Kind::I64),
     col("fd", Kind::I32),
-    col("bytes", Kind::I64),
-    col("ret", Kind::I64),
+    plain("bytes", Kind::I64),
+    plain("ret", Kind::I64),
     col("errno", Kind::I32),
     opt("path", Kind::Str),
 ];
@@ -58,10 +58,10 @@ const SPANS: &[Spec] = &[
     col("pid", Kind::I32),
     col("tid", Kind::I32),
     delta("start_ns"),
-    col("dur_ns", Kind::I64),
+    plain("dur_ns", Kind::I64),
     col("depth", Kind::I32),
-    col("id", Kind::I64),
-    col("parent", Kind::I64),
+    plain("id", Kind::I64),
+    plain("parent", Kind::I64),
 ];
 
 const GPU_CALLS: &[Spec] = &[
@@ -69,7 +69,7 @@ const GPU_CALLS: &[Spec] = &[
     col("pid", Kind::I32),
     col("tid", Kind::I32),
     delta("start_ns"),
-    col("dur_ns", Kind::I64),
+    plain("dur_ns", Kind::I64),
     col("device", Kind::I32),
     col("status", Kind::I32),
     col("stream", Kind::I64),
@@ -192,6 +192,114 @@ struct FileTotals {
     total_ns: u64,
 }
 
+/// A path met in the run: its string id, its symbol, its totals.
+struct PathSlot {
+    id: u64,
+    symbol: u32,
+    totals: FileTotals,
+}
+
+/// The paths met, by string id and by fd-history path index.
+#[derive(Default)]
+struct Paths {
+    slots: Vec<PathSlot>,
+    by_id: FxHashMap<u64, u32>,
+    /// Slot + 1 by [`PathIndex`] (0: not met yet).
+    by_index: Vec<u32>,
+}
+
+impl Paths {
+    /// The slot of path string `id`.
+    fn of_id(&mut self, meta: &RunMeta, symbols: &mut Symbols, id: u64) -> u32 {
+        *self.by_id.entry(id).or_insert_with(|| {
+            let text = meta.strings.get(&id).cloned().unwrap_or_default();
+            let symbol = symbols.add(Bytes::from(text));
+            self.slots.push(PathSlot { id, symbol, totals: FileTotals::default() });
+            (self.slots.len() - 1) as u32
+        })
+    }
+
+    /// The slot of the path of fd-history index `index`.
+    #[inline]
+    fn of_index(
+        &mut self,
+        meta: &RunMeta,
+        symbols: &mut Symbols,
+        fds: &FdIntervals,
+        index: PathIndex,
+    ) -> u32 {
+        let at = index as usize;
+        if let Some(&slot) = self.by_index.get(at)
+            && slot > 0
+        {
+            return slot - 1;
+        }
+        let slot = self.of_id(meta, symbols, fds.path_id(index));
+        if at >= self.by_index.len() {
+            self.by_index.resize(at + 1, 0);
+        }
+        self.by_index[at] = slot + 1;
+        slot
+    }
+
+    fn at(&mut self, slot: u32) -> (u32, &mut FileTotals) {
+        let slot = &mut self.slots[slot as usize];
+        (slot.symbol, &mut slot.totals)
+    }
+}
+
+/// An image's partitions in events, spans and gpu_calls.
+type Parts = (usize, usize, usize);
+
+/// The partitions of each process image, by pid.
+#[derive(Default)]
+struct PidPartitions {
+    last: Option<(u32, usize)>,
+    by_pid: FxHashMap<u32, usize>,
+    /// Per pid: its images' start times, and their partitions.
+    pids: Vec<(Vec<u64>, Vec<Parts>)>,
+}
+
+impl PidPartitions {
+    /// The partitions of the image of `pid` running at `time`; `partitions` makes them for
+    /// a rank (`none` for an image without one).
+    #[inline]
+    fn get(
+        &mut self,
+        meta: &RunMeta,
+        pid: u32,
+        time: u64,
+        mut partitions: impl FnMut(&str) -> Parts,
+    ) -> Parts {
+        let at = match self.last {
+            Some((last, at)) if last == pid => at,
+            _ => {
+                let at = *self.by_pid.entry(pid).or_insert_with(|| {
+                    let images = meta.images.get(&pid).map_or(&[][..], Vec::as_slice);
+                    let rank = |image: Option<&run::Image>| {
+                        image
+                            .and_then(|i| i.info.rank.as_ref())
+                            .map_or("none".to_string(), |r| r.rank.to_string())
+                    };
+                    let starts = images.iter().map(|i| i.info.start_ns).collect();
+                    let mut parts: Vec<_> = images.iter().map(|i| partitions(&rank(Some(i)))).collect();
+                    if parts.is_empty() {
+                        parts.push(partitions(&rank(None)));
+                    }
+                    self.pids.push((starts, parts));
+                    self.pids.len() - 1
+                });
+                self.last = Some((pid, at));
+                at
+            }
+        };
+        let (starts, parts) = &self.pids[at];
+        // As `RunMeta::image_at`: the latest image that started before `time`, else the first.
+        let image = if starts.len() <= 1 { 0 } else { starts.iter().rposition(|&s| s <= time).unwrap_or(0) };
+        parts[image]
+    }
+}
+
 /// Exports one run into `dir` (see the module documentation).
 pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
     let mut meta = RunMeta::load(path)?;
@@ -220,18 +328,24 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
     let mut symbols = Symbols::default();
     let mut by_string: FxHashMap<u64, u32> = FxHashMap::default();
     let mut string = |symbols: &mut Symbols, id: u64| -> u32 {
-        *by_string.entry(id).or_insert_with(|| {
-            symbols.add(ByteArray::from(Bytes::from(meta.strings.get(&id).cloned().unwrap_or_default())))
-        })
+        *by_string
+            .entry(id)
+            .or_insert_with(|| symbols.add(Bytes::from(meta.strings.get(&id).cloned().unwrap_or_default())))
     };
-    let text = |symbols: &mut Symbols, text: &str| symbols.add(ByteArray::from(text.as_bytes().to_vec()));
-    let names: FxHashMap<u16, u32> = Func::ALL
-        .iter()
-        .map(|f| (*f as u16, symbols.add(ByteArray::from(Bytes::from_static(f.name().as_bytes())))))
-        .collect();
-    // (pid, image) → the partitions of its rank in events, spans and gpu_calls.
-    let mut partition_of: FxHashMap<(u32, usize), (usize, usize, usize)> = FxHashMap::default();
-    let mut files: HashMap<u64, FileTotals> = HashMap::new();
+    let text = |symbols: &mut Symbols, text: &str| symbols.add(Bytes::copy_from_slice(text.as_bytes()));
+    // A function, its API, class and name by its id (an array: looked up for every event).
+    let mut funcs: Vec<Option<(Func, Api, Class, u32)>> =
+        vec![None; Func::ALL.iter().map(|f| *f as usize + 1).max().unwrap_or(0)];
+    for &f in Func::ALL {
+        let name = symbols.add(Bytes::from_static(f.name().as_bytes()));
+        funcs[f as usize] = Some((f, f.api(), f.class(), name));
+    }
+    // The partitions of each process's images, by pid (the last pid remembered: a batch holds
+    // runs of one thread's events).
+    let mut pids = PidPartitions::default();
+    // The paths met, each with its symbol and totals: found from an fd call's path index by
+    // an array, from an open's path string id by a hash.
+    let mut paths = Paths::default();
     let mut kernels: FxHashMap<(u32, u64), u32> = FxHashMap::default();
     let kinds: [u32; 5] = ["task", "frame", "marker", "pause", "resume"].map(|k| text(&mut symbols, k));
     let mut devices: HashMap<u32, (u32, u32, bool)> = HashMap::new();
@@ -243,43 +357,57 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
         match frame {
             Frame::Events(batch) => {
                 for event in batch {
-                    let Some(func) = Func::from_id(event.kind) else { continue };
-                    let image = meta.image_at(event.pid, event.start).unwrap_or(0);
+                    let Some(&Some((func, api, class, name))) = funcs.get(event.kind as usize) else {
+                        continue;
+                    };
                     let (events_part, spans_part, gpu_part) =
-                        *partition_of.entry((event.pid, image)).or_insert_with(|| {
-                            let rank = meta
-                                .images
-                                .get(&event.pid)
-                                .and_then(|i| i.get(image))
-                                .and_then(|i| i.info.rank.as_ref())
-                                .map_or("none".to_string(), |r| r.rank.to_string());
-                            (events.partition(&rank), spans.partition(&rank), gpu.partition(&rank))
+                        pids.get(&meta, event.pid, event.start, |rank| {
+                            (events.partition(rank), spans.partition(rank), gpu.partition(rank))
                         });
-                    let name = names[&event.kind];
-                    match func.api() {
+                    match api {
                         Api::Libc => {
-                            let path_id = match func.class() {
-                                // An open names its own path.
-                                Class::Open => (event.arg2 != 0).then_some(event.arg2),
-                                Class::Clock => None,
+                            let slot = match class {
+                                // An open names its own path: the fd's history has it as the
+                                // change at the open's end (its dense index, no hashing),
+                                // unless the open failed.
+                                Class::Open if event.arg2 != 0 => {
+                                    let end = event.start.saturating_add(event.dur);
+                                    let index = (event.fd >= 0 && !event.is_error())
+                                        .then(|| {
+                                            fds.lookup_cached(
+                                                &meta,
+                                                event.pid,
+                                                event.fd,
+                                                end.saturating_add(1),
+                                                &mut fd_cache,
+                                            )
+                                        })
+                                        .flatten()
+                                        .filter(|&index| fds.path_id(index) == event.arg2);
+                                    Some(match index {
+                                        Some(index) => paths.of_index(&meta, &mut symbols, &fds, index),
+                                        None => paths.of_id(&meta, &mut symbols, event.arg2),
+                                    })
+                                }
+                                Class::Open | Class::Clock => None,
                                 _ if event.fd < 0 => None,
                                 _ => fds
                                     .lookup_cached(&meta, event.pid, event.fd, event.start, &mut fd_cache)
-                                    .map(|index| fds.path_id(index)),
+                                    .map(|index| paths.of_index(&meta, &mut symbols, &fds, index)),
                             };
                             let bytes = bytes_moved(func, event);
-                            if let Some(path_id) = path_id {
-                                let file = files.entry(path_id).or_default();
+                            let path = slot.map(|slot| {
+                                let (symbol, file) = paths.at(slot);
                                 file.calls += 1;
                                 file.total_ns += event.dur;
-                                match func.class() {
+                                match class {
                                     Class::Open if !event.is_error() => file.opens += 1,
                                     Class::Read => file.bytes_read += bytes,
                                     Class::Write => file.bytes_written += bytes,
                                     _ => {}
                                 }
-                            }
-                            let path = path_id.map(|id| string(&mut symbols, id));
+                                symbol
+                            });
                             events
                                 .push(&symbols, events_part, |row| {
                                     row.str(name)
@@ -323,10 +451,10 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
                         }
                         Api::CudaRuntime | Api::CudaDriver | Api::Nccl => {
                             let call = GpuCall::from_event(event);
-                            let kernel = (func.class() == Class::Launch).then(|| {
+                            let kernel = (class == Class::Launch).then(|| {
                                 *kernels.entry((event.pid, call.object)).or_insert_with(|| {
                                     let name = meta.kernel_name(event.pid, call.object);
-                                    symbols.add(ByteArray::from(name.into_bytes()))
+                                    symbols.add(Bytes::from(name.into_bytes()))
                                 })
                             });
                             gpu.push(&symbols, gpu_part, |row| {
@@ -424,7 +552,7 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
     let mut file_table = Table::new("files", FILES, &run_dir("files"), None).map_err(io_err)?;
     let files_part = file_table.partition("");
     let mut paths: Vec<(String, FileTotals)> =
-        files.into_iter().map(|(id, t)| (meta.string(id), t)).collect();
+        paths.slots.into_iter().map(|slot| (meta.string(slot.id), slot.totals)).collect();
     paths.sort_by(|a, b| a.0.cmp(&b.0));
     for (path, t) in &paths {
         let path = text(&mut symbols, path);
@@ -490,6 +618,141 @@ pub fn table_dir(dir: &Path, table: &str, id: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rows of every Parquet file under `dir` (sorted by path), each as its fields' text.
+    fn rows(dir: &Path) -> Vec<Vec<String>> {
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        let mut files = Vec::new();
+        let mut todo = vec![dir.to_path_buf()];
+        while let Some(d) = todo.pop() {
+            for entry in std::fs::read_dir(&d).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    todo.push(path);
+                } else {
+                    files.push(path);
+                }
+            }
+        }
+        files.sort();
+        let mut out = Vec::new();
+        for file in files {
+            let reader = SerializedFileReader::new(std::fs::File::open(&file).unwrap()).unwrap();
+            for row in reader.get_row_iter(None).unwrap() {
+                out.push(row.unwrap().get_column_iter().map(|(_, f)| f.to_string()).collect());
+            }
+        }
+        out
+    }
+
+    /// GPU calls (kernel names, from the run's symbols or the handle, and null for calls that
+    /// launch nothing), ITT spans and energy samples (null readings) read back as written.
+    #[test]
+    fn gpu_calls_spans_and_energy_read_back() {
+        use mlprof_format::energy::{EnergyDevice, EnergySample};
+        use mlprof_format::record::Event;
+        use mlprof_format::runfile::{ProcessInfo, RunEnd, RunInfo, RunWriter, SymbolInfo};
+
+        let dir = std::env::temp_dir().join(format!("mlprof-export-gpu-{}", std::process::id()));
+        let run = dir.join("run.bin");
+        std::fs::create_dir_all(&dir).unwrap();
+        let start = 1_000_000_000u64;
+        let info = RunInfo { host: "h".into(), start_mono_ns: start, ..Default::default() };
+        let mut w = RunWriter::create(&run, &info).unwrap();
+        let (kernel, task, domain) = (1u64, 2u64, 3u64);
+        w.write_string(kernel, b"_Z6kernelv").unwrap();
+        w.write_string(task, b"forward").unwrap();
+        w.write_string(domain, b"torch").unwrap();
+        w.write_process(&ProcessInfo { pid: 7, ppid: 1, start_ns: start, ..Default::default() }).unwrap();
+        w.write_symbol(&SymbolInfo { pid: 7, handle: 0xabc, name: kernel }).unwrap();
+        let gpu = |func: Func, at: u64, object: u64| {
+            GpuCall {
+                kind: func as u16,
+                pid: 7,
+                tid: 7,
+                start: start + at,
+                dur: 10,
+                object,
+                ..Default::default()
+            }
+            .into_event()
+        };
+        let span = IttSpan {
+            kind: Func::IttTask as u16,
+            pid: 7,
+            tid: 7,
+            start: start + 5,
+            dur: 100,
+            id: 9,
+            name: task,
+            domain,
+            ..Default::default()
+        }
+        .into_event();
+        let read = Event {
+            kind: Func::Read as u16,
+            pid: 7,
+            tid: 7,
+            fd: -1,
+            start: start + 50,
+            ..Default::default()
+        };
+        w.write_events(&[
+            gpu(Func::CudaLaunchKernel, 10, 0xabc),
+            gpu(Func::CudaMemcpy, 20, 0),
+            gpu(Func::CudaLaunchKernel, 30, 0xdef),
+            span,
+            read,
+        ])
+        .unwrap();
+        w.write_energy_device(&EnergyDevice {
+            id: 0,
+            kind: "gpu".into(),
+            name: "GPU 0".into(),
+            in_run: true,
+            ..Default::default()
+        })
+        .unwrap();
+        w.write_energy_samples(&[
+            EnergySample {
+                device: 0,
+                time_ns: start + 1,
+                energy_uj: Some(5),
+                power_mw: Some(70),
+                ..Default::default()
+            },
+            EnergySample {
+                device: 0,
+                time_ns: start + 2,
+                energy_uj: None,
+                power_mw: None,
+                ..Default::default()
+            },
+        ])
+        .unwrap();
+        w.finish(&RunEnd { end_ns: start + 1000, events: 5, dropped: 0 }).unwrap();
+
+        let out = dir.join("parquet");
+        let exported = export_parquet(&run, &out).unwrap();
+        let table = |name: &str| rows(&table_dir(&out, name, &exported.run_id));
+        let gpu_rows = table("gpu_calls");
+        let kernels: Vec<&str> = gpu_rows.iter().map(|r| r[11].as_str()).collect();
+        assert_eq!(kernels, ["\"kernel()\"", "null", "\"kernel@0xdef\""]);
+        assert_eq!(gpu_rows[1][0], "\"cudaMemcpy\"");
+        let spans = table("spans");
+        assert_eq!(spans.len(), 1);
+        assert_eq!(spans[0][..3], ["\"forward\"", "\"torch\"", "\"task\""]);
+        let energy = table("energy");
+        assert_eq!(energy.len(), 2);
+        assert_eq!(
+            (energy[0][1].as_str(), energy[0][5].as_str(), energy[0][6].as_str()),
+            ("\"GPU 0\"", "5", "70")
+        );
+        assert_eq!((energy[1][5].as_str(), energy[1][6].as_str()), ("null", "null"));
+        let events = table("events");
+        assert_eq!((events.len(), events[0][9].as_str()), (1, "null"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn utc_stamps() {

@@ -4,9 +4,11 @@
 //! a reader globbing `*.parquet` never sees half a file.
 //!
 //! Strings are buffered as indexes into the export's [`Symbols`] (4 bytes a row, not a
-//! reference-counted buffer) and become Parquet values when their row group is written.
-//! Encoding and compression run on the table's own thread, fed one row group at a time
-//! through a channel of one slot, while the caller decodes the next events.
+//! reference-counted buffer) up to the page writer: string columns and int32 columns of few
+//! values are dictionary-encoded by `dictionary.rs`, the others by the Parquet crate's column
+//! writer. Encoding and compression run on the table's own thread, fed one row group at a
+//! time (with the symbols added since the last) through a channel of one slot, while the
+//! caller decodes the next events.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -16,12 +18,15 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
+use bytes::Bytes;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
-use parquet::data_type::{BoolType, ByteArray, ByteArrayType, Int32Type, Int64Type};
+use parquet::data_type::{BoolType, Int32Type, Int64Type};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::writer::SerializedFileWriter;
 
 use parquet::schema::parser::parse_message_type;
+
+use super::dictionary::DictionaryEncoder;
 use parquet::schema::types::ColumnPath;
 
 /// Rows per row group when a partition fills one by itself.
@@ -29,6 +34,9 @@ const GROUP_ROWS: usize = 256 << 10;
 /// Rows a table holds in memory at most, over all its partitions: the largest partition is
 /// written out when they are more (about 30 MB for the events table, at 58 bytes a row).
 const TABLE_BUDGET_ROWS: usize = 512 << 10;
+/// zstd's level for every page: 1 makes the events table no larger than 3 did (dictionary
+/// and delta encodings leave little for zstd's longer searches) and costs less.
+const ZSTD_LEVEL: i32 = 1;
 
 /// A column's physical type.
 #[derive(Clone, Copy)]
@@ -48,29 +56,36 @@ pub struct Spec {
     pub optional: bool,
     /// Times and other values that change by small steps: delta-encoded, no dictionary.
     pub delta: bool,
+    /// Values too varied for a dictionary to pay (durations, ids): PLAIN, left to zstd. The
+    /// dictionary encoder hashes every value, and here its dictionary only grows.
+    pub plain: bool,
 }
 
 pub const fn col(name: &'static str, kind: Kind) -> Spec {
-    Spec { name, kind, optional: false, delta: false }
+    Spec { name, kind, optional: false, delta: false, plain: false }
 }
 
 pub const fn opt(name: &'static str, kind: Kind) -> Spec {
-    Spec { name, kind, optional: true, delta: false }
+    Spec { name, kind, optional: true, delta: false, plain: false }
 }
 
 pub const fn delta(name: &'static str) -> Spec {
-    Spec { name, kind: Kind::I64, optional: false, delta: true }
+    Spec { name, kind: Kind::I64, optional: false, delta: true, plain: false }
+}
+
+pub const fn plain(name: &'static str, kind: Kind) -> Spec {
+    Spec { name, kind, optional: false, delta: false, plain: true }
 }
 
 /// The strings of an export, each stored once; columns hold their index.
 #[derive(Default)]
 pub struct Symbols {
-    values: Vec<ByteArray>,
+    values: Vec<Bytes>,
 }
 
 impl Symbols {
     /// Adds a string; returns its index.
-    pub fn add(&mut self, value: ByteArray) -> u32 {
+    pub fn add(&mut self, value: Bytes) -> u32 {
         self.values.push(value);
         (self.values.len() - 1) as u32
     }
@@ -177,7 +192,8 @@ enum Batch {
     I32(Vec<i32>),
     I64(Vec<i64>),
     Bool(Vec<bool>),
-    Str(Vec<ByteArray>),
+    /// Indexes into [`Symbols`].
+    Sym(Vec<u32>),
 }
 
 /// One row group of one partition.
@@ -185,6 +201,8 @@ struct Job {
     partition: usize,
     dir: PathBuf,
     columns: Vec<(Batch, Option<Vec<i16>>)>,
+    /// The symbols added since the table's last job.
+    symbols: Vec<Bytes>,
 }
 
 /// One table of one run: `DIR/<table>/run=<id>/[<key>=<value>/]part-0.parquet`.
@@ -197,6 +215,8 @@ pub struct Table {
     partitions: Vec<Partition>,
     by_key: HashMap<String, usize>,
     buffered: usize,
+    /// How many of the export's symbols the writer thread has been sent.
+    symbols_sent: usize,
     jobs: Option<SyncSender<Job>>,
     writer: Option<JoinHandle<std::io::Result<u64>>>,
     pub rows: u64,
@@ -211,11 +231,14 @@ fn parquet_err(e: parquet::errors::ParquetError) -> std::io::Error {
 /// channel closed) every file is closed and renamed into place. Returns the bytes written.
 fn write_jobs(
     jobs: Receiver<Job>,
+    specs: &'static [Spec],
     schema: Arc<parquet::schema::types::Type>,
     props: Arc<WriterProperties>,
 ) -> std::io::Result<u64> {
     let mut files: HashMap<usize, (PathBuf, PathBuf, SerializedFileWriter<BufWriter<File>>)> = HashMap::new();
+    let mut encoder = DictionaryEncoder::new(ZSTD_LEVEL);
     for job in jobs {
+        encoder.extend(job.symbols);
         let writer = match files.entry(job.partition) {
             std::collections::hash_map::Entry::Occupied(entry) => &mut entry.into_mut().2,
             std::collections::hash_map::Entry::Vacant(entry) => {
@@ -227,16 +250,27 @@ fn write_jobs(
                 &mut entry.insert((tmp, done, writer)).2
             }
         };
+        let descr = writer.schema_descr().clone();
         let mut group = writer.next_row_group().map_err(parquet_err)?;
-        let mut columns = job.columns.iter();
-        while let Some(mut out) = group.next_column().map_err(parquet_err)? {
-            let Some((batch, def)) = columns.next() else { break };
+        for (at, (batch, def)) in job.columns.iter().enumerate() {
             let def = def.as_deref();
+            let chunk = match batch {
+                Batch::Sym(v) => Some(encoder.chunk(descr.column(at), v, def).map_err(parquet_err)?),
+                Batch::I32(v) if specs.get(at).is_some_and(|s| !s.plain && !s.delta) => {
+                    encoder.int32_chunk(descr.column(at), v, def).map_err(parquet_err)?
+                }
+                _ => None,
+            };
+            if let Some((bytes, close)) = chunk {
+                group.append_column(&bytes, close).map_err(parquet_err)?;
+                continue;
+            }
+            let Some(mut out) = group.next_column().map_err(parquet_err)? else { break };
             match batch {
                 Batch::I32(v) => out.typed::<Int32Type>().write_batch(v, def, None),
                 Batch::I64(v) => out.typed::<Int64Type>().write_batch(v, def, None),
                 Batch::Bool(v) => out.typed::<BoolType>().write_batch(v, def, None),
-                Batch::Str(v) => out.typed::<ByteArrayType>().write_batch(v, def, None),
+                Batch::Sym(_) => unreachable!("written above"),
             }
             .map_err(parquet_err)?;
             out.close().map_err(parquet_err)?;
@@ -276,23 +310,29 @@ impl Table {
         let schema =
             parse_message_type(&format!("message {name} {{ {} }}", fields.join(" "))).map_err(parquet_err)?;
         let mut props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).map_err(parquet_err)?))
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(ZSTD_LEVEL).map_err(parquet_err)?))
             .set_created_by(format!("mlprof {}", env!("CARGO_PKG_VERSION")))
             // Min/max per column chunk lets engines skip row groups by time; page statistics
             // would cost time for little more.
             .set_statistics_enabled(EnabledStatistics::Chunk)
             .set_dictionary_enabled(true);
+        for s in specs.iter().filter(|s| s.plain) {
+            props = props.set_column_dictionary_enabled(ColumnPath::from(s.name), false);
+        }
+        // Bit-packed deltas of times leave zstd nothing to find (it wrote them 0.02 % larger
+        // on a 4 M-event run): those pages are not compressed.
         for s in specs.iter().filter(|s| s.delta) {
             let path = ColumnPath::from(s.name);
             props = props
                 .set_column_dictionary_enabled(path.clone(), false)
-                .set_column_encoding(path, Encoding::DELTA_BINARY_PACKED);
+                .set_column_encoding(path.clone(), Encoding::DELTA_BINARY_PACKED)
+                .set_column_compression(path, Compression::UNCOMPRESSED);
         }
         let (schema, props) = (Arc::new(schema), Arc::new(props.build()));
         let (jobs, receiver) = sync_channel(1);
         let writer = std::thread::Builder::new()
             .name(format!("parquet-{name}"))
-            .spawn(move || write_jobs(receiver, schema, props))?;
+            .spawn(move || write_jobs(receiver, specs, schema, props))?;
         Ok(Table {
             specs,
             dir: dir.to_path_buf(),
@@ -300,6 +340,7 @@ impl Table {
             partitions: Vec::new(),
             by_key: HashMap::new(),
             buffered: 0,
+            symbols_sent: 0,
             jobs: Some(jobs),
             writer: Some(writer),
             rows: 0,
@@ -358,21 +399,24 @@ impl Table {
         if partition.rows == 0 {
             return Ok(());
         }
+        // The partition's next row group will likely be as large: its buffers start at that
+        // capacity (not grown by doubling), within the table's share per partition.
+        let reserve = partition.rows.min(TABLE_BUDGET_ROWS / self.partitions.len());
+        let partition = &mut self.partitions[at];
+        fn take<T>(v: &mut Vec<T>, reserve: usize) -> Vec<T> {
+            std::mem::replace(v, Vec::with_capacity(reserve))
+        }
         let columns = partition
             .columns
             .iter_mut()
             .map(|column| {
                 let batch = match &mut column.values {
-                    Values::I32(v) => Batch::I32(std::mem::take(v)),
-                    Values::I64(v) => Batch::I64(std::mem::take(v)),
-                    Values::Bool(v) => Batch::Bool(std::mem::take(v)),
-                    Values::Sym(v) => {
-                        let strings = v.iter().map(|&i| symbols.values[i as usize].clone()).collect();
-                        v.clear();
-                        Batch::Str(strings)
-                    }
+                    Values::I32(v) => Batch::I32(take(v, reserve)),
+                    Values::I64(v) => Batch::I64(take(v, reserve)),
+                    Values::Bool(v) => Batch::Bool(take(v, reserve)),
+                    Values::Sym(v) => Batch::Sym(take(v, reserve)),
                 };
-                (batch, column.def.as_mut().map(std::mem::take))
+                (batch, column.def.as_mut().map(|def| take(def, reserve)))
             })
             .collect();
         let dir = match self.partition_by {
@@ -381,7 +425,8 @@ impl Table {
         };
         self.buffered -= partition.rows;
         partition.rows = 0;
-        let job = Job { partition: at, dir, columns };
+        let job = Job { partition: at, dir, columns, symbols: symbols.values[self.symbols_sent..].to_vec() };
+        self.symbols_sent = symbols.values.len();
         if self.jobs.as_ref().is_some_and(|jobs| jobs.send(job).is_ok()) {
             return Ok(());
         }
