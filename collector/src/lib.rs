@@ -97,8 +97,8 @@ struct Args {
     /// Complete mode: also record the system calls no symbol hook sees (glibc's own, raw
     /// syscall(), inline syscall instructions, the dynamic loader inside dlopen), every thread
     /// and child, by trapping each one with Linux's syscall user dispatch (5.11+; not ptrace).
-    /// Costs a signal delivery and return per system call (+4.3 µs on a 2-vCPU VM whose
-    /// signal round trip costs 4.5 µs; strace -f: +25 µs, BENCHMARKS.md); off by default. Sets
+    /// Costs a signal delivery and return per system call (+3.2 µs on a 2-vCPU VM whose
+    /// signal round trip costs 3.1 µs; strace -f: +25 to +180 µs, BENCHMARKS.md); off by default. Sets
     /// MLPROF_ALL_SYSCALLS=1 for the library. See README "System calls".
     #[arg(long)]
     all_syscalls: bool,
