@@ -36,6 +36,12 @@ fn is_on(value: Option<&[u8]>) -> bool {
     matches!(value, Some(b"1" | b"yes" | b"true" | b"on"))
 }
 
+/// Whether the on/off option `name` is on (`1`, `yes`, `true`, `on`), for an option read
+/// outside joining (complete mode's, read by the constructor).
+pub fn flag(name: &CStr) -> bool {
+    is_on(getenv(name))
+}
+
 impl Config {
     /// The options of this process's environment, for a process of effective user `uid`.
     pub fn from_env(uid: u32) -> Config {

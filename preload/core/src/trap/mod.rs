@@ -75,7 +75,7 @@ pub fn enabled() -> bool {
 
 /// Whether the options ask for complete mode (`MLPROF_ALL_SYSCALLS=1`).
 pub fn requested() -> bool {
-    matches!(crate::config::getenv(c"MLPROF_ALL_SYSCALLS"), Some(b"1") | Some(b"yes") | Some(b"true"))
+    crate::config::flag(c"MLPROF_ALL_SYSCALLS")
 }
 
 fn region() -> (u64, u64) {
