@@ -126,6 +126,10 @@ pub struct Span {
     start: u64,
     /// An ITT task was opened for this call (see [`stamp`]).
     stamped: bool,
+    /// This span marked its thread's call in flight (`ThreadState::in_flight`) and clears the
+    /// mark when it ends; a trapped system call's span does neither, since it lies inside the
+    /// libc call that did.
+    marks_in_flight: bool,
 }
 
 impl Span {
@@ -139,7 +143,7 @@ impl Span {
         // Our ITT calls (and whatever a chained collector does in them) are not recorded.
         let stamped = stamp::enabled() && thread.internal(|| guard::keeping_errno(|| stamp::begin(func)));
         thread.in_flight.set(true);
-        Some(Span { thread, ring, lane, writer, start: clock::now(), stamped })
+        Some(Span { thread, ring, lane, writer, start: clock::now(), stamped, marks_in_flight: true })
     }
 
     /// Ends the call and writes its record. `event` carries the function's own fields; pid, tid,
@@ -190,7 +194,7 @@ impl Span {
         // trapping on in it), so this is the parent, and the call may be the vfork itself,
         // after which the mark must still be there for the child's hooked calls.
         let (ring, lane, writer) = thread_lane(&thread)?;
-        Some(Span { thread, ring, lane, writer, start: clock::now(), stamped: false })
+        Some(Span { thread, ring, lane, writer, start: clock::now(), stamped: false, marks_in_flight: false })
     }
 
     /// Ends a trapped system call: `number` (kept in `extra`), its first two arguments (`fd`
@@ -209,11 +213,7 @@ impl Span {
             extra: number,
             ..Event::default()
         };
-        // A trapped call inside a hooked libc call: the hook's call is still in flight.
-        let thread = self.thread;
-        let in_flight = thread.in_flight.get();
         self.write(end, event, Func::TrappedSyscall, failed);
-        thread.in_flight.set(in_flight);
     }
 
     /// The calling thread's state.
@@ -247,7 +247,9 @@ impl Span {
     #[inline(always)]
     fn write(self, end: u64, mut event: Event, func: Func, failed: bool) {
         let state = self.thread;
-        state.in_flight.set(false);
+        if self.marks_in_flight {
+            state.in_flight.set(false);
+        }
         if self.stamped {
             state.internal(|| guard::keeping_errno(stamp::end));
         }
