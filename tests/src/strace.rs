@@ -114,19 +114,25 @@ pub fn strace(dir: &TempDir, cmd: &[String]) -> Option<(String, std::process::Ou
     Some((std::fs::read_to_string(&trace).expect("strace output"), o))
 }
 
-/// The `--syscalls` view of `root` and every process below it (by ppid), summed.
-pub fn view_of_tree(summary: &Summary, view: &Value, root: u64) -> BTreeMap<String, (u64, u64)> {
-    let mut pids = vec![root];
-    let mut grew = true;
-    while grew {
-        grew = false;
+/// `root` and every process below it (by ppid).
+pub fn process_tree(summary: &Summary, root: u64) -> std::collections::BTreeSet<u64> {
+    let mut pids = std::collections::BTreeSet::from([root]);
+    loop {
+        let before = pids.len();
         for p in summary.processes() {
-            if pids.contains(&p.ppid()) && !pids.contains(&p.pid()) {
-                pids.push(p.pid());
-                grew = true;
+            if pids.contains(&p.ppid()) {
+                pids.insert(p.pid());
             }
         }
+        if pids.len() == before {
+            return pids;
+        }
     }
+}
+
+/// The `--syscalls` view of `root` and every process below it (by ppid), summed.
+pub fn view_of_tree(summary: &Summary, view: &Value, root: u64) -> BTreeMap<String, (u64, u64)> {
+    let pids = process_tree(summary, root);
     let mut counts = BTreeMap::new();
     for pid in pids {
         let Some(table) = view.pointer(&format!("/per_process/{pid}")).and_then(Value::as_object) else {

@@ -60,22 +60,6 @@ fn trapped_window(trace: &Value, pids: &BTreeSet<u64>, marker_pid: u64) -> BTree
     counts
 }
 
-/// `root` and every process below it (by ppid).
-fn tree(summary: &Summary, root: u64) -> BTreeSet<u64> {
-    let mut pids = BTreeSet::from([root]);
-    loop {
-        let before = pids.len();
-        for p in summary.processes() {
-            if pids.contains(&p.ppid()) {
-                pids.insert(p.pid());
-            }
-        }
-        if pids.len() == before {
-            return pids;
-        }
-    }
-}
-
 /// Holds `mine` against strace's `reference`, call for call and error for error, except the
 /// families set aside (`set_aside`: which must still be seen by strace, or be timing).
 fn expect_same(
@@ -125,7 +109,7 @@ fn complete_mode_matches_strace_call_for_call() {
     let profiled_facts = lines.next().unwrap_or_default();
     let child: u64 = lines.next().and_then(|l| l.trim().parse().ok()).expect("the child's pid");
     let summary = clean_summary(&out);
-    let mine = trapped_window(&convert_trace(&out), &tree(&summary, child), child);
+    let mine = trapped_window(&convert_trace(&out), &process_tree(&summary, child), child);
     let view = syscalls_json(&out);
 
     let mut e = summary.expect();
@@ -200,7 +184,7 @@ fn complete_mode_dataloader_job_matches_strace() {
         .parse()
         .unwrap_or_else(|_| panic!("the script did not print its child's pid\n{}", describe(&o)));
     let summary = clean_summary(&out);
-    let mine = trapped_window(&convert_trace(&out), &tree(&summary, child), child);
+    let mine = trapped_window(&convert_trace(&out), &process_tree(&summary, child), child);
     let mut e = summary.expect();
     // Compared: every family whose count does not depend on timing (three runs agreed). Not
     // compared: futex, poll and waitid (who waits for whom), the calls of the threads that
