@@ -7,7 +7,7 @@
 //! chunks and hands full chunks to the `mlprof-writer` thread through a bounded queue; when the
 //! disk falls 16 chunks behind, handing over waits, as writing did before, so memory stays
 //! bounded. `flush` hands the partial chunk over without waiting for the disk: the file's
-//! prefix is readable a moment later (every 100 ms the drainer flushes), and `close` writes
+//! prefix is readable a moment later (the drainer flushes once a second), and `close` writes
 //! everything and reports the first error.
 
 use std::fs::File;

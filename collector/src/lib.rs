@@ -343,11 +343,17 @@ fn energy_config(args: &Args) -> energy::EnergyConfig {
 /// snapshots and liveness checks need no more), so an idle run costs ten passes a second; a
 /// producer whose lane is a quarter full wakes it at once (`LaneWriter::push`), and so does a thread
 /// that found no free lane (`recorder::session::wake_collector`).
+///
+/// `since` is when the previous pause began: the records of this pass were written over the
+/// previous sleep and pass, so that is the time to divide them by. (Measuring from the end of
+/// the previous sleep, as before, divided them by this pass's few microseconds: the rate came
+/// out hundreds of times too high and a collector at a thousand calls a second slept 20 ms,
+/// not 100.)
 fn pause(drainer: &Drainer, (_taken, wake): (usize, u32), since: &mut Instant) {
     let now = Instant::now();
     let sleep = drainer.next_sleep(now.duration_since(*since));
+    *since = now;
     drainer.segment().sleep(wake, sleep);
-    *since = Instant::now();
 }
 
 fn report(args: &Args, totals: &Totals, elapsed: Duration) {
