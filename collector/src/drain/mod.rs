@@ -351,8 +351,7 @@ impl Drainer {
                     event.tid = tid;
                     event.start = timebase.to_ns(event.start);
                     event.dur = timebase.duration_ns(event.dur);
-                    let needs_path =
-                        Func::from_id(event.kind).is_some_and(|f| f.has_path()) && event.arg2 != 0;
+                    let needs_path = event.arg2 != 0 && Func::kind_has_path(event.kind);
                     if needs_path && !strings.is_known(event.arg2) {
                         waiting_for_path.push(event);
                     } else {
