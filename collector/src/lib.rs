@@ -339,7 +339,7 @@ fn energy_config(args: &Args) -> energy::EnergyConfig {
 }
 
 /// Waits for the next pass. The collector sleeps most of the time: as long as the fullest lane
-/// can go before it is a quarter full at the rate of the last pass, 100 ms at most (aggregate
+/// can go before it is an eighth full at the rate of the last pass, 100 ms at most (aggregate
 /// snapshots and liveness checks need no more), so an idle run costs ten passes a second; a
 /// producer whose lane is a quarter full wakes it at once (`LaneWriter::push`), and so does a thread
 /// that found no free lane (`recorder::session::wake_collector`).

@@ -162,13 +162,16 @@ impl Drainer {
     }
 
     /// How long the collector may sleep after a pass that took `busiest` records from its
-    /// fullest lane over `elapsed`: until that lane, at that rate, would be a quarter full, but
+    /// fullest lane over `elapsed`: until that lane, at that rate, would be an eighth full, but
     /// 1 ms at least and 100 ms at most (liveness checks and aggregate snapshots need no more).
     /// A lane that fills faster than foreseen wakes the collector at a quarter full anyway.
+    /// An eighth, not a quarter: the pass that follows may be late (the collector preempted,
+    /// its writer queue full behind a throttled disk), and what is left of the lane is the time
+    /// it has; at a million records a second this costs ~125 passes a second, ~0.3 % of a core.
     pub fn next_sleep(&self, elapsed: Duration) -> Duration {
-        let quarter = self.segment.geometry.lane_capacity as f64 / 4.0;
+        let eighth = self.segment.geometry.lane_capacity as f64 / 8.0;
         let rate = self.busiest_lane as f64 / elapsed.as_secs_f64().max(1e-6);
-        let seconds = if rate > 0.0 { quarter / rate } else { f64::INFINITY };
+        let seconds = if rate > 0.0 { eighth / rate } else { f64::INFINITY };
         Duration::from_secs_f64(seconds.clamp(0.001, 0.1))
     }
 
