@@ -43,17 +43,25 @@ impl Traced {
 }
 
 /// The system calls `strace -f` printed between the markers (`write(-1, "MLPROF_MARK1")` ..
-/// `write(-1, "MLPROF_MARK2")`, both included, whichever process made them).
+/// `write(-1, "MLPROF_MARK2")`, both included) by the process that wrote the first marker, its
+/// threads and the processes below it: the same tree the tests count on mlprof's side
+/// (`process_tree`). Other processes are left out: a parent whose `fork` returns after its new
+/// child wrote the first marker would otherwise count that fork for strace (its line resumes
+/// inside the window) and not for mlprof (the call began before it, in another process).
 pub fn strace_window(trace: &str) -> Vec<Traced> {
     let mut pending: BTreeMap<String, (String, String)> = BTreeMap::new();
+    // Thread id -> its process (thread group), and process -> its parent process, learned
+    // from the clone family's results over the whole trace.
+    let mut process_of: BTreeMap<String, String> = BTreeMap::new();
+    let mut parent_of: BTreeMap<String, String> = BTreeMap::new();
     let mut calls = Vec::new();
-    let mut on = false;
+    let mut marker: Option<String> = None;
     for line in trace.lines() {
         // `-f` prefixes each line with the pid.
         let (pid, line) = line.split_once(' ').unwrap_or(("", line));
         let line = line.trim_start();
-        if line.contains("MLPROF_MARK1") {
-            on = true;
+        if line.contains("MLPROF_MARK1") && marker.is_none() {
+            marker = Some(pid.to_string());
         }
         if line.starts_with("+++") || line.starts_with("---") {
             continue;
@@ -75,14 +83,46 @@ pub fn strace_window(trace: &str) -> Vec<Traced> {
             }
             (name.to_string(), rest.to_string())
         };
-        if on {
+        if let Some(child) = new_task(&call.0, &call.1) {
+            let process = process_of.get(pid).cloned().unwrap_or_else(|| pid.to_string());
+            if call.1.contains("CLONE_THREAD") {
+                process_of.insert(child, process);
+            } else {
+                parent_of.insert(child, process);
+            }
+        }
+        if marker.is_some() {
             calls.push(Traced { pid: pid.to_string(), name: call.0, rest: call.1 });
         }
         if line.contains("MLPROF_MARK2") {
             break;
         }
     }
+    let Some(marker) = marker else { return calls };
+    let root = process_of.get(&marker).cloned().unwrap_or(marker);
+    let in_tree = |tid: &str| {
+        let mut process = process_of.get(tid).map(String::as_str).unwrap_or(tid);
+        loop {
+            if process == root {
+                return true;
+            }
+            match parent_of.get(process) {
+                Some(parent) => process = parent,
+                None => return false,
+            }
+        }
+    };
+    calls.retain(|c| in_tree(&c.pid));
     calls
+}
+
+/// The thread or process a clone-family call made, from its result (`= 1234`).
+fn new_task(name: &str, rest: &str) -> Option<String> {
+    if !matches!(name, "clone" | "clone3" | "fork" | "vfork") {
+        return None;
+    }
+    let result = rest.rsplit_once(" = ")?.1.split_whitespace().next()?;
+    result.parse::<u64>().ok().filter(|&id| id > 0).map(|id| id.to_string())
 }
 
 /// `name -> (calls, errors)` of `calls`.
