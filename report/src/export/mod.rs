@@ -36,17 +36,17 @@ use mlprof_format::runfile::Frame;
 use rustc_hash::FxHashMap;
 
 use crate::run::{self, FdCache, FdIntervals, PathIndex, RunMeta, bytes_moved};
-use table::{Kind, Spec, Symbols, Table, col, delta, opt, plain};
+use table::{Kind, Spec, Symbols, Table, col, delta, dictionary, opt, plain};
 
 const EVENTS: &[Spec] = &[
     col("name", Kind::Str),
     col("pid", Kind::I32),
     col("tid", Kind::I32),
     delta("start_ns"),
-    plain("dur_ns", Kind::I64),
+    delta("dur_ns"),
     col("fd", Kind::I32),
-    plain("bytes", Kind::I64),
-    plain("ret", Kind::I64),
+    dictionary("bytes"),
+    dictionary("ret"),
     col("errno", Kind::I32),
     opt("path", Kind::Str),
 ];

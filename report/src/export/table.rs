@@ -4,9 +4,9 @@
 //! a reader globbing `*.parquet` never sees half a file.
 //!
 //! Strings are buffered as indexes into the export's [`Symbols`] (4 bytes a row, not a
-//! reference-counted buffer) up to the page writer: string columns and int32 columns of few
-//! values are dictionary-encoded by `dictionary.rs`, the others by the Parquet crate's column
-//! writer. Encoding and compression run on the table's own thread, fed one row group at a
+//! reference-counted buffer) up to the page writer: string columns, int32 columns and the
+//! int64 columns of few values are dictionary-encoded by `dictionary.rs`, times and durations
+//! delta-encoded there too, the others written by the Parquet crate's column writer. Encoding and compression run on the table's own thread, fed one row group at a
 //! time (with the symbols added since the last) through a channel of one slot, while the
 //! caller decodes the next events.
 
@@ -47,6 +47,28 @@ pub enum Kind {
     Str,
 }
 
+/// How a column's values are encoded.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Encode {
+    /// Strings and int32 columns: dictionary-encoded by `dictionary.rs` (an int32 chunk of
+    /// too many distinct values by the column writer, PLAIN); other types by the column
+    /// writer, with its dictionary.
+    Auto,
+    /// Times and durations (int64): DELTA_BINARY_PACKED by `dictionary.rs`, not compressed.
+    /// Bit-packed deltas of times leave zstd nothing to find (it wrote them 0.02 % larger on
+    /// a 4 M-event run); durations come out 0.24 bytes a value larger than zstd made PLAIN
+    /// values, for a small part of its work.
+    Delta,
+    /// Values too varied for a dictionary to pay (ids): PLAIN, left to zstd. A dictionary
+    /// encoder hashes every value, and here its dictionary only grows.
+    Plain,
+    /// Int64 values that repeat but change from row to row (byte counts, return values):
+    /// dictionary-encoded by `dictionary.rs`, which hashes only when the value changes, and
+    /// zstd then compresses the keys, a quarter of the PLAIN bytes or less; a chunk of too
+    /// many distinct values goes to the column writer, PLAIN with zstd.
+    Dictionary,
+}
+
 /// How a column is written.
 #[derive(Clone, Copy)]
 pub struct Spec {
@@ -54,27 +76,27 @@ pub struct Spec {
     pub kind: Kind,
     /// May be null.
     pub optional: bool,
-    /// Times and other values that change by small steps: delta-encoded, no dictionary.
-    pub delta: bool,
-    /// Values too varied for a dictionary to pay (durations, ids): PLAIN, left to zstd. The
-    /// dictionary encoder hashes every value, and here its dictionary only grows.
-    pub plain: bool,
+    pub encode: Encode,
 }
 
 pub const fn col(name: &'static str, kind: Kind) -> Spec {
-    Spec { name, kind, optional: false, delta: false, plain: false }
+    Spec { name, kind, optional: false, encode: Encode::Auto }
 }
 
 pub const fn opt(name: &'static str, kind: Kind) -> Spec {
-    Spec { name, kind, optional: true, delta: false, plain: false }
+    Spec { name, kind, optional: true, encode: Encode::Auto }
 }
 
 pub const fn delta(name: &'static str) -> Spec {
-    Spec { name, kind: Kind::I64, optional: false, delta: true, plain: false }
+    Spec { name, kind: Kind::I64, optional: false, encode: Encode::Delta }
 }
 
 pub const fn plain(name: &'static str, kind: Kind) -> Spec {
-    Spec { name, kind, optional: false, delta: false, plain: true }
+    Spec { name, kind, optional: false, encode: Encode::Plain }
+}
+
+pub const fn dictionary(name: &'static str) -> Spec {
+    Spec { name, kind: Kind::I64, optional: false, encode: Encode::Dictionary }
 }
 
 /// The strings of an export, each stored once; columns hold their index.
@@ -254,10 +276,17 @@ fn write_jobs(
         let mut group = writer.next_row_group().map_err(parquet_err)?;
         for (at, (batch, def)) in job.columns.iter().enumerate() {
             let def = def.as_deref();
-            let chunk = match batch {
-                Batch::Sym(v) => Some(encoder.chunk(descr.column(at), v, def).map_err(parquet_err)?),
-                Batch::I32(v) if specs.get(at).is_some_and(|s| !s.plain && !s.delta) => {
-                    encoder.int32_chunk(descr.column(at), v, def).map_err(parquet_err)?
+            let encode = specs.get(at).map_or(Encode::Auto, |s| s.encode);
+            let chunk = match (batch, encode) {
+                (Batch::Sym(v), _) => Some(encoder.chunk(descr.column(at), v, def).map_err(parquet_err)?),
+                (Batch::I32(v), Encode::Auto) => {
+                    encoder.int_chunk(descr.column(at), v, def).map_err(parquet_err)?
+                }
+                (Batch::I64(v), Encode::Delta) => {
+                    Some(encoder.delta_chunk(descr.column(at), v, def).map_err(parquet_err)?)
+                }
+                (Batch::I64(v), Encode::Dictionary) => {
+                    encoder.int_chunk(descr.column(at), v, def).map_err(parquet_err)?
                 }
                 _ => None,
             };
@@ -316,12 +345,13 @@ impl Table {
             // would cost time for little more.
             .set_statistics_enabled(EnabledStatistics::Chunk)
             .set_dictionary_enabled(true);
-        for s in specs.iter().filter(|s| s.plain) {
+        // What the column writer gets of these: PLAIN (a chunk the dictionary encoder
+        // declined).
+        for s in specs.iter().filter(|s| matches!(s.encode, Encode::Plain | Encode::Dictionary)) {
             props = props.set_column_dictionary_enabled(ColumnPath::from(s.name), false);
         }
-        // Bit-packed deltas of times leave zstd nothing to find (it wrote them 0.02 % larger
-        // on a 4 M-event run): those pages are not compressed.
-        for s in specs.iter().filter(|s| s.delta) {
+        // Written by `dictionary.rs`; the properties say the same, for the file's metadata.
+        for s in specs.iter().filter(|s| s.encode == Encode::Delta) {
             let path = ColumnPath::from(s.name);
             props = props
                 .set_column_dictionary_enabled(path.clone(), false)
