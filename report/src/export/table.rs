@@ -239,7 +239,8 @@ pub struct Table {
     buffered: usize,
     /// How many of the export's symbols the writer thread has been sent.
     symbols_sent: usize,
-    jobs: Option<SyncSender<Job>>,
+    /// `None` abandons the table.
+    jobs: Option<SyncSender<Option<Job>>>,
     writer: Option<JoinHandle<std::io::Result<u64>>>,
     pub rows: u64,
     pub bytes: u64,
@@ -252,7 +253,7 @@ fn parquet_err(e: parquet::errors::ParquetError) -> std::io::Error {
 /// The writer thread: one open file per partition, a row group per job; at the end (the
 /// channel closed) every file is closed and renamed into place. Returns the bytes written.
 fn write_jobs(
-    jobs: Receiver<Job>,
+    jobs: Receiver<Option<Job>>,
     specs: &'static [Spec],
     schema: Arc<parquet::schema::types::Type>,
     props: Arc<WriterProperties>,
@@ -260,6 +261,14 @@ fn write_jobs(
     let mut files: HashMap<usize, (PathBuf, PathBuf, SerializedFileWriter<BufWriter<File>>)> = HashMap::new();
     let mut encoder = DictionaryEncoder::new(ZSTD_LEVEL);
     for job in jobs {
+        let Some(job) = job else {
+            // Abandoned: no file is put in place.
+            for (tmp, _, writer) in files.into_values() {
+                drop(writer);
+                std::fs::remove_file(&tmp)?;
+            }
+            return Ok(0);
+        };
         encoder.extend(job.symbols);
         let writer = match files.entry(job.partition) {
             std::collections::hash_map::Entry::Occupied(entry) => &mut entry.into_mut().2,
@@ -457,7 +466,7 @@ impl Table {
         partition.rows = 0;
         let job = Job { partition: at, dir, columns, symbols: symbols.values[self.symbols_sent..].to_vec() };
         self.symbols_sent = symbols.values.len();
-        if self.jobs.as_ref().is_some_and(|jobs| jobs.send(job).is_ok()) {
+        if self.jobs.as_ref().is_some_and(|jobs| jobs.send(Some(job)).is_ok()) {
             return Ok(());
         }
         // The writer thread stopped: its error says why.
@@ -471,6 +480,15 @@ impl Table {
             Some(Err(_)) => Err(std::io::Error::other("the Parquet writer thread panicked")),
             None => Ok(0),
         }
+    }
+
+    /// Drops the table: its writer thread removes the files it began, and puts none in place.
+    pub fn abandon(mut self) {
+        if let Some(jobs) = &self.jobs {
+            // A writer thread that stopped has nothing to put in place.
+            let _ = jobs.send(None);
+        }
+        let _ = self.join();
     }
 
     /// Writes what is buffered and puts every file in place. A table with no row writes no
