@@ -28,6 +28,7 @@ mod table;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
 
 use bytes::Bytes;
 use mlprof_format::energy::{EnergyDevice, EnergySample};
@@ -325,6 +326,59 @@ enum Item {
     EnergySamples(Vec<EnergySample>),
 }
 
+/// What the reader thread hands on, in file order.
+enum Read {
+    /// An events frame's records (the reader's own buffer, not a copy).
+    Events(Vec<Event>),
+    Other(Item),
+    /// The end of the data: the reader's warnings, and how many frames of unknown kinds it
+    /// skipped.
+    End {
+        warnings: Vec<String>,
+        skipped_frames: u64,
+    },
+}
+
+/// Frames a reader thread reads ahead of the export (events frames are up to a few MiB).
+const READ_AHEAD_FRAMES: usize = 2;
+
+/// Reads the frames of `path` on a thread of its own, which the export needs (events and
+/// energy frames; the metadata was read before): the system calls that copy the file from
+/// the page cache then run beside the export rather than in it. Event buffers sent back on
+/// the second channel are filled again. The thread stops at the end of the data, at an
+/// error (sent on), or when the receiver is dropped.
+fn read_ahead(path: &Path) -> Result<(Receiver<Result<Read, String>>, Sender<Vec<Event>>), String> {
+    let mut reader = run::open(path)?;
+    let path = path.to_path_buf();
+    let (frames, receiver) = sync_channel(READ_AHEAD_FRAMES);
+    let (spare, spares) = channel::<Vec<Event>>();
+    std::thread::Builder::new()
+        .name("run-reader".into())
+        .spawn(move || {
+            loop {
+                let read = match reader.next_frame() {
+                    Err(e) => Err(format!("{}: {e}", path.display())),
+                    Ok(None) => Ok(Read::End {
+                        warnings: reader.warnings().to_vec(),
+                        skipped_frames: reader.skipped_frames(),
+                    }),
+                    Ok(Some(Frame::Events(_))) => {
+                        Ok(Read::Events(reader.take_events(spares.try_recv().unwrap_or_default())))
+                    }
+                    Ok(Some(Frame::EnergyDevice(d))) => Ok(Read::Other(Item::EnergyDevice(d))),
+                    Ok(Some(Frame::EnergySamples(s))) => Ok(Read::Other(Item::EnergySamples(s))),
+                    Ok(Some(_)) => continue,
+                };
+                let last = !matches!(read, Ok(Read::Events(_) | Read::Other(_)));
+                if frames.send(read).is_err() || last {
+                    break;
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start a thread: {e}"))?;
+    Ok((receiver, spare))
+}
+
 /// Exports one run into `dir` (see the module documentation).
 ///
 /// One pass over the file: the metadata frames first (event frames skipped), then the events,
@@ -410,21 +464,22 @@ fn export_pass(
     let unknown_device = (text(&mut symbols, "?"), text(&mut symbols, "?"), false);
     let energy_part = energy.partition("");
 
-    let mut reader = run::open(path)?;
+    let (reader, spare_events) = read_ahead(path)?;
     let mut window: VecDeque<Item> = VecDeque::new();
-    // Event buffers of batches exported, for the reader to fill again.
-    let mut spare: Vec<(Vec<Event>, Vec<u32>)> = Vec::new();
-    // Events in `window`; whether the file was read to its end.
-    let (mut ahead, mut read_all) = (0, false);
+    // Lists of opens' path indexes, for batches to come.
+    let mut spare: Vec<Vec<u32>> = Vec::new();
+    // Events in `window`; what the reader said at the end of the file.
+    let (mut ahead, mut read_all) = (0, None);
     loop {
-        while !read_all && (window.is_empty() || lookahead.is_some_and(|n| ahead <= n)) {
-            match reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
-                None => read_all = true,
-                Some(Frame::Events(batch)) => {
-                    let (buffer, mut opens) = spare.pop().unwrap_or_default();
+        while read_all.is_none() && (window.is_empty() || lookahead.is_some_and(|n| ahead <= n)) {
+            let frame = reader.recv().unwrap_or_else(|_| Err("the run reader thread stopped".into()))?;
+            match frame {
+                Read::End { warnings, skipped_frames } => read_all = Some((warnings, skipped_frames)),
+                Read::Events(batch) => {
+                    let mut opens = spare.pop().unwrap_or_default();
                     opens.clear();
                     if lookahead.is_some() {
-                        for event in batch {
+                        for event in &batch {
                             if let Some(&Some((
                                 _,
                                 Api::Libc,
@@ -439,15 +494,10 @@ fn export_pass(
                             }
                         }
                     }
-                    // The reader's buffer itself waits in the window (no copy); a spare one
-                    // replaces it.
-                    let batch = reader.take_events(buffer);
                     ahead += batch.len();
                     window.push_back(Item::Events(batch, opens));
                 }
-                Some(Frame::EnergyDevice(d)) => window.push_back(Item::EnergyDevice(d)),
-                Some(Frame::EnergySamples(samples)) => window.push_back(Item::EnergySamples(samples)),
-                Some(_) => {}
+                Read::Other(item) => window.push_back(item),
             }
         }
         let Some(item) = window.pop_front() else { break };
@@ -565,7 +615,8 @@ fn export_pass(
                     }
                 }
                 // Its records are not cleared: the reader overwrites them with the next frame's.
-                spare.push((batch, opens));
+                let _ = spare_events.send(batch);
+                spare.push(opens);
                 if let Some(reason) = fds.inexact() {
                     for table in [events, spans, gpu, energy] {
                         table.abandon();
@@ -600,12 +651,9 @@ fn export_pass(
             }
         }
     }
-    let mut warnings = reader.warnings().to_vec();
-    if reader.skipped_frames() > 0 {
-        warnings.push(format!(
-            "{} frames of kinds this mlprof does not know were skipped",
-            reader.skipped_frames()
-        ));
+    let (mut warnings, skipped_frames) = read_all.unwrap_or_default();
+    if skipped_frames > 0 {
+        warnings.push(format!("{skipped_frames} frames of kinds this mlprof does not know were skipped"));
     }
 
     let mut processes = Table::new("processes", PROCESSES, &run_dir("processes"), None).map_err(io_err)?;
