@@ -535,14 +535,23 @@ fn rle_hybrid<T: Copy + PartialEq>(values: &[T], width: u8, out: &mut Vec<u8>, a
         };
         packed = Some((header, groups));
         out[header] = (groups << 1) | 1;
-        let (mut acc, mut bits) = (0u64, 0u32);
-        for i in 0..8 {
-            acc |= (group.get(i).map_or(0, |&v| as_u32(v)) as u64) << bits;
-            bits += width as u32;
-            while bits >= 8 {
-                out.push(acc as u8);
-                acc >>= 8;
-                bits -= 8;
+        if width <= 16 {
+            // The group's 8 × width bits (width bytes) at once.
+            let mut acc = 0u128;
+            for (i, &v) in group.iter().enumerate() {
+                acc |= (as_u32(v) as u128) << (i as u32 * width as u32);
+            }
+            out.extend_from_slice(&acc.to_le_bytes()[..width as usize]);
+        } else {
+            let (mut acc, mut bits) = (0u64, 0u32);
+            for i in 0..8 {
+                acc |= (group.get(i).map_or(0, |&v| as_u32(v)) as u64) << bits;
+                bits += width as u32;
+                while bits >= 8 {
+                    out.push(acc as u8);
+                    acc >>= 8;
+                    bits -= 8;
+                }
             }
         }
         at += group.len();
