@@ -339,6 +339,9 @@ enum Read {
     },
 }
 
+/// What [`read_ahead`] hands on: a frame, or why reading stopped.
+type Frames = Receiver<Result<Read, String>>;
+
 /// Frames a reader thread reads ahead of the export (events frames are up to a few MiB).
 const READ_AHEAD_FRAMES: usize = 2;
 
@@ -347,7 +350,7 @@ const READ_AHEAD_FRAMES: usize = 2;
 /// the page cache then run beside the export rather than in it. Event buffers sent back on
 /// the second channel are filled again. The thread stops at the end of the data, at an
 /// error (sent on), or when the receiver is dropped.
-fn read_ahead(path: &Path) -> Result<(Receiver<Result<Read, String>>, Sender<Vec<Event>>), String> {
+fn read_ahead(path: &Path) -> Result<(Frames, Sender<Vec<Event>>), String> {
     let mut reader = run::open(path)?;
     let path = path.to_path_buf();
     let (frames, receiver) = sync_channel(READ_AHEAD_FRAMES);
@@ -531,7 +534,7 @@ fn export_pass(
                                 Class::Open | Class::Clock => None,
                                 _ if event.fd < 0 => None,
                                 _ => fds
-                                    .lookup_cached(&meta, event.pid, event.fd, event.start, &mut fd_cache)
+                                    .lookup_cached(meta, event.pid, event.fd, event.start, &mut fd_cache)
                                     .map(|index| paths.of_index(meta, &mut symbols, &fds, index)),
                             };
                             let bytes = bytes_moved(func, event);
