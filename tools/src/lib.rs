@@ -217,6 +217,9 @@ fn export_command(dir: &Path, runs: &[PathBuf]) -> Result<(), String> {
         for warning in &exported.warnings {
             eprintln!("mlprof: warning: {}: {warning}", run.display());
         }
+        if let Some(reason) = &exported.second_pass {
+            eprintln!("mlprof export: read the run twice to name every fd's file exactly ({reason})");
+        }
         let events = exported.rows.iter().find(|r| r.0 == "events").map_or(0, |r| r.1);
         let rows: Vec<String> = exported.rows.iter().map(|(t, n)| format!("{t} {n}")).collect();
         eprintln!(

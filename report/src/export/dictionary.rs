@@ -1,11 +1,12 @@
-//! Dictionary-encoded columns, written here rather than by the Parquet crate's column writer.
+//! Column chunks written here rather than by the Parquet crate's column writer.
 //! String rows hold indexes into the export's symbols already, so a chunk's dictionary is made
 //! by looking each index up in an array (no hashing of the string per row, no
 //! reference-counted copy per row, min/max over the dictionary rather than over every row).
-//! Int32 columns of few values (pids, tids, fds, errnos) are hashed only when the value
-//! changes. The chunk is standard Parquet: a PLAIN dictionary page, then v1 data pages of
-//! RLE_DICTIONARY indexes (definition levels first for an optional column), each page
-//! zstd-compressed, handed to the file writer with `append_column`.
+//! Integer columns of few values (pids, tids, fds, errnos; byte counts and return values) are
+//! hashed only when the value changes. Such a chunk is standard Parquet: a PLAIN dictionary
+//! page, then v1 data pages of RLE_DICTIONARY indexes (definition levels first for an
+//! optional column), each page zstd-compressed. Times and durations are DELTA_BINARY_PACKED
+//! pages, not compressed. Each chunk goes to the file writer with `append_column`.
 
 use bytes::Bytes;
 use parquet::basic::{Compression, Encoding, EncodingMask, PageType};
@@ -58,7 +59,7 @@ pub struct DictionaryEncoder {
     keys: Vec<u32>,
     body: Vec<u8>,
     dict_body: Vec<u8>,
-    by_value: FxHashMap<i32, u32>,
+    by_value: FxHashMap<i64, u32>,
 }
 
 impl DictionaryEncoder {
@@ -126,13 +127,14 @@ impl DictionaryEncoder {
         written
     }
 
-    /// Encodes one int32 column chunk as [`DictionaryEncoder::chunk`] does, its dictionary made by
-    /// hashing (the last value remembered: runs of a thread's pid, tid, fd). `None` when the
-    /// chunk has too many distinct values for a dictionary to pay: the column writer takes it.
-    pub fn int32_chunk(
+    /// Encodes one integer column chunk (int32 or int64) as [`DictionaryEncoder::chunk`]
+    /// does, its dictionary made by hashing (the last value remembered: runs of a thread's
+    /// pid, tid, fd, of a call's byte count). `None` when the chunk has too many distinct
+    /// values for a dictionary to pay: the column writer takes it.
+    pub fn int_chunk<T: IntValue>(
         &mut self,
         descr: ColumnDescPtr,
-        values: &[i32],
+        values: &[T],
         def: Option<&[i16]>,
     ) -> Result<Option<(Bytes, ColumnCloseResult)>, ParquetError> {
         let mut keys = std::mem::take(&mut self.keys);
@@ -142,17 +144,18 @@ impl DictionaryEncoder {
         by_value.clear();
         let mut body = std::mem::take(&mut self.dict_body);
         body.clear();
-        let mut last: Option<(i32, u32)> = None;
-        let (mut min, mut max) = (i32::MAX, i32::MIN);
+        let mut last: Option<(T, u32)> = None;
+        let mut min_max: Option<(T, T)> = None;
         for &value in values {
             let key = match last {
                 Some((v, key)) if v == value => key,
                 _ => {
                     let next = by_value.len() as u32;
-                    let key = *by_value.entry(value).or_insert(next);
+                    let key = *by_value.entry(value.into()).or_insert(next);
                     if key == next {
-                        body.extend_from_slice(&value.to_le_bytes());
-                        (min, max) = (min.min(value), max.max(value));
+                        value.put(&mut body);
+                        min_max =
+                            Some(min_max.map_or((value, value), |(lo, hi)| (lo.min(value), hi.max(value))));
                     }
                     last = Some((value, key));
                     key
@@ -166,14 +169,7 @@ impl DictionaryEncoder {
             None
         } else {
             let rows = def.map_or(values.len(), <[i16]>::len);
-            let present = !values.is_empty();
-            let statistics = Statistics::int32(
-                present.then_some(min),
-                present.then_some(max),
-                None,
-                Some((rows - values.len()) as u64),
-                false,
-            );
+            let statistics = T::statistics(min_max, (rows - values.len()) as u64);
             Some(self.pages(descr, def, distinct, &body, &keys, statistics, None)?)
         };
         self.keys = keys;
@@ -195,30 +191,10 @@ impl DictionaryEncoder {
         unencoded: Option<i64>,
     ) -> Result<(Bytes, ColumnCloseResult), ParquetError> {
         let rows = def.map_or(keys.len(), <[i16]>::len);
-        let mut sink = TrackedWrite::new(Vec::new());
-        let mut writer = SerializedPageWriter::new(&mut sink);
-        let (mut compressed, mut uncompressed) = (0u64, 0u64);
-        let mut encodings = EncodingMask::default();
-        let mut page_stats = Vec::new();
-        let mut dictionary_offset = None;
+        let mut chunk = Pages::default();
         if dict_len > 0 {
             let buf = compress(&mut self.zstd, self.level, dict_body)?;
-            let page = Page::DictionaryPage {
-                buf,
-                num_values: dict_len as u32,
-                encoding: Encoding::PLAIN,
-                is_sorted: false,
-            };
-            let spec = writer.write_page(CompressedPage::new(page, dict_body.len()))?;
-            dictionary_offset = Some(spec.offset as i64);
-            compressed += spec.compressed_size as u64;
-            uncompressed += spec.uncompressed_size as u64;
-            encodings.insert(Encoding::PLAIN);
-            page_stats.push(PageEncodingStats {
-                page_type: PageType::DICTIONARY_PAGE,
-                encoding: Encoding::PLAIN,
-                count: 1,
-            });
+            chunk.dictionary(buf, dict_body.len(), dict_len)?;
         }
 
         // A chunk with no value (all null) has no dictionary: its pages say PLAIN, and hold
@@ -226,64 +202,202 @@ impl DictionaryEncoder {
         let encoding = if dict_len == 0 { Encoding::PLAIN } else { Encoding::RLE_DICTIONARY };
         let width = bit_width(dict_len.saturating_sub(1) as u32).max(1);
         let mut body = std::mem::take(&mut self.body);
-        let mut data_offset = None;
-        let (mut row, mut key, mut pages) = (0, 0, 0);
+        let (mut row, mut key) = (0, 0);
         // At least one page, even for a chunk of no row.
         loop {
             let end = (row + PAGE_VALUES).min(rows);
             body.clear();
-            let present = match def {
-                Some(def) => {
-                    let levels = &def[row..end];
-                    let at = body.len();
-                    body.extend_from_slice(&[0; 4]);
-                    rle_hybrid(levels, 1, &mut body, |d| d as u32);
-                    let len = (body.len() - at - 4) as u32;
-                    body[at..at + 4].copy_from_slice(&len.to_le_bytes());
-                    levels.iter().filter(|&&d| d != 0).count()
-                }
-                None => end - row,
-            };
+            let present = levels(def, row, end, &mut body);
             if dict_len > 0 {
                 body.push(width);
                 rle_hybrid(&keys[key..key + present], width, &mut body, |k| k);
             }
             let buf = compress(&mut self.zstd, self.level, &body)?;
-            let page = Page::DataPage {
-                buf,
-                num_values: (end - row) as u32,
-                encoding,
-                def_level_encoding: Encoding::RLE,
-                rep_level_encoding: Encoding::RLE,
-                statistics: None,
-            };
-            let spec = writer.write_page(CompressedPage::new(page, body.len()))?;
-            data_offset.get_or_insert(spec.offset as i64);
-            compressed += spec.compressed_size as u64;
-            uncompressed += spec.uncompressed_size as u64;
-            (row, key, pages) = (end, key + present, pages + 1);
+            chunk.data(buf, body.len(), end - row, encoding)?;
+            (row, key) = (end, key + present);
             if row >= rows {
                 break;
             }
         }
         self.body = body;
-        encodings.insert(encoding);
-        encodings.insert(Encoding::RLE);
-        page_stats.push(PageEncodingStats { page_type: PageType::DATA_PAGE, encoding, count: pages });
+        let compression = Compression::ZSTD(parquet::basic::ZstdLevel::try_new(self.level).map_err(err)?);
+        chunk.finish(descr, compression, rows, statistics, unencoded)
+    }
 
+    /// Encodes one int64 column chunk as DELTA_BINARY_PACKED pages, not compressed: for times
+    /// (small steps) and durations, where bit-packed deltas come within a few tenths of a
+    /// byte a value of what zstd makes of PLAIN values, for a small part of its work.
+    pub fn delta_chunk(
+        &mut self,
+        descr: ColumnDescPtr,
+        values: &[i64],
+        def: Option<&[i16]>,
+    ) -> Result<(Bytes, ColumnCloseResult), ParquetError> {
+        let rows = def.map_or(values.len(), <[i16]>::len);
+        let mut chunk = Pages::default();
+        let mut body = std::mem::take(&mut self.body);
+        let (mut row, mut at) = (0, 0);
+        let mut min_max: Option<(i64, i64)> = None;
+        loop {
+            let end = (row + PAGE_VALUES).min(rows);
+            body.clear();
+            let present = levels(def, row, end, &mut body);
+            let page = &values[at..at + present];
+            if let Some(range) = delta_binary_packed(page, &mut body) {
+                min_max = Some(min_max.map_or(range, |(lo, hi)| (lo.min(range.0), hi.max(range.1))));
+            }
+            chunk.data(
+                Bytes::copy_from_slice(&body),
+                body.len(),
+                end - row,
+                Encoding::DELTA_BINARY_PACKED,
+            )?;
+            (row, at) = (end, at + present);
+            if row >= rows {
+                break;
+            }
+        }
+        self.body = body;
+        let statistics = i64::statistics(min_max, (rows - values.len()) as u64);
+        chunk.finish(descr, Compression::UNCOMPRESSED, rows, statistics, None)
+    }
+}
+
+/// Column values the dictionary encoder takes: int32 and int64.
+pub trait IntValue: Copy + PartialEq + Ord + Into<i64> {
+    /// Appends the PLAIN encoding of the value.
+    fn put(self, out: &mut Vec<u8>);
+    /// A chunk's statistics: its (min, max), if it has a value, and its null count.
+    fn statistics(min_max: Option<(Self, Self)>, nulls: u64) -> Statistics;
+}
+
+impl IntValue for i32 {
+    fn put(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+    fn statistics(min_max: Option<(i32, i32)>, nulls: u64) -> Statistics {
+        Statistics::int32(min_max.map(|m| m.0), min_max.map(|m| m.1), None, Some(nulls), false)
+    }
+}
+
+impl IntValue for i64 {
+    fn put(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+    fn statistics(min_max: Option<(i64, i64)>, nulls: u64) -> Statistics {
+        Statistics::int64(min_max.map(|m| m.0), min_max.map(|m| m.1), None, Some(nulls), false)
+    }
+}
+
+/// A column chunk's pages as they are written (header and body each), and what its metadata
+/// says of them.
+struct Pages {
+    sink: TrackedWrite<Vec<u8>>,
+    compressed: u64,
+    uncompressed: u64,
+    encodings: EncodingMask,
+    page_stats: Vec<PageEncodingStats>,
+    dictionary_offset: Option<i64>,
+    data_offset: Option<i64>,
+    data_pages: i32,
+    data_encoding: Option<Encoding>,
+}
+
+impl Default for Pages {
+    fn default() -> Pages {
+        Pages {
+            sink: TrackedWrite::new(Vec::new()),
+            compressed: 0,
+            uncompressed: 0,
+            encodings: EncodingMask::default(),
+            page_stats: Vec::new(),
+            dictionary_offset: None,
+            data_offset: None,
+            data_pages: 0,
+            data_encoding: None,
+        }
+    }
+}
+
+impl Pages {
+    fn write(&mut self, page: Page, uncompressed: usize) -> Result<i64, ParquetError> {
+        let spec =
+            SerializedPageWriter::new(&mut self.sink).write_page(CompressedPage::new(page, uncompressed))?;
+        self.compressed += spec.compressed_size as u64;
+        self.uncompressed += spec.uncompressed_size as u64;
+        Ok(spec.offset as i64)
+    }
+
+    /// The dictionary page: `len` values PLAIN, `buf` their (maybe compressed) bytes.
+    fn dictionary(&mut self, buf: Bytes, uncompressed: usize, len: usize) -> Result<(), ParquetError> {
+        let page =
+            Page::DictionaryPage { buf, num_values: len as u32, encoding: Encoding::PLAIN, is_sorted: false };
+        self.dictionary_offset = Some(self.write(page, uncompressed)?);
+        self.encodings.insert(Encoding::PLAIN);
+        self.page_stats.push(PageEncodingStats {
+            page_type: PageType::DICTIONARY_PAGE,
+            encoding: Encoding::PLAIN,
+            count: 1,
+        });
+        Ok(())
+    }
+
+    /// A v1 data page of `rows` rows (nulls included); every data page of a chunk has the
+    /// same `encoding`.
+    fn data(
+        &mut self,
+        buf: Bytes,
+        uncompressed: usize,
+        rows: usize,
+        encoding: Encoding,
+    ) -> Result<(), ParquetError> {
+        let page = Page::DataPage {
+            buf,
+            num_values: rows as u32,
+            encoding,
+            def_level_encoding: Encoding::RLE,
+            rep_level_encoding: Encoding::RLE,
+            statistics: None,
+        };
+        let offset = self.write(page, uncompressed)?;
+        self.data_offset.get_or_insert(offset);
+        self.data_pages += 1;
+        self.data_encoding = Some(encoding);
+        Ok(())
+    }
+
+    /// The chunk's bytes (offsets in its metadata are relative to them) and what
+    /// `append_column` needs.
+    fn finish(
+        mut self,
+        descr: ColumnDescPtr,
+        compression: Compression,
+        rows: usize,
+        statistics: Statistics,
+        unencoded: Option<i64>,
+    ) -> Result<(Bytes, ColumnCloseResult), ParquetError> {
+        if let Some(encoding) = self.data_encoding {
+            self.encodings.insert(encoding);
+            self.page_stats.push(PageEncodingStats {
+                page_type: PageType::DATA_PAGE,
+                encoding,
+                count: self.data_pages,
+            });
+        }
+        self.encodings.insert(Encoding::RLE);
         let metadata = ColumnChunkMetaData::builder(descr)
-            .set_compression(Compression::ZSTD(parquet::basic::ZstdLevel::try_new(self.level).map_err(err)?))
-            .set_encodings_mask(encodings)
-            .set_page_encoding_stats(page_stats)
-            .set_total_compressed_size(compressed as i64)
-            .set_total_uncompressed_size(uncompressed as i64)
+            .set_compression(compression)
+            .set_encodings_mask(self.encodings)
+            .set_page_encoding_stats(self.page_stats)
+            .set_total_compressed_size(self.compressed as i64)
+            .set_total_uncompressed_size(self.uncompressed as i64)
             .set_num_values(rows as i64)
-            .set_data_page_offset(data_offset.unwrap_or(0))
-            .set_dictionary_page_offset(dictionary_offset)
+            .set_data_page_offset(self.data_offset.unwrap_or(0))
+            .set_dictionary_page_offset(self.dictionary_offset)
             .set_statistics(statistics)
             .set_unencoded_byte_array_data_bytes(unencoded)
             .build()?;
-        let bytes = Bytes::from(sink.into_inner()?);
+        let bytes = Bytes::from(self.sink.into_inner()?);
         let close = ColumnCloseResult {
             bytes_written: bytes.len() as u64,
             rows_written: rows as u64,
@@ -294,6 +408,96 @@ impl DictionaryEncoder {
         };
         Ok((bytes, close))
     }
+}
+
+/// Appends the definition levels of rows `row..end` of an optional column (`def`) to a
+/// page's body, RLE with their length first; returns how many of the rows have a value.
+fn levels(def: Option<&[i16]>, row: usize, end: usize, body: &mut Vec<u8>) -> usize {
+    match def {
+        Some(def) => {
+            let levels = &def[row..end];
+            let at = body.len();
+            body.extend_from_slice(&[0; 4]);
+            rle_hybrid(levels, 1, body, |d| d as u32);
+            let len = (body.len() - at - 4) as u32;
+            body[at..at + 4].copy_from_slice(&len.to_le_bytes());
+            levels.iter().filter(|&&d| d != 0).count()
+        }
+        None => end - row,
+    }
+}
+
+/// Values per DELTA_BINARY_PACKED block, and miniblocks per block.
+const DELTA_BLOCK: usize = 128;
+const DELTA_MINIBLOCKS: usize = 4;
+
+/// Appends `values` DELTA_BINARY_PACKED (Parquet's format: a header, then blocks of 128
+/// deltas as a minimum delta and 4 bit-packed miniblocks of 32, each its own width); returns
+/// their minimum and maximum, if any.
+fn delta_binary_packed(values: &[i64], out: &mut Vec<u8>) -> Option<(i64, i64)> {
+    const MINI: usize = DELTA_BLOCK / DELTA_MINIBLOCKS;
+    uleb128(DELTA_BLOCK as u64, out);
+    uleb128(DELTA_MINIBLOCKS as u64, out);
+    uleb128(values.len() as u64, out);
+    let Some(&first) = values.first() else {
+        uleb128(0, out);
+        return None;
+    };
+    uleb128(zigzag(first), out);
+    let (mut min, mut max) = (first, first);
+    let mut deltas = [0i64; DELTA_BLOCK];
+    let mut prev = first;
+    for block in values[1..].chunks(DELTA_BLOCK) {
+        let mut min_delta = i64::MAX;
+        for (d, &v) in deltas.iter_mut().zip(block) {
+            *d = v.wrapping_sub(prev);
+            prev = v;
+            min_delta = min_delta.min(*d);
+            (min, max) = (min.min(v), max.max(v));
+        }
+        uleb128(zigzag(min_delta), out);
+        let deltas = &mut deltas[..block.len()];
+        let mut widths = [0u8; DELTA_MINIBLOCKS];
+        for (width, mini) in widths.iter_mut().zip(deltas.chunks_mut(MINI)) {
+            let mut any = 0u64;
+            for d in mini.iter_mut() {
+                *d = d.wrapping_sub(min_delta);
+                any |= *d as u64;
+            }
+            *width = (64 - any.leading_zeros()) as u8;
+        }
+        // Widths of miniblocks the last block does not need are written (as 0), their
+        // bodies not.
+        out.extend_from_slice(&widths);
+        for (&width, mini) in widths.iter().zip(deltas.chunks(MINI)) {
+            bit_pack(mini, width, MINI, out);
+        }
+    }
+    Some((min, max))
+}
+
+/// Bit-packs `values` (as u64) in `width` bits each, least significant first, padded with
+/// zeros to `count` values.
+#[inline]
+fn bit_pack(values: &[i64], width: u8, count: usize, out: &mut Vec<u8>) {
+    if width == 0 {
+        return;
+    }
+    let (mut acc, mut bits) = (0u128, 0u32);
+    for i in 0..count {
+        acc |= (values.get(i).map_or(0, |&v| v as u64) as u128) << bits;
+        bits += width as u32;
+        if bits >= 64 {
+            out.extend_from_slice(&(acc as u64).to_le_bytes());
+            acc >>= 64;
+            bits -= 64;
+        }
+    }
+    out.extend_from_slice(&(acc as u64).to_le_bytes()[..bits.div_ceil(8) as usize]);
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
 }
 
 /// Bits needed for `max`.
@@ -331,14 +535,23 @@ fn rle_hybrid<T: Copy + PartialEq>(values: &[T], width: u8, out: &mut Vec<u8>, a
         };
         packed = Some((header, groups));
         out[header] = (groups << 1) | 1;
-        let (mut acc, mut bits) = (0u64, 0u32);
-        for i in 0..8 {
-            acc |= (group.get(i).map_or(0, |&v| as_u32(v)) as u64) << bits;
-            bits += width as u32;
-            while bits >= 8 {
-                out.push(acc as u8);
-                acc >>= 8;
-                bits -= 8;
+        if width <= 16 {
+            // The group's 8 × width bits (width bytes) at once.
+            let mut acc = 0u128;
+            for (i, &v) in group.iter().enumerate() {
+                acc |= (as_u32(v) as u128) << (i as u32 * width as u32);
+            }
+            out.extend_from_slice(&acc.to_le_bytes()[..width as usize]);
+        } else {
+            let (mut acc, mut bits) = (0u64, 0u32);
+            for i in 0..8 {
+                acc |= (group.get(i).map_or(0, |&v| as_u32(v)) as u64) << bits;
+                bits += width as u32;
+                while bits >= 8 {
+                    out.push(acc as u8);
+                    acc >>= 8;
+                    bits -= 8;
+                }
             }
         }
         at += group.len();
@@ -482,11 +695,11 @@ mod tests {
         let values: Vec<i32> = expected.iter().flatten().copied().collect();
         let descr = file.schema_descr().clone();
         let mut group = file.next_row_group().unwrap();
-        let (bytes, close) = encoder.int32_chunk(descr.column(0), &values, Some(&def)).unwrap().unwrap();
+        let (bytes, close) = encoder.int_chunk(descr.column(0), &values, Some(&def)).unwrap().unwrap();
         group.append_column(&bytes, close).unwrap();
         group.close().unwrap();
         let many: Vec<i32> = (0..(INT_DICTIONARY_MAX as i32 + 1)).collect();
-        assert!(encoder.int32_chunk(descr.column(0), &many, None).unwrap().is_none());
+        assert!(encoder.int_chunk(descr.column(0), &many, None).unwrap().is_none());
 
         let reader = SerializedFileReader::new(Bytes::from(file.into_inner().unwrap())).unwrap();
         let read: Vec<Option<i32>> = reader
@@ -504,6 +717,91 @@ mod tests {
             (stats.min_bytes_opt(), stats.max_bytes_opt()),
             (Some(&(-3i32).to_le_bytes()[..]), Some(&36i32.to_le_bytes()[..]))
         );
+    }
+
+    /// Int64 chunks of required and optional columns, DELTA_BINARY_PACKED (times, wide
+    /// jumps, extremes, partial blocks, pages of one value and of none) and dictionary-encoded,
+    /// read back with the Parquet crate's reader, with their statistics.
+    #[test]
+    fn int64_chunks_read_back() {
+        use parquet::file::properties::WriterProperties;
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        use parquet::file::writer::SerializedFileWriter;
+        use parquet::record::Field;
+        use std::sync::Arc;
+
+        let schema = parquet::schema::parser::parse_message_type(
+            "message t { required int64 a; optional int64 b; required int64 c; }",
+        )
+        .unwrap();
+        let mut file = SerializedFileWriter::new(
+            Vec::new(),
+            Arc::new(schema),
+            Arc::new(WriterProperties::builder().build()),
+        )
+        .unwrap();
+        let mut encoder = DictionaryEncoder::new(1);
+        let mut seed = 11u64;
+        let mut expected = Vec::new();
+        for rows in [100_000usize, 1, 0, 129, 40_000] {
+            let a: Vec<i64> = (0..rows)
+                .map(|i| {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    match i % 1000 {
+                        7 => i64::MIN,
+                        8 => i64::MAX,
+                        9 => 0,
+                        _ if i % 3 == 0 => 1_000_000_000_000 + i as i64 * 1000,
+                        _ => (seed >> 40) as i64 - (1 << 23),
+                    }
+                })
+                .collect();
+            let b: Vec<Option<i64>> =
+                (0..rows).map(|i| (i % 5 != 1 && rows != 40_000).then_some(i as i64 * 7 - 50)).collect();
+            let c: Vec<i64> = (0..rows).map(|i| [0, 65536, -1, 5, 1 << 47][(i / 3) % 5]).collect();
+            let def: Vec<i16> = b.iter().map(|v| v.is_some() as i16).collect();
+            let present: Vec<i64> = b.iter().flatten().copied().collect();
+            let descr = file.schema_descr().clone();
+            let mut group = file.next_row_group().unwrap();
+            let (bytes, close) = encoder.delta_chunk(descr.column(0), &a, None).unwrap();
+            if let (Some(lo), Some(hi)) = (a.iter().min(), a.iter().max()) {
+                let stats = close.metadata.statistics().unwrap();
+                assert_eq!(stats.min_bytes_opt(), Some(&lo.to_le_bytes()[..]));
+                assert_eq!(stats.max_bytes_opt(), Some(&hi.to_le_bytes()[..]));
+            }
+            group.append_column(&bytes, close).unwrap();
+            let (bytes, close) = encoder.delta_chunk(descr.column(1), &present, Some(&def)).unwrap();
+            group.append_column(&bytes, close).unwrap();
+            let (bytes, close) = encoder.int_chunk(descr.column(2), &c, None).unwrap().unwrap();
+            group.append_column(&bytes, close).unwrap();
+            group.close().unwrap();
+            expected.extend((0..rows).map(|i| (a[i], b[i], c[i])));
+        }
+        let reader = SerializedFileReader::new(Bytes::from(file.into_inner().unwrap())).unwrap();
+        let int = |f: &Field| match f {
+            Field::Long(v) => Some(*v),
+            Field::Null => None,
+            other => panic!("{other:?}"),
+        };
+        let read: Vec<(i64, Option<i64>, i64)> = reader
+            .get_row_iter(None)
+            .unwrap()
+            .map(|row| {
+                let row = row.unwrap();
+                let f: Vec<&Field> = row.get_column_iter().map(|(_, f)| f).collect();
+                (int(f[0]).unwrap(), int(f[1]), int(f[2]).unwrap())
+            })
+            .collect();
+        assert_eq!(read.len(), expected.len());
+        assert!(read == expected);
+        let many: Vec<i64> = (0..(INT_DICTIONARY_MAX as i64 + 1)).collect();
+        let descr = file_descr();
+        assert!(encoder.int_chunk(descr, &many, None).unwrap().is_none());
+    }
+
+    fn file_descr() -> ColumnDescPtr {
+        let schema = parquet::schema::parser::parse_message_type("message t { required int64 v; }").unwrap();
+        parquet::schema::types::SchemaDescriptor::new(std::sync::Arc::new(schema)).column(0)
     }
 
     #[test]

@@ -26,27 +26,29 @@
 mod dictionary;
 mod table;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
 
 use bytes::Bytes;
+use mlprof_format::energy::{EnergyDevice, EnergySample};
 use mlprof_format::func::{Api, Class, Func};
-use mlprof_format::record::{FLAG_NESTED, GpuCall, IttSpan};
+use mlprof_format::record::{Event, FLAG_NESTED, GpuCall, IttSpan};
 use mlprof_format::runfile::Frame;
 use rustc_hash::FxHashMap;
 
 use crate::run::{self, FdCache, FdIntervals, PathIndex, RunMeta, bytes_moved};
-use table::{Kind, Spec, Symbols, Table, col, delta, opt, plain};
+use table::{Kind, Spec, Symbols, Table, col, delta, dictionary, opt, plain};
 
 const EVENTS: &[Spec] = &[
     col("name", Kind::Str),
     col("pid", Kind::I32),
     col("tid", Kind::I32),
     delta("start_ns"),
-    plain("dur_ns", Kind::I64),
+    delta("dur_ns"),
     col("fd", Kind::I32),
-    plain("bytes", Kind::I64),
-    plain("ret", Kind::I64),
+    dictionary("bytes"),
+    dictionary("ret"),
     col("errno", Kind::I32),
     opt("path", Kind::Str),
 ];
@@ -148,6 +150,9 @@ pub struct Exported {
     /// Parquet bytes of all tables.
     pub bytes: u64,
     pub warnings: Vec<String>,
+    /// Why the run was read twice (its fd histories learned in a first pass): a change of an
+    /// fd came too late for the single pass.
+    pub second_pass: Option<String>,
 }
 
 /// `YYYYmmddTHHMMSS` (UTC) of Unix time `ns`.
@@ -300,14 +305,124 @@ impl PidPartitions {
     }
 }
 
+/// Events whose fd changes (opens, closes, duplicates) are noted before the first of them is
+/// exported: the collector writes records in drain order, not causal order (as `mlprof
+/// convert`, [`crate::convert::LOOKAHEAD_EVENTS`]).
+const LOOKAHEAD_EVENTS: usize = crate::convert::LOOKAHEAD_EVENTS;
+
+/// How a pass over the events ended.
+enum Pass {
+    Done(Exported),
+    /// A streaming fd history may have named a call's file wrongly (why): nothing was written.
+    Inexact(String),
+}
+
+/// A frame read ahead, waiting for its turn.
+enum Item {
+    /// Events, and (streaming) the path index + 1 (0: none) each open with a path gave its
+    /// fd, in order: found when the open was noted, not hashed again.
+    Events(Vec<Event>, Vec<u32>),
+    EnergyDevice(EnergyDevice),
+    EnergySamples(Vec<EnergySample>),
+}
+
+/// What the reader thread hands on, in file order.
+enum Read {
+    /// An events frame's records (the reader's own buffer, not a copy).
+    Events(Vec<Event>),
+    Other(Item),
+    /// The end of the data: the reader's warnings, and how many frames of unknown kinds it
+    /// skipped.
+    End {
+        warnings: Vec<String>,
+        skipped_frames: u64,
+    },
+}
+
+/// What [`read_ahead`] hands on: a frame, or why reading stopped.
+type Frames = Receiver<Result<Read, String>>;
+
+/// Frames a reader thread reads ahead of the export (events frames are up to a few MiB).
+const READ_AHEAD_FRAMES: usize = 2;
+
+/// Reads the frames of `path` on a thread of its own, which the export needs (events and
+/// energy frames; the metadata was read before): the system calls that copy the file from
+/// the page cache then run beside the export rather than in it. Event buffers sent back on
+/// the second channel are filled again. The thread stops at the end of the data, at an
+/// error (sent on), or when the receiver is dropped.
+fn read_ahead(path: &Path) -> Result<(Frames, Sender<Vec<Event>>), String> {
+    let mut reader = run::open(path)?;
+    let path = path.to_path_buf();
+    let (frames, receiver) = sync_channel(READ_AHEAD_FRAMES);
+    let (spare, spares) = channel::<Vec<Event>>();
+    std::thread::Builder::new()
+        .name("run-reader".into())
+        .spawn(move || {
+            loop {
+                let read = match reader.next_frame() {
+                    Err(e) => Err(format!("{}: {e}", path.display())),
+                    Ok(None) => Ok(Read::End {
+                        warnings: reader.warnings().to_vec(),
+                        skipped_frames: reader.skipped_frames(),
+                    }),
+                    Ok(Some(Frame::Events(_))) => {
+                        Ok(Read::Events(reader.take_events(spares.try_recv().unwrap_or_default())))
+                    }
+                    Ok(Some(Frame::EnergyDevice(d))) => Ok(Read::Other(Item::EnergyDevice(d))),
+                    Ok(Some(Frame::EnergySamples(s))) => Ok(Read::Other(Item::EnergySamples(s))),
+                    Ok(Some(_)) => continue,
+                };
+                let last = !matches!(read, Ok(Read::Events(_) | Read::Other(_)));
+                if frames.send(read).is_err() || last {
+                    break;
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start a thread: {e}"))?;
+    Ok((receiver, spare))
+}
+
 /// Exports one run into `dir` (see the module documentation).
+///
+/// One pass over the file: the metadata frames first (event frames skipped), then the events,
+/// which files their fds named learned from the events themselves, read a little ahead
+/// ([`FdIntervals::streaming`]). Should a change of an fd arrive too late for that (see
+/// [`FdIntervals::inexact`]), what was written is dropped and the export starts over with
+/// the run's complete fd histories, from a full first pass: the rows are always the same.
 pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
-    let mut meta = RunMeta::load(path)?;
-    // The run's complete fd histories, looked up through a cache (most calls on an fd fall in
-    // the interval of the one before): taken out of `meta`, which the lookups read.
-    let mut fds = std::mem::take(&mut meta.fds);
+    export_looking_ahead(path, dir, LOOKAHEAD_EVENTS)
+}
+
+/// [`export_parquet`], noting fd changes `lookahead` events ahead.
+fn export_looking_ahead(path: &Path, dir: &Path, lookahead: usize) -> Result<Exported, String> {
+    let meta = RunMeta::load_without_events(path)?;
+    let fds = FdIntervals::streaming(meta.images.values().flatten());
+    match export_pass(path, dir, &meta, fds, Some(lookahead))? {
+        Pass::Done(exported) => Ok(exported),
+        Pass::Inexact(reason) => {
+            let mut meta = RunMeta::load(path)?;
+            let fds = std::mem::take(&mut meta.fds);
+            match export_pass(path, dir, &meta, fds, None)? {
+                Pass::Done(exported) => Ok(Exported { second_pass: Some(reason), ..exported }),
+                Pass::Inexact(reason) => Err(format!("a complete fd history is exact, yet: {reason}")),
+            }
+        }
+    }
+}
+
+/// One pass over the events of `path` with fd histories `fds`: streaming ones noted
+/// `lookahead` events ahead, or complete ones (`None`), taken out of `meta`, which the lookups
+/// read.
+fn export_pass(
+    path: &Path,
+    dir: &Path,
+    meta: &RunMeta,
+    mut fds: FdIntervals,
+    lookahead: Option<usize>,
+) -> Result<Pass, String> {
+    // Looked up through a cache: most calls on an fd fall in the interval of the one before.
     let mut fd_cache = FdCache::default();
-    let id = run_id(&meta);
+    let id = run_id(meta);
     let io_err = |e: std::io::Error| format!("writing {}: {e}", dir.display());
     let tables = ["events", "spans", "gpu_calls", "processes", "files", "energy", "runs"];
     let run_dir = |table: &str| dir.join(table).join(format!("run={id}"));
@@ -352,48 +467,75 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
     let unknown_device = (text(&mut symbols, "?"), text(&mut symbols, "?"), false);
     let energy_part = energy.partition("");
 
-    let mut reader = run::open(path)?;
-    while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
-        match frame {
-            Frame::Events(batch) => {
-                for event in batch {
+    let (reader, spare_events) = read_ahead(path)?;
+    let mut window: VecDeque<Item> = VecDeque::new();
+    // Lists of opens' path indexes, for batches to come.
+    let mut spare: Vec<Vec<u32>> = Vec::new();
+    // Events in `window`; what the reader said at the end of the file.
+    let (mut ahead, mut read_all) = (0, None);
+    loop {
+        while read_all.is_none() && (window.is_empty() || lookahead.is_some_and(|n| ahead <= n)) {
+            let frame = reader.recv().unwrap_or_else(|_| Err("the run reader thread stopped".into()))?;
+            match frame {
+                Read::End { warnings, skipped_frames } => read_all = Some((warnings, skipped_frames)),
+                Read::Events(batch) => {
+                    let mut opens = spare.pop().unwrap_or_default();
+                    opens.clear();
+                    if lookahead.is_some() {
+                        for event in &batch {
+                            if let Some(&Some((
+                                _,
+                                Api::Libc,
+                                class @ (Class::Open | Class::Close | Class::Fd),
+                                _,
+                            ))) = funcs.get(event.kind as usize)
+                            {
+                                let index = fds.observe_streaming(meta, event, &mut fd_cache);
+                                if class == Class::Open && event.arg2 != 0 {
+                                    opens.push(index.map_or(0, |i| i + 1));
+                                }
+                            }
+                        }
+                    }
+                    ahead += batch.len();
+                    window.push_back(Item::Events(batch, opens));
+                }
+                Read::Other(item) => window.push_back(item),
+            }
+        }
+        let Some(item) = window.pop_front() else { break };
+        match item {
+            Item::Events(batch, opens) => {
+                ahead -= batch.len();
+                let mut opens_noted = opens.iter();
+                for event in &batch {
                     let Some(&Some((func, api, class, name))) = funcs.get(event.kind as usize) else {
                         continue;
                     };
                     let (events_part, spans_part, gpu_part) =
-                        pids.get(&meta, event.pid, event.start, |rank| {
+                        pids.get(meta, event.pid, event.start, |rank| {
                             (events.partition(rank), spans.partition(rank), gpu.partition(rank))
                         });
                     match api {
                         Api::Libc => {
                             let slot = match class {
-                                // An open names its own path: the fd's history has it as the
-                                // change at the open's end (its dense index, no hashing),
-                                // unless the open failed.
+                                // An open names its own path: by the dense index the fd
+                                // histories gave it (an array), unless no fd ever named it.
                                 Class::Open if event.arg2 != 0 => {
-                                    let end = event.start.saturating_add(event.dur);
-                                    let index = (event.fd >= 0 && !event.is_error())
-                                        .then(|| {
-                                            fds.lookup_cached(
-                                                &meta,
-                                                event.pid,
-                                                event.fd,
-                                                end.saturating_add(1),
-                                                &mut fd_cache,
-                                            )
-                                        })
-                                        .flatten()
-                                        .filter(|&index| fds.path_id(index) == event.arg2);
+                                    let index = match lookahead {
+                                        Some(_) => opens_noted.next().and_then(|i| i.checked_sub(1)),
+                                        None => fds.path_index(event.arg2),
+                                    };
                                     Some(match index {
-                                        Some(index) => paths.of_index(&meta, &mut symbols, &fds, index),
-                                        None => paths.of_id(&meta, &mut symbols, event.arg2),
+                                        Some(index) => paths.of_index(meta, &mut symbols, &fds, index),
+                                        None => paths.of_id(meta, &mut symbols, event.arg2),
                                     })
                                 }
                                 Class::Open | Class::Clock => None,
                                 _ if event.fd < 0 => None,
                                 _ => fds
-                                    .lookup_cached(&meta, event.pid, event.fd, event.start, &mut fd_cache)
-                                    .map(|index| paths.of_index(&meta, &mut symbols, &fds, index)),
+                                    .lookup_cached(meta, event.pid, event.fd, event.start, &mut fd_cache)
+                                    .map(|index| paths.of_index(meta, &mut symbols, &fds, index)),
                             };
                             let bytes = bytes_moved(func, event);
                             let path = slot.map(|slot| {
@@ -475,12 +617,21 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
                         }
                     }
                 }
+                // Its records are not cleared: the reader overwrites them with the next frame's.
+                let _ = spare_events.send(batch);
+                spare.push(opens);
+                if let Some(reason) = fds.inexact() {
+                    for table in [events, spans, gpu, energy] {
+                        table.abandon();
+                    }
+                    return Ok(Pass::Inexact(reason.to_string()));
+                }
             }
-            Frame::EnergyDevice(d) => {
+            Item::EnergyDevice(d) => {
                 let (name, kind) = (text(&mut symbols, &d.name), text(&mut symbols, &d.kind));
                 devices.insert(d.id, (name, kind, d.in_run));
             }
-            Frame::EnergySamples(samples) => {
+            Item::EnergySamples(samples) => {
                 for s in samples {
                     let (name, kind, in_run) = *devices.get(&s.device).unwrap_or(&unknown_device);
                     energy
@@ -501,15 +652,11 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
                         .map_err(io_err)?;
                 }
             }
-            _ => {}
         }
     }
-    let mut warnings = reader.warnings().to_vec();
-    if reader.skipped_frames() > 0 {
-        warnings.push(format!(
-            "{} frames of kinds this mlprof does not know were skipped",
-            reader.skipped_frames()
-        ));
+    let (mut warnings, skipped_frames) = read_all.unwrap_or_default();
+    if skipped_frames > 0 {
+        warnings.push(format!("{skipped_frames} frames of kinds this mlprof does not know were skipped"));
     }
 
     let mut processes = Table::new("processes", PROCESSES, &run_dir("processes"), None).map_err(io_err)?;
@@ -607,7 +754,7 @@ pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
             exported.events_bytes = table.bytes;
         }
     }
-    Ok(exported)
+    Ok(Pass::Done(exported))
 }
 
 /// Where `export_parquet` puts table `table` of run `id` (for messages and tests).
@@ -751,6 +898,50 @@ mod tests {
         assert_eq!((energy[1][5].as_str(), energy[1][6].as_str()), ("null", "null"));
         let events = table("events");
         assert_eq!((events.len(), events[0][9].as_str()), (1, "null"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A read recorded a batch before the open of its fd: read ahead, the open is known in
+    /// time; not, the export starts over with the complete fd history, leaving no file of its
+    /// first pass. Either way the read names the file.
+    #[test]
+    fn an_open_recorded_after_its_reads_names_them_all_the_same() {
+        use crate::test_run::{DATASET, START};
+        use mlprof_format::record::Event;
+        use mlprof_format::runfile::{ProcessInfo, RunEnd, RunInfo, RunWriter};
+        use mlprof_format::string_id;
+
+        let dir = std::env::temp_dir().join(format!("mlprof-export-late-open-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let run = dir.join("run.bin");
+        let info = RunInfo { host: "h".into(), start_mono_ns: START, ..RunInfo::default() };
+        let mut w = RunWriter::create(&run, &info).unwrap();
+        w.write_string(string_id(DATASET.as_bytes()), DATASET.as_bytes()).unwrap();
+        w.write_process(&ProcessInfo { pid: 10, ppid: 1, start_ns: START, ..Default::default() }).unwrap();
+        let base = Event { pid: 10, tid: 10, fd: 3, ..Event::default() };
+        let read = Event { kind: Func::Read as u16, start: START + 5_000, dur: 100, ret: 7, arg2: 7, ..base };
+        let open = Event {
+            kind: Func::Open as u16,
+            start: START + 1_000,
+            dur: 1_000,
+            ret: 3,
+            arg2: string_id(DATASET.as_bytes()),
+            ..base
+        };
+        w.write_events(&[read]).unwrap();
+        w.write_events(&[open]).unwrap();
+        w.finish(&RunEnd { end_ns: START + 10_000, events: 2, dropped: 0 }).unwrap();
+        for lookahead in [LOOKAHEAD_EVENTS, 0] {
+            let out = dir.join(format!("parquet-{lookahead}"));
+            let exported = export_looking_ahead(&run, &out, lookahead).unwrap();
+            assert_eq!(exported.second_pass.is_some(), lookahead == 0, "{:?}", exported.second_pass);
+            let events = rows(&table_dir(&out, "events", &exported.run_id));
+            let path = format!("{DATASET:?}");
+            assert_eq!(events.len(), 2);
+            assert!(events.iter().all(|r| r[9] == path), "lookahead {lookahead}: {events:?}");
+            let files = rows(&table_dir(&out, "files", &exported.run_id));
+            assert_eq!(files, [[path, "1".into(), "2".into(), "7".into(), "0".into(), "1100".into()]]);
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

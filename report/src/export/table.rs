@@ -4,9 +4,9 @@
 //! a reader globbing `*.parquet` never sees half a file.
 //!
 //! Strings are buffered as indexes into the export's [`Symbols`] (4 bytes a row, not a
-//! reference-counted buffer) up to the page writer: string columns and int32 columns of few
-//! values are dictionary-encoded by `dictionary.rs`, the others by the Parquet crate's column
-//! writer. Encoding and compression run on the table's own thread, fed one row group at a
+//! reference-counted buffer) up to the page writer: string columns, int32 columns and the
+//! int64 columns of few values are dictionary-encoded by `dictionary.rs`, times and durations
+//! delta-encoded there too, the others written by the Parquet crate's column writer. Encoding and compression run on the table's own thread, fed one row group at a
 //! time (with the symbols added since the last) through a channel of one slot, while the
 //! caller decodes the next events.
 
@@ -47,6 +47,28 @@ pub enum Kind {
     Str,
 }
 
+/// How a column's values are encoded.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Encode {
+    /// Strings and int32 columns: dictionary-encoded by `dictionary.rs` (an int32 chunk of
+    /// too many distinct values by the column writer, PLAIN); other types by the column
+    /// writer, with its dictionary.
+    Auto,
+    /// Times and durations (int64): DELTA_BINARY_PACKED by `dictionary.rs`, not compressed.
+    /// Bit-packed deltas of times leave zstd nothing to find (it wrote them 0.02 % larger on
+    /// a 4 M-event run); durations come out 0.24 bytes a value larger than zstd made PLAIN
+    /// values, for a small part of its work.
+    Delta,
+    /// Values too varied for a dictionary to pay (ids): PLAIN, left to zstd. A dictionary
+    /// encoder hashes every value, and here its dictionary only grows.
+    Plain,
+    /// Int64 values that repeat but change from row to row (byte counts, return values):
+    /// dictionary-encoded by `dictionary.rs`, which hashes only when the value changes, and
+    /// zstd then compresses the keys, a quarter of the PLAIN bytes or less; a chunk of too
+    /// many distinct values goes to the column writer, PLAIN with zstd.
+    Dictionary,
+}
+
 /// How a column is written.
 #[derive(Clone, Copy)]
 pub struct Spec {
@@ -54,27 +76,27 @@ pub struct Spec {
     pub kind: Kind,
     /// May be null.
     pub optional: bool,
-    /// Times and other values that change by small steps: delta-encoded, no dictionary.
-    pub delta: bool,
-    /// Values too varied for a dictionary to pay (durations, ids): PLAIN, left to zstd. The
-    /// dictionary encoder hashes every value, and here its dictionary only grows.
-    pub plain: bool,
+    pub encode: Encode,
 }
 
 pub const fn col(name: &'static str, kind: Kind) -> Spec {
-    Spec { name, kind, optional: false, delta: false, plain: false }
+    Spec { name, kind, optional: false, encode: Encode::Auto }
 }
 
 pub const fn opt(name: &'static str, kind: Kind) -> Spec {
-    Spec { name, kind, optional: true, delta: false, plain: false }
+    Spec { name, kind, optional: true, encode: Encode::Auto }
 }
 
 pub const fn delta(name: &'static str) -> Spec {
-    Spec { name, kind: Kind::I64, optional: false, delta: true, plain: false }
+    Spec { name, kind: Kind::I64, optional: false, encode: Encode::Delta }
 }
 
 pub const fn plain(name: &'static str, kind: Kind) -> Spec {
-    Spec { name, kind, optional: false, delta: false, plain: true }
+    Spec { name, kind, optional: false, encode: Encode::Plain }
+}
+
+pub const fn dictionary(name: &'static str) -> Spec {
+    Spec { name, kind: Kind::I64, optional: false, encode: Encode::Dictionary }
 }
 
 /// The strings of an export, each stored once; columns hold their index.
@@ -217,7 +239,8 @@ pub struct Table {
     buffered: usize,
     /// How many of the export's symbols the writer thread has been sent.
     symbols_sent: usize,
-    jobs: Option<SyncSender<Job>>,
+    /// `None` abandons the table.
+    jobs: Option<SyncSender<Option<Job>>>,
     writer: Option<JoinHandle<std::io::Result<u64>>>,
     pub rows: u64,
     pub bytes: u64,
@@ -230,7 +253,7 @@ fn parquet_err(e: parquet::errors::ParquetError) -> std::io::Error {
 /// The writer thread: one open file per partition, a row group per job; at the end (the
 /// channel closed) every file is closed and renamed into place. Returns the bytes written.
 fn write_jobs(
-    jobs: Receiver<Job>,
+    jobs: Receiver<Option<Job>>,
     specs: &'static [Spec],
     schema: Arc<parquet::schema::types::Type>,
     props: Arc<WriterProperties>,
@@ -238,6 +261,14 @@ fn write_jobs(
     let mut files: HashMap<usize, (PathBuf, PathBuf, SerializedFileWriter<BufWriter<File>>)> = HashMap::new();
     let mut encoder = DictionaryEncoder::new(ZSTD_LEVEL);
     for job in jobs {
+        let Some(job) = job else {
+            // Abandoned: no file is put in place.
+            for (tmp, _, writer) in files.into_values() {
+                drop(writer);
+                std::fs::remove_file(&tmp)?;
+            }
+            return Ok(0);
+        };
         encoder.extend(job.symbols);
         let writer = match files.entry(job.partition) {
             std::collections::hash_map::Entry::Occupied(entry) => &mut entry.into_mut().2,
@@ -254,10 +285,17 @@ fn write_jobs(
         let mut group = writer.next_row_group().map_err(parquet_err)?;
         for (at, (batch, def)) in job.columns.iter().enumerate() {
             let def = def.as_deref();
-            let chunk = match batch {
-                Batch::Sym(v) => Some(encoder.chunk(descr.column(at), v, def).map_err(parquet_err)?),
-                Batch::I32(v) if specs.get(at).is_some_and(|s| !s.plain && !s.delta) => {
-                    encoder.int32_chunk(descr.column(at), v, def).map_err(parquet_err)?
+            let encode = specs.get(at).map_or(Encode::Auto, |s| s.encode);
+            let chunk = match (batch, encode) {
+                (Batch::Sym(v), _) => Some(encoder.chunk(descr.column(at), v, def).map_err(parquet_err)?),
+                (Batch::I32(v), Encode::Auto) => {
+                    encoder.int_chunk(descr.column(at), v, def).map_err(parquet_err)?
+                }
+                (Batch::I64(v), Encode::Delta) => {
+                    Some(encoder.delta_chunk(descr.column(at), v, def).map_err(parquet_err)?)
+                }
+                (Batch::I64(v), Encode::Dictionary) => {
+                    encoder.int_chunk(descr.column(at), v, def).map_err(parquet_err)?
                 }
                 _ => None,
             };
@@ -316,12 +354,13 @@ impl Table {
             // would cost time for little more.
             .set_statistics_enabled(EnabledStatistics::Chunk)
             .set_dictionary_enabled(true);
-        for s in specs.iter().filter(|s| s.plain) {
+        // What the column writer gets of these: PLAIN (a chunk the dictionary encoder
+        // declined).
+        for s in specs.iter().filter(|s| matches!(s.encode, Encode::Plain | Encode::Dictionary)) {
             props = props.set_column_dictionary_enabled(ColumnPath::from(s.name), false);
         }
-        // Bit-packed deltas of times leave zstd nothing to find (it wrote them 0.02 % larger
-        // on a 4 M-event run): those pages are not compressed.
-        for s in specs.iter().filter(|s| s.delta) {
+        // Written by `dictionary.rs`; the properties say the same, for the file's metadata.
+        for s in specs.iter().filter(|s| s.encode == Encode::Delta) {
             let path = ColumnPath::from(s.name);
             props = props
                 .set_column_dictionary_enabled(path.clone(), false)
@@ -427,7 +466,7 @@ impl Table {
         partition.rows = 0;
         let job = Job { partition: at, dir, columns, symbols: symbols.values[self.symbols_sent..].to_vec() };
         self.symbols_sent = symbols.values.len();
-        if self.jobs.as_ref().is_some_and(|jobs| jobs.send(job).is_ok()) {
+        if self.jobs.as_ref().is_some_and(|jobs| jobs.send(Some(job)).is_ok()) {
             return Ok(());
         }
         // The writer thread stopped: its error says why.
@@ -441,6 +480,15 @@ impl Table {
             Some(Err(_)) => Err(std::io::Error::other("the Parquet writer thread panicked")),
             None => Ok(0),
         }
+    }
+
+    /// Drops the table: its writer thread removes the files it began, and puts none in place.
+    pub fn abandon(mut self) {
+        if let Some(jobs) = &self.jobs {
+            // A writer thread that stopped has nothing to put in place.
+            let _ = jobs.send(None);
+        }
+        let _ = self.join();
     }
 
     /// Writes what is buffered and puts every file in place. A table with no row writes no

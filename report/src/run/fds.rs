@@ -286,16 +286,28 @@ impl FdIntervals {
     }
 
     /// Streaming mode: records the change `event` makes, if any, before the calls it names are
-    /// looked up; `cache` is the one lookups use. A duplicate's source is looked up at the duplicating call's start, as a call on it
-    /// would be (`meta`: the run's processes, for fds inherited at a fork).
+    /// looked up; `cache` is the one lookups use. A duplicate's source is looked up at the
+    /// duplicating call's start, as a call on it would be (`meta`: the run's processes, for fds
+    /// inherited at a fork). Returns the index of the path a successful open gave its fd (what
+    /// [`FdIntervals::path_index`] would say of it: a caller can keep it rather than hash the
+    /// path again).
     #[inline]
-    pub fn observe_streaming(&mut self, meta: &RunMeta, event: &Event, cache: &mut FdCache) {
+    pub fn observe_streaming(
+        &mut self,
+        meta: &RunMeta,
+        event: &Event,
+        cache: &mut FdCache,
+    ) -> Option<PathIndex> {
         if let Some((time, path)) = change(event) {
-            let path = if path == 0 { 0 } else { self.index_path(path) + 1 };
-            self.add_change(event.pid, event.fd, time, path, cache);
-        } else if let Some(dup) = duplicate(event) {
-            let (path, _, _) = self.lookup(meta, dup.pid, dup.source, dup.start);
-            self.add_change(dup.pid, dup.new, dup.end, path, cache);
+            let index = (path != 0).then(|| self.index_path(path));
+            self.add_change(event.pid, event.fd, time, index.map_or(0, |i| i + 1), cache);
+            index
+        } else {
+            if let Some(dup) = duplicate(event) {
+                let (path, _, _) = self.lookup(meta, dup.pid, dup.source, dup.start);
+                self.add_change(dup.pid, dup.new, dup.end, path, cache);
+            }
+            None
         }
     }
 

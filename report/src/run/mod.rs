@@ -81,6 +81,12 @@ impl RunMeta {
         Self::load_with(path, true, false)
     }
 
+    /// Like [`RunMeta::load`], but events are not read: `fds` and `span_threads` stay empty.
+    /// For `mlprof export`, which learns them from the events as it streams them.
+    pub fn load_without_events(path: &Path) -> Result<RunMeta, String> {
+        Self::load_with(path, false, true)
+    }
+
     /// Like [`RunMeta::load_readable`], but events are not read: `fds` and `span_threads` stay
     /// empty. For `mlprof convert`, which learns them from the events as it streams them.
     pub fn load_metadata(path: &Path) -> Result<RunMeta, String> {
