@@ -110,3 +110,23 @@ pub fn write(tag: &str) -> TempRun {
     w.finish(&RunEnd { end_ns: START + 20_000, events: 5, dropped: 3 }).unwrap();
     TempRun(path)
 }
+
+/// A run in which a read of the dataset (fd 3, 7 bytes) comes a frame before the open that
+/// named its fd, as the collector writes it when it holds an open back until its path is
+/// defined: the case streaming fd histories must notice (written to the temp directory,
+/// named after `tag`).
+pub fn write_late_open(tag: &str) -> TempRun {
+    let run =
+        TempRun::new(std::env::temp_dir().join(format!("mlprof-report-{tag}-{}.bin", std::process::id())));
+    let info = RunInfo { host: "h".into(), start_mono_ns: START, ..RunInfo::default() };
+    let mut w = RunWriter::create(run.path(), &info).unwrap();
+    w.write_string(string_id(DATASET.as_bytes()), DATASET.as_bytes()).unwrap();
+    w.write_process(&ProcessInfo { pid: 10, ppid: 1, start_ns: START, ..Default::default() }).unwrap();
+    let read = Event { ret: 7, arg2: 7, ..event(Func::Read, 10, 3, 5_000, 100) };
+    let open =
+        Event { ret: 3, arg2: string_id(DATASET.as_bytes()), ..event(Func::Open, 10, 3, 1_000, 1_000) };
+    w.write_events(&[read]).unwrap();
+    w.write_events(&[open]).unwrap();
+    w.finish(&RunEnd { end_ns: START + 10_000, events: 2, dropped: 0 }).unwrap();
+    run
+}

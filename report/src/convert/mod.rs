@@ -154,7 +154,6 @@ mod tests {
     use mlprof_format::func::Func;
     use mlprof_format::record::{Event, IttSpan};
     use mlprof_format::runfile::{RunEnd, RunInfo, RunWriter};
-    use mlprof_format::string_id;
 
     /// Converts `path` to Chrome JSON, reading `lookahead` events ahead.
     fn chrome(path: &Path, lookahead: usize) -> (Outcome, serde_json::Value) {
@@ -229,25 +228,8 @@ mod tests {
     fn an_open_recorded_after_its_reads_names_them_all_the_same() {
         // The collector holds an open back until its path is defined: here its read comes a
         // batch before it in the file.
-        let path = std::env::temp_dir().join(format!("mlprof-report-late-open-{}.bin", std::process::id()));
-        let info = RunInfo { start_mono_ns: START, ..RunInfo::default() };
-        let mut w = RunWriter::create(&path, &info).unwrap();
-        w.write_string(string_id(DATASET.as_bytes()), DATASET.as_bytes()).unwrap();
-        let base = Event { pid: 10, tid: 10, fd: 3, ..Event::default() };
-        let read = Event { kind: Func::Read as u16, start: START + 5_000, dur: 100, ..base };
-        let open = Event {
-            kind: Func::Open as u16,
-            start: START + 1_000,
-            dur: 1_000,
-            ret: 3,
-            arg2: string_id(DATASET.as_bytes()),
-            ..base
-        };
-        w.write_events(&[read]).unwrap();
-        w.write_events(&[open]).unwrap();
-        w.finish(&RunEnd::default()).unwrap();
-        let converted = [chrome(&path, LOOKAHEAD_EVENTS), chrome(&path, 0)];
-        std::fs::remove_file(&path).unwrap();
+        let run = test_run::write_late_open("late-open");
+        let converted = [chrome(run.path(), LOOKAHEAD_EVENTS), chrome(run.path(), 0)];
         for (lookahead, (outcome, trace)) in [LOOKAHEAD_EVENTS, 0].into_iter().zip(converted) {
             let read = trace["traceEvents"].as_array().unwrap().iter().find(|r| r["name"] == "read").unwrap();
             assert_eq!(read["args"]["path"], DATASET, "lookahead {lookahead}");

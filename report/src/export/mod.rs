@@ -906,34 +906,14 @@ mod tests {
     /// first pass. Either way the read names the file.
     #[test]
     fn an_open_recorded_after_its_reads_names_them_all_the_same() {
-        use crate::test_run::{DATASET, START};
-        use mlprof_format::record::Event;
-        use mlprof_format::runfile::{ProcessInfo, RunEnd, RunInfo, RunWriter};
-        use mlprof_format::string_id;
+        use crate::test_run::{self, DATASET};
 
+        let run = test_run::write_late_open("export-late-open");
         let dir = std::env::temp_dir().join(format!("mlprof-export-late-open-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let run = dir.join("run.bin");
-        let info = RunInfo { host: "h".into(), start_mono_ns: START, ..RunInfo::default() };
-        let mut w = RunWriter::create(&run, &info).unwrap();
-        w.write_string(string_id(DATASET.as_bytes()), DATASET.as_bytes()).unwrap();
-        w.write_process(&ProcessInfo { pid: 10, ppid: 1, start_ns: START, ..Default::default() }).unwrap();
-        let base = Event { pid: 10, tid: 10, fd: 3, ..Event::default() };
-        let read = Event { kind: Func::Read as u16, start: START + 5_000, dur: 100, ret: 7, arg2: 7, ..base };
-        let open = Event {
-            kind: Func::Open as u16,
-            start: START + 1_000,
-            dur: 1_000,
-            ret: 3,
-            arg2: string_id(DATASET.as_bytes()),
-            ..base
-        };
-        w.write_events(&[read]).unwrap();
-        w.write_events(&[open]).unwrap();
-        w.finish(&RunEnd { end_ns: START + 10_000, events: 2, dropped: 0 }).unwrap();
         for lookahead in [LOOKAHEAD_EVENTS, 0] {
             let out = dir.join(format!("parquet-{lookahead}"));
-            let exported = export_looking_ahead(&run, &out, lookahead).unwrap();
+            let exported = export_looking_ahead(run.path(), &out, lookahead).unwrap();
             assert_eq!(exported.second_pass.is_some(), lookahead == 0, "{:?}", exported.second_pass);
             let events = rows(&table_dir(&out, "events", &exported.run_id));
             let path = format!("{DATASET:?}");
