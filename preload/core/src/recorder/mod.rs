@@ -126,10 +126,6 @@ pub struct Span {
     start: u64,
     /// An ITT task was opened for this call (see [`stamp`]).
     stamped: bool,
-    /// This span marked its thread's call in flight (`ThreadState::in_flight`) and clears the
-    /// mark when it ends; a trapped system call's span does neither, since it lies inside the
-    /// libc call that did.
-    marks_in_flight: bool,
 }
 
 impl Span {
@@ -143,7 +139,7 @@ impl Span {
         // Our ITT calls (and whatever a chained collector does in them) are not recorded.
         let stamped = stamp::enabled() && thread.internal(|| guard::keeping_errno(|| stamp::begin(func)));
         thread.in_flight.set(true);
-        Some(Span { thread, ring, lane, writer, start: clock::now(), stamped, marks_in_flight: true })
+        Some(Span { thread, ring, lane, writer, start: clock::now(), stamped })
     }
 
     /// Ends the call and writes its record. `event` carries the function's own fields; pid, tid,
@@ -194,7 +190,7 @@ impl Span {
         // trapping on in it), so this is the parent, and the call may be the vfork itself,
         // after which the mark must still be there for the child's hooked calls.
         let (ring, lane, writer) = thread_lane(&thread)?;
-        Some(Span { thread, ring, lane, writer, start: clock::now(), stamped: false, marks_in_flight: false })
+        Some(Span { thread, ring, lane, writer, start: clock::now(), stamped: false })
     }
 
     /// Ends a trapped system call: `number` (kept in `extra`), its first two arguments (`fd`
@@ -247,7 +243,10 @@ impl Span {
     #[inline(always)]
     fn write(self, end: u64, mut event: Event, func: Func, failed: bool) {
         let state = self.thread;
-        if self.marks_in_flight {
+        // A hooked call marked itself in flight in `begin` and clears the mark; a trapped
+        // system call's span did not mark (it lies inside the libc call that did) and leaves
+        // the mark alone. `func` is a constant at every caller, so this test is folded away.
+        if func != Func::TrappedSyscall {
             state.in_flight.set(false);
         }
         if self.stamped {
