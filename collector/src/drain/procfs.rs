@@ -20,37 +20,38 @@ pub(super) fn thread_alive(pid: u32, tid: u32, zombies: bool) -> bool {
     if pid != tid || !zombies {
         return true;
     }
-    let mut stat = [0u8; 1024];
-    match read_small(&format!("/proc/{pid}/task/{tid}/stat"), &mut stat) {
-        Some(stat) => match stat
-            .iter()
-            .rposition(|&b| b == b')')
-            .and_then(|at| stat[at + 1..].split(u8::is_ascii_whitespace).find(|f| !f.is_empty()))
-        {
-            Some(state) => state != b"Z" && state != b"X",
-            None => true,
-        },
+    let mut buffer = [0u8; STAT_BYTES];
+    match stat_fields(&format!("/proc/{pid}/task/{tid}/stat"), &mut buffer) {
+        Some(mut fields) => !matches!(fields.next(), Some(b"Z" | b"X")),
         None => false,
     }
 }
 
-/// The start of a /proc file, in one `read` (these files have no size to ask for).
-fn read_small<'a>(path: &str, buffer: &'a mut [u8]) -> Option<&'a [u8]> {
+/// Room for a whole /proc stat line (52 numeric fields and a 16-byte command name).
+const STAT_BYTES: usize = 4096;
+
+/// The fields of a /proc stat line after the command name (from field 3, the state), read in
+/// one `read` (these files have no size to ask for; `read_to_string` made six reads of a
+/// growing buffer and a statx).
+fn stat_fields<'a>(path: &str, buffer: &'a mut [u8]) -> Option<impl Iterator<Item = &'a [u8]> + use<'a>> {
     use std::io::Read;
     let n = std::fs::File::open(path).ok()?.read(buffer).ok()?;
-    Some(&buffer[..n])
+    let line = &buffer[..n];
+    // The command name is in parentheses and may hold any byte, ')' included: cut at the last.
+    let after = line.iter().rposition(|&b| b == b')')? + 1;
+    Some(line[after..].split(u8::is_ascii_whitespace).filter(|f| !f.is_empty()))
 }
 
 /// How process `pid` ended, while it is a zombie (its parent has not reaped it yet): field 52
 /// of /proc/PID/stat is its wait status. (exit code, signal).
 pub(super) fn zombie_exit(pid: u32) -> Option<(Option<i32>, Option<i32>)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();
-    // After the ')' the fields start at 3 (state); the wait status is field 52.
-    if fields.first() != Some(&"Z") {
+    let mut buffer = [0u8; STAT_BYTES];
+    let mut fields = stat_fields(&format!("/proc/{pid}/stat"), &mut buffer)?;
+    if fields.next()? != b"Z" {
         return None;
     }
-    let status: i32 = fields.get(52 - 3)?.parse().ok()?;
+    // The state was field 3; the wait status is field 52.
+    let status: i32 = std::str::from_utf8(fields.nth(52 - 4)?).ok()?.parse().ok()?;
     if status & 0x7f != 0 {
         Some((None, Some(status & 0x7f)))
     } else {
