@@ -254,18 +254,18 @@ fn run(args: Args) -> Result<ExitCode, String> {
                 // Backing spare lanes now would only be undone at exit (~3 ms of CPU each).
                 drainer.stop_offering_lanes();
             }
-            let pass = drain(&mut drainer, &mut sampler)?;
+            let wake = drain(&mut drainer, &mut sampler)?;
             if let Some(status) = exited {
                 break status;
             }
             launch::forward_termination(child_pid);
-            pause(&drainer, pass, &mut since);
+            pause(&drainer, wake, &mut since);
         };
         // Children the command left behind (or that are still exiting) get a grace period.
         let deadline = Instant::now() + Duration::from_millis(args.linger_ms);
         while Instant::now() < deadline && drainer.has_live_lanes() {
-            let pass = drain(&mut drainer, &mut sampler)?;
-            pause(&drainer, pass, &mut since);
+            let wake = drain(&mut drainer, &mut sampler)?;
+            pause(&drainer, wake, &mut since);
         }
         drop(torch_hook);
         let (code, signal) = launch::describe(status);
@@ -285,8 +285,8 @@ fn run(args: Args) -> Result<ExitCode, String> {
         }
         let mut since = Instant::now();
         while !launch::termination_requested() {
-            let pass = drain(&mut drainer, &mut sampler)?;
-            pause(&drainer, pass, &mut since);
+            let wake = drain(&mut drainer, &mut sampler)?;
+            pause(&drainer, wake, &mut since);
         }
         0
     };
@@ -313,15 +313,15 @@ fn run(args: Args) -> Result<ExitCode, String> {
     Ok(ExitCode::from(exit_code))
 }
 
-/// One drain pass, then the energy samples that arrived meanwhile. Returns the records taken
-/// and the producers' wake count as it was before the pass (see `pause`).
-fn drain(drainer: &mut Drainer, sampler: &mut Option<energy::Sampler>) -> Result<(usize, u32), String> {
+/// One drain pass, then the energy samples that arrived meanwhile. Returns the producers' wake
+/// count as it was before the pass (see `pause`); the pass's rate is the drainer's own.
+fn drain(drainer: &mut Drainer, sampler: &mut Option<energy::Sampler>) -> Result<u32, String> {
     let wake = drainer.segment().wake_count();
-    let taken = drainer.drain_once().map_err(|e| e.to_string())?;
+    drainer.drain_once().map_err(|e| e.to_string())?;
     if let Some(sampler) = sampler {
         sampler.write_pending(drainer.writer_mut()).map_err(|e| e.to_string())?;
     }
-    Ok((taken, wake))
+    Ok(wake)
 }
 
 fn energy_config(args: &Args) -> energy::EnergyConfig {
@@ -354,7 +354,7 @@ fn energy_config(args: &Args) -> energy::EnergyConfig {
 /// the previous sleep, as before, divided them by this pass's few microseconds: the rate came
 /// out hundreds of times too high and a collector at a thousand calls a second slept 20 ms,
 /// not 100.)
-fn pause(drainer: &Drainer, (_taken, wake): (usize, u32), since: &mut Instant) {
+fn pause(drainer: &Drainer, wake: u32, since: &mut Instant) {
     let now = Instant::now();
     let sleep = drainer.next_sleep(now.duration_since(*since));
     *since = now;
