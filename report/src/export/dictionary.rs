@@ -569,6 +569,18 @@ fn uleb128(mut v: u64, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::file::writer::SerializedFileWriter;
+    use parquet::record::Field;
+
+    /// A Parquet file written to memory with the default properties, of the schema `message`.
+    fn file_in_memory(message: &str) -> SerializedFileWriter<Vec<u8>> {
+        use parquet::file::properties::WriterProperties;
+        use std::sync::Arc;
+        let schema = parquet::schema::parser::parse_message_type(message).unwrap();
+        SerializedFileWriter::new(Vec::new(), Arc::new(schema), Arc::new(WriterProperties::builder().build()))
+            .unwrap()
+    }
 
     /// Decodes the hybrid encoding back (a reference for the tests).
     fn decode(mut bytes: &[u8], width: u8, n: usize) -> Vec<u32> {
@@ -613,18 +625,8 @@ mod tests {
     /// and reads them back with the Parquet crate's reader.
     #[test]
     fn string_chunks_read_back() {
-        use parquet::file::properties::WriterProperties;
-        use parquet::file::reader::{FileReader, SerializedFileReader};
-        use parquet::file::writer::SerializedFileWriter;
-        use parquet::record::Field;
-        use std::sync::Arc;
-
-        let schema = parquet::schema::parser::parse_message_type(
-            "message t { required binary name (STRING); optional binary path (STRING); }",
-        )
-        .unwrap();
-        let props = WriterProperties::builder().build();
-        let mut file = SerializedFileWriter::new(Vec::new(), Arc::new(schema), Arc::new(props)).unwrap();
+        let mut file =
+            file_in_memory("message t { required binary name (STRING); optional binary path (STRING); }");
         let symbols: Vec<Bytes> =
             (0..3000).map(|i| Bytes::from(format!("/data/file-{i:05}{}", "x".repeat(i % 90)))).collect();
         let mut encoder = DictionaryEncoder::new(1);
@@ -675,19 +677,7 @@ mod tests {
     /// distinct values is declined.
     #[test]
     fn int32_chunks_read_back() {
-        use parquet::file::properties::WriterProperties;
-        use parquet::file::reader::{FileReader, SerializedFileReader};
-        use parquet::file::writer::SerializedFileWriter;
-        use parquet::record::Field;
-        use std::sync::Arc;
-
-        let schema = parquet::schema::parser::parse_message_type("message t { optional int32 v; }").unwrap();
-        let mut file = SerializedFileWriter::new(
-            Vec::new(),
-            Arc::new(schema),
-            Arc::new(WriterProperties::builder().build()),
-        )
-        .unwrap();
+        let mut file = file_in_memory("message t { optional int32 v; }");
         let mut encoder = DictionaryEncoder::new(1);
         let expected: Vec<Option<i32>> =
             (0..50_000).map(|i| (i % 5 != 0).then_some((i / 100) % 40 - 3)).collect();
@@ -724,22 +714,7 @@ mod tests {
     /// read back with the Parquet crate's reader, with their statistics.
     #[test]
     fn int64_chunks_read_back() {
-        use parquet::file::properties::WriterProperties;
-        use parquet::file::reader::{FileReader, SerializedFileReader};
-        use parquet::file::writer::SerializedFileWriter;
-        use parquet::record::Field;
-        use std::sync::Arc;
-
-        let schema = parquet::schema::parser::parse_message_type(
-            "message t { required int64 a; optional int64 b; required int64 c; }",
-        )
-        .unwrap();
-        let mut file = SerializedFileWriter::new(
-            Vec::new(),
-            Arc::new(schema),
-            Arc::new(WriterProperties::builder().build()),
-        )
-        .unwrap();
+        let mut file = file_in_memory("message t { required int64 a; optional int64 b; required int64 c; }");
         let mut encoder = DictionaryEncoder::new(1);
         let mut seed = 11u64;
         let mut expected = Vec::new();
