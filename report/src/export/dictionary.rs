@@ -57,6 +57,7 @@ pub struct DictionaryEncoder {
     level: i32,
     /// Reused buffers.
     keys: Vec<u32>,
+    uses: Vec<i64>,
     body: Vec<u8>,
     dict_body: Vec<u8>,
     by_value: FxHashMap<i64, u32>,
@@ -85,6 +86,10 @@ impl DictionaryEncoder {
     ) -> Result<(Bytes, ColumnCloseResult), ParquetError> {
         // The chunk's dictionary, in order of first use.
         let mut dict: Vec<u32> = Vec::new();
+        // Rows per dictionary entry, for the chunk's unencoded size (summing each row's
+        // string length read a symbol per row: cache misses over every path of the run).
+        let mut uses = std::mem::take(&mut self.uses);
+        uses.clear();
         let mut keys = std::mem::take(&mut self.keys);
         keys.clear();
         keys.reserve(values.len());
@@ -92,9 +97,12 @@ impl DictionaryEncoder {
             let slot = self.local.get_mut(symbol as usize).ok_or_else(|| err("unknown string index"))?;
             if *slot == 0 {
                 dict.push(symbol);
+                uses.push(0);
                 *slot = dict.len() as u32;
             }
-            keys.push(*slot - 1);
+            let key = *slot - 1;
+            uses[key as usize] += 1;
+            keys.push(key);
         }
         for &symbol in &dict {
             self.local[symbol as usize] = 0;
@@ -111,7 +119,9 @@ impl DictionaryEncoder {
                 Some((lo, hi)) => (lo.min(s), hi.max(s)),
             });
         }
-        let unencoded = keys.iter().map(|&key| self.symbols[dict[key as usize] as usize].len() as i64).sum();
+        let unencoded =
+            dict.iter().zip(&uses).map(|(&symbol, &n)| self.symbols[symbol as usize].len() as i64 * n).sum();
+        self.uses = uses;
         let rows = def.map_or(values.len(), <[i16]>::len);
         let min_max = min_max.filter(|(lo, hi)| lo.len().max(hi.len()) <= STATISTICS_MAX_LEN);
         let statistics = Statistics::byte_array(
