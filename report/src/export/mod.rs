@@ -256,13 +256,28 @@ impl Paths {
 /// An image's partitions in events, spans and gpu_calls.
 type Parts = (usize, usize, usize);
 
+/// Slots of [`PidPartitions`]' direct-mapped cache: a merged run's batches interleave the
+/// events of many processes (64 ranks and their workers), and a hash lookup at every change
+/// of pid was 4 % of an export's CPU.
+const PID_CACHE_SLOTS: usize = 256;
+
 /// The partitions of each process image, by pid.
-#[derive(Default)]
 struct PidPartitions {
-    last: Option<(u32, usize)>,
+    /// (pid, index in `pids`) by pid modulo the size; `u32::MAX` in an empty slot's pid.
+    recent: Box<[(u32, u32); PID_CACHE_SLOTS]>,
     by_pid: FxHashMap<u32, usize>,
     /// Per pid: its images' start times, and their partitions.
     pids: Vec<(Vec<u64>, Vec<Parts>)>,
+}
+
+impl Default for PidPartitions {
+    fn default() -> Self {
+        PidPartitions {
+            recent: Box::new([(u32::MAX, 0); PID_CACHE_SLOTS]),
+            by_pid: FxHashMap::default(),
+            pids: Vec::new(),
+        }
+    }
 }
 
 impl PidPartitions {
@@ -276,8 +291,9 @@ impl PidPartitions {
         time: u64,
         mut partitions: impl FnMut(&str) -> Parts,
     ) -> Parts {
-        let at = match self.last {
-            Some((last, at)) if last == pid => at,
+        let cached = self.recent[pid as usize % PID_CACHE_SLOTS];
+        let at = match cached {
+            (cached, at) if cached == pid => at as usize,
             _ => {
                 let at = *self.by_pid.entry(pid).or_insert_with(|| {
                     let images = meta.images.get(&pid).map_or(&[][..], Vec::as_slice);
@@ -294,7 +310,7 @@ impl PidPartitions {
                     self.pids.push((starts, parts));
                     self.pids.len() - 1
                 });
-                self.last = Some((pid, at));
+                self.recent[pid as usize % PID_CACHE_SLOTS] = (pid, at as u32);
                 at
             }
         };
