@@ -670,6 +670,11 @@ fn export_pass(
             }
         }
     }
+    // The small tables are written while the rest is built; the events table, whose last
+    // rows take longest, after them (closing a table waits for its writer to take each job).
+    for table in [&mut spans, &mut gpu, &mut energy] {
+        table.close(&symbols).map_err(io_err)?;
+    }
     let (mut warnings, skipped_frames) = read_all.unwrap_or_default();
     if skipped_frames > 0 {
         warnings.push(format!("{skipped_frames} frames of kinds this mlprof does not know were skipped"));
@@ -753,6 +758,9 @@ fn export_pass(
     })
     .map_err(io_err)?;
 
+    for table in [&mut processes, &mut file_table, &mut runs, &mut events] {
+        table.close(&symbols).map_err(io_err)?;
+    }
     let mut exported = Exported { run_id: id, warnings, ..Default::default() };
     for (name, table) in [
         ("events", events),

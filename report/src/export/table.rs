@@ -15,11 +15,12 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::column::writer::ColumnCloseResult;
 use parquet::data_type::{BoolType, Int32Type, Int64Type};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::writer::SerializedFileWriter;
@@ -27,7 +28,7 @@ use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 
 use super::dictionary::DictionaryEncoder;
-use parquet::schema::types::ColumnPath;
+use parquet::schema::types::{ColumnDescPtr, ColumnPath, SchemaDescriptor};
 
 /// Rows per row group when a partition fills one by itself.
 const GROUP_ROWS: usize = 256 << 10;
@@ -218,6 +219,9 @@ enum Batch {
     Sym(Vec<u32>),
 }
 
+/// A column chunk encoded by `dictionary.rs`: its bytes, and what `append_column` needs.
+type Encoded = (Bytes, ColumnCloseResult);
+
 /// One row group of one partition.
 struct Job {
     partition: usize,
@@ -225,6 +229,28 @@ struct Job {
     columns: Vec<(Batch, Option<Vec<i16>>)>,
     /// The symbols added since the table's last job.
     symbols: Vec<Bytes>,
+    /// Columns encoded before the job was sent (by [`Table::close`], while the writer thread
+    /// was busy), in schema order; empty, or `None` for a column the writer encodes.
+    encoded: Vec<Option<Encoded>>,
+}
+
+/// Encodes one column chunk the way its spec says, if `dictionary.rs` does that encoding
+/// (`None`: the Parquet crate's column writer takes the batch).
+fn encode_column(
+    encoder: &mut DictionaryEncoder,
+    descr: ColumnDescPtr,
+    encode: Encode,
+    batch: &Batch,
+    def: Option<&[i16]>,
+) -> std::io::Result<Option<Encoded>> {
+    match (batch, encode) {
+        (Batch::Sym(v), _) => encoder.chunk(descr, v, def).map(Some),
+        (Batch::I32(v), Encode::Auto) => encoder.int_chunk(descr, v, def),
+        (Batch::I64(v), Encode::Delta) => encoder.delta_chunk(descr, v, def).map(Some),
+        (Batch::I64(v), Encode::Dictionary) => encoder.int_chunk(descr, v, def),
+        _ => Ok(None),
+    }
+    .map_err(parquet_err)
 }
 
 /// One table of one run: `DIR/<table>/run=<id>/[<key>=<value>/]part-0.parquet`.
@@ -237,6 +263,10 @@ pub struct Table {
     partitions: Vec<Partition>,
     by_key: HashMap<String, usize>,
     buffered: usize,
+    /// The schema, for columns encoded by [`Table::close`].
+    descr: Arc<SchemaDescriptor>,
+    /// Tests: [`Table::close`] encodes every job itself, ready or not.
+    encode_every_last_job: bool,
     /// How many of the export's symbols the writer thread has been sent.
     symbols_sent: usize,
     /// `None` abandons the table.
@@ -283,21 +313,13 @@ fn write_jobs(
         };
         let descr = writer.schema_descr().clone();
         let mut group = writer.next_row_group().map_err(parquet_err)?;
+        let mut encoded = job.encoded.into_iter();
         for (at, (batch, def)) in job.columns.iter().enumerate() {
             let def = def.as_deref();
             let encode = specs.get(at).map_or(Encode::Auto, |s| s.encode);
-            let chunk = match (batch, encode) {
-                (Batch::Sym(v), _) => Some(encoder.chunk(descr.column(at), v, def).map_err(parquet_err)?),
-                (Batch::I32(v), Encode::Auto) => {
-                    encoder.int_chunk(descr.column(at), v, def).map_err(parquet_err)?
-                }
-                (Batch::I64(v), Encode::Delta) => {
-                    Some(encoder.delta_chunk(descr.column(at), v, def).map_err(parquet_err)?)
-                }
-                (Batch::I64(v), Encode::Dictionary) => {
-                    encoder.int_chunk(descr.column(at), v, def).map_err(parquet_err)?
-                }
-                _ => None,
+            let chunk = match encoded.next().flatten() {
+                Some(chunk) => Some(chunk),
+                None => encode_column(&mut encoder, descr.column(at), encode, batch, def)?,
             };
             if let Some((bytes, close)) = chunk {
                 group.append_column(&bytes, close).map_err(parquet_err)?;
@@ -368,6 +390,7 @@ impl Table {
                 .set_column_compression(path, Compression::UNCOMPRESSED);
         }
         let (schema, props) = (Arc::new(schema), Arc::new(props.build()));
+        let descr = Arc::new(SchemaDescriptor::new(schema.clone()));
         let (jobs, receiver) = sync_channel(1);
         let writer = std::thread::Builder::new()
             .name(format!("parquet-{name}"))
@@ -379,6 +402,8 @@ impl Table {
             partitions: Vec::new(),
             by_key: HashMap::new(),
             buffered: 0,
+            descr,
+            encode_every_last_job: false,
             symbols_sent: 0,
             jobs: Some(jobs),
             writer: Some(writer),
@@ -434,9 +459,17 @@ impl Table {
 
     /// Hands partition `at`'s buffered rows to the writer thread as one row group.
     fn flush(&mut self, symbols: &Symbols, at: usize) -> std::io::Result<()> {
+        match self.take_job(symbols, at) {
+            Some(job) => self.send(job),
+            None => Ok(()),
+        }
+    }
+
+    /// Partition `at`'s buffered rows as one row group (`None`: it has none).
+    fn take_job(&mut self, symbols: &Symbols, at: usize) -> Option<Job> {
         let partition = &mut self.partitions[at];
         if partition.rows == 0 {
-            return Ok(());
+            return None;
         }
         // The partition's next row group will likely be as large: its buffers start at that
         // capacity (not grown by doubling), within the table's share per partition.
@@ -464,8 +497,19 @@ impl Table {
         };
         self.buffered -= partition.rows;
         partition.rows = 0;
-        let job = Job { partition: at, dir, columns, symbols: symbols.values[self.symbols_sent..].to_vec() };
+        let job = Job {
+            partition: at,
+            dir,
+            columns,
+            symbols: symbols.values[self.symbols_sent..].to_vec(),
+            encoded: Vec::new(),
+        };
         self.symbols_sent = symbols.values.len();
+        Some(job)
+    }
+
+    /// Hands `job` to the writer thread, waiting for it to be ready.
+    fn send(&mut self, job: Job) -> std::io::Result<()> {
         if self.jobs.as_ref().is_some_and(|jobs| jobs.send(Some(job)).is_ok()) {
             return Ok(());
         }
@@ -491,13 +535,146 @@ impl Table {
         let _ = self.join();
     }
 
+    /// Hands what is buffered to the writer thread, which then puts every file in place,
+    /// without waiting for it: tables closed one after another write their last rows side by
+    /// side. The table takes no more rows; [`Table::finish`] waits for its writer.
+    ///
+    /// Every partition's last rows go at once, the table's whole budget of rows: a job the
+    /// writer thread is not ready to take is encoded here meanwhile (the export's loop is
+    /// over), so that two cores share the work that is left.
+    pub fn close(&mut self, symbols: &Symbols) -> std::io::Result<()> {
+        let mut helper: Option<DictionaryEncoder> = None;
+        for at in 0..self.partitions.len() {
+            let Some(job) = self.take_job(symbols, at) else { continue };
+            let mut job = if self.encode_every_last_job {
+                job
+            } else {
+                match self.jobs.as_ref().map(|jobs| jobs.try_send(Some(job))) {
+                    Some(Ok(())) => continue,
+                    Some(Err(TrySendError::Full(Some(job)))) => job,
+                    _ => {
+                        return self
+                            .join()
+                            .and(Err(std::io::Error::other("the Parquet writer thread stopped")));
+                    }
+                }
+            };
+            let encoder = helper.get_or_insert_with(|| {
+                let mut encoder = DictionaryEncoder::new(ZSTD_LEVEL);
+                encoder.extend(symbols.values.iter().cloned());
+                encoder
+            });
+            for (at, (batch, def)) in job.columns.iter().enumerate() {
+                let encode = self.specs.get(at).map_or(Encode::Auto, |s| s.encode);
+                job.encoded.push(encode_column(
+                    encoder,
+                    self.descr.column(at),
+                    encode,
+                    batch,
+                    def.as_deref(),
+                )?);
+            }
+            self.send(job)?;
+        }
+        // The writer thread's loop ends with the channel.
+        self.jobs = None;
+        Ok(())
+    }
+
     /// Writes what is buffered and puts every file in place. A table with no row writes no
     /// file (engines read a missing partition as no rows).
     pub fn finish(mut self, symbols: &Symbols) -> std::io::Result<Table> {
-        for at in 0..self.partitions.len() {
-            self.flush(symbols, at)?;
-        }
+        self.close(symbols)?;
         self.bytes = self.join()?;
         Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPECS: &[Spec] = &[
+        col("name", Kind::Str),
+        col("pid", Kind::I32),
+        delta("start_ns"),
+        dictionary("bytes"),
+        opt("path", Kind::Str),
+        plain("id", Kind::I64),
+        col("nested", Kind::Bool),
+    ];
+
+    /// Every row of every file under `dir`, as text, sorted.
+    fn rows(dir: &Path) -> Vec<String> {
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        let mut out = Vec::new();
+        let mut todo = vec![dir.to_path_buf()];
+        while let Some(d) = todo.pop() {
+            for entry in std::fs::read_dir(&d).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    todo.push(path);
+                    continue;
+                }
+                let reader = SerializedFileReader::new(File::open(&path).unwrap()).unwrap();
+                for row in reader.get_row_iter(None).unwrap() {
+                    out.push(format!("{}: {}", d.display(), row.unwrap()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Writes the same rows into 5 partitions, with a small budget; `encode_here`: every
+    /// last job encoded by `close`.
+    fn write(dir: &Path, encode_here: bool) -> Vec<String> {
+        let _ = std::fs::remove_dir_all(dir);
+        let mut symbols = Symbols::default();
+        let names: Vec<u32> =
+            ["read", "write", "openat"].map(|n| symbols.add(Bytes::from_static(n.as_bytes()))).into();
+        let mut table = Table::new("t", SPECS, dir, Some("rank")).unwrap();
+        table.encode_every_last_job = encode_here;
+        let parts: Vec<usize> = (0..5).map(|r| table.partition(&r.to_string())).collect();
+        for i in 0..20_000u32 {
+            if i % 1000 == 0 {
+                symbols.add(Bytes::from(format!("/data/file-{i}")));
+            }
+            let path = (i % 3 != 0).then(|| symbols.values.len() as u32 - 1);
+            table
+                .push(&symbols, parts[(i % 5) as usize], |row| {
+                    row.str(names[(i % 3) as usize])
+                        .i32((i % 5) as i32 + 100)
+                        .i64(i as i64 * 1000)
+                        .i64((i % 7) as i64 * 4096)
+                        .opt_str(path)
+                        .i64(i as i64 * 7919)
+                        .bool(i % 2 == 0);
+                })
+                .unwrap();
+        }
+        let table = table.finish(&symbols).unwrap();
+        assert_eq!(table.rows, 20_000);
+        rows(dir)
+    }
+
+    /// Chunks encoded by `close` (while the writer thread is busy) make the same files'
+    /// rows as the writer thread's own.
+    #[test]
+    fn jobs_encoded_at_close_read_back_the_same() {
+        let base = std::env::temp_dir().join(format!("mlprof-table-close-{}", std::process::id()));
+        let by_writer = write(&base.join("writer"), false);
+        let here = write(&base.join("here"), true);
+        let strip = |rows: Vec<String>, from: &str| -> Vec<String> {
+            rows.into_iter().map(|r| r.replace(from, "")).collect()
+        };
+        let (by_writer, here) = (
+            strip(by_writer, &base.join("writer").display().to_string()),
+            strip(here, &base.join("here").display().to_string()),
+        );
+        assert_eq!(by_writer.len(), 20_000);
+        assert!(by_writer[0].starts_with("/rank=0: {name: "), "{}", by_writer[0]);
+        assert_eq!(by_writer, here);
+        let _ = std::fs::remove_dir_all(&base);
     }
 }
