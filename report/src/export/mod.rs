@@ -791,7 +791,7 @@ mod tests {
     use super::*;
 
     /// Rows of every Parquet file under `dir` (sorted by path), each as its fields' text.
-    fn rows(dir: &Path) -> Vec<Vec<String>> {
+    pub(super) fn rows(dir: &Path) -> Vec<Vec<String>> {
         use parquet::file::reader::{FileReader, SerializedFileReader};
         let mut files = Vec::new();
         let mut todo = vec![dir.to_path_buf()];
