@@ -36,6 +36,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from stats import median_ci  # noqa: E402
 
 ALL_OPS = ["read", "write_null", "clock_gettime", "open_close", "ioctl", "cuda", "stat"]
 ALL_VARIANTS = ["bare", "shim", "mlprof", "strace", "mlprof_base"]
@@ -525,6 +527,8 @@ def throughput(args, calls, ml, report):
     tmpdir = tempfile.mkdtemp(prefix="mlprof-tp-")
     rows = []
     cmds = []
+    # Per N: the dropped share of every run (the table shows the run of median ns/call).
+    drop_lines = []
     try:
         for n in args.tp_n:
             log(f"== throughput N={n} T={t}")
@@ -583,6 +587,13 @@ def throughput(args, calls, ml, report):
             if not samples:
                 rows.append([f"{n:,}", t, "FAILED"] + [""] * 10)
                 continue
+            shares = [100.0 * x["dropped"] / max(1, x["events"] + x["dropped"]) for x in samples]
+            med, lo, hi = median_ci(shares)
+            interval = f" [{lo:.2f}, {hi:.2f}] (95 % bootstrap CI)" if lo is not None else ""
+            drop_lines.append(
+                f"- N={n:,}: dropped % per run: {', '.join(f'{v:.2f}' for v in shares)}; "
+                f"median {med:.2f} %{interval}"
+            )
             # median sample by collector ns/call
             samples.sort(key=lambda x: x["ml_ns"])
             m = samples[len(samples) // 2]
@@ -634,6 +645,8 @@ def throughput(args, calls, ml, report):
             ["--:"] * 13,
         )
     )
+    report.append("")
+    report.extend(drop_lines)
     report.append("")
     report.append(
         "- offered = N×threads / app loop wall time; recorded = offered × (1 − dropped/(events+dropped)).\n"
