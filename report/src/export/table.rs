@@ -6,9 +6,11 @@
 //! Strings are buffered as indexes into the export's [`Symbols`] (4 bytes a row, not a
 //! reference-counted buffer) up to the page writer: string columns, int32 columns and the
 //! int64 columns of few values are dictionary-encoded by `dictionary.rs`, times and durations
-//! delta-encoded there too, the others written by the Parquet crate's column writer. Encoding and compression run on the table's own thread, fed one row group at a
-//! time (with the symbols added since the last) through a channel of one slot, while the
-//! caller decodes the next events.
+//! delta-encoded there too, the others written by the Parquet crate's column writer.
+//! Encoding and compression run on the table's own thread, fed one row group at a time (with
+//! the symbols added since the last) through a channel of one slot, while the caller decodes
+//! the next events; when the table closes, the caller encodes the last row groups the thread
+//! is not ready for, and hands them over finished.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -604,8 +606,8 @@ mod tests {
         col("nested", Kind::Bool),
     ];
 
-    /// Writes the same rows into 5 partitions, with a small budget; `encode_here`: every
-    /// last job encoded by `close`.
+    /// Writes the same rows into 5 partitions, all still buffered when the table closes;
+    /// `encode_here`: every last job encoded by `close` itself.
     fn write(dir: &Path, encode_here: bool) -> Vec<Vec<String>> {
         let _ = std::fs::remove_dir_all(dir);
         let mut symbols = Symbols::default();
