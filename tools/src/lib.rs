@@ -138,6 +138,9 @@ enum Command {
         /// Run files (single-node or merged).
         #[arg(required = true, num_args = 1..)]
         runs: Vec<PathBuf>,
+        /// Report progress every second on stderr (default: when stderr is a terminal).
+        #[arg(long)]
+        progress: bool,
     },
     /// Merge the runs of a job's nodes (one mlprof-collect per node) into one run on one time
     /// axis: clocks aligned from the realtime anchors, then from the collectives both sides
@@ -185,7 +188,9 @@ pub fn main() -> ExitCode {
             convert(&run, request)
         }
         Command::Merge { runs, output } => merge_command(&runs, &output),
-        Command::Export { parquet, runs } => export_command(&parquet, &runs),
+        Command::Export { parquet, runs, progress } => {
+            export_command(&parquet, &runs, progress || std::io::stderr().is_terminal())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -208,12 +213,26 @@ fn summary_command(run: &Path, json: bool, top: usize, syscalls: bool) -> Result
     }
 }
 
-/// `mlprof export --parquet`: one line per run.
-fn export_command(dir: &Path, runs: &[PathBuf]) -> Result<(), String> {
+/// `mlprof export --parquet`: one line per run, and with `progress` a line every second while
+/// a run is exported.
+fn export_command(dir: &Path, runs: &[PathBuf], progress: bool) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     for run in runs {
         let started = Instant::now();
-        let exported = export::export_parquet(run, dir)?;
+        let mut next_report = started + Duration::from_secs(1);
+        let mut report = |p: &export::ExportProgress| {
+            if progress && Instant::now() >= next_report {
+                next_report = Instant::now() + Duration::from_secs(1);
+                match p.total {
+                    Some(total) if total > 0 => {
+                        let done = (p.events as f64 * 100.0 / total as f64).min(100.0);
+                        eprintln!("mlprof export: {} events ({done:.0}%)", p.events);
+                    }
+                    _ => eprintln!("mlprof export: {} events", p.events),
+                }
+            }
+        };
+        let exported = export::export_parquet(run, dir, &mut report)?;
         for warning in &exported.warnings {
             eprintln!("mlprof: warning: {}: {warning}", run.display());
         }

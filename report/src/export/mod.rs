@@ -405,20 +405,41 @@ fn read_ahead(path: &Path) -> Result<(Frames, Sender<Vec<Event>>), String> {
 /// ([`FdIntervals::streaming`]). Should a change of an fd arrive too late for that (see
 /// [`FdIntervals::inexact`]), what was written is dropped and the export starts over with
 /// the run's complete fd histories, from a full first pass: the rows are always the same.
-pub fn export_parquet(path: &Path, dir: &Path) -> Result<Exported, String> {
-    export_looking_ahead(path, dir, LOOKAHEAD_EVENTS)
+///
+/// `on_progress` is called after each batch of events (a few hundred thousand), from the
+/// start again should the export start over.
+pub fn export_parquet(
+    path: &Path,
+    dir: &Path,
+    on_progress: &mut dyn FnMut(&ExportProgress),
+) -> Result<Exported, String> {
+    export_looking_ahead(path, dir, LOOKAHEAD_EVENTS, on_progress)
+}
+
+/// How far an export is.
+#[derive(Clone, Copy, Debug)]
+pub struct ExportProgress {
+    /// Events exported so far.
+    pub events: u64,
+    /// The run's events, when its end record says (a run cut short has none).
+    pub total: Option<u64>,
 }
 
 /// [`export_parquet`], noting fd changes `lookahead` events ahead.
-fn export_looking_ahead(path: &Path, dir: &Path, lookahead: usize) -> Result<Exported, String> {
+fn export_looking_ahead(
+    path: &Path,
+    dir: &Path,
+    lookahead: usize,
+    on_progress: &mut dyn FnMut(&ExportProgress),
+) -> Result<Exported, String> {
     let meta = RunMeta::load_without_events(path)?;
     let fds = FdIntervals::streaming(meta.images.values().flatten());
-    match export_pass(path, dir, &meta, fds, Some(lookahead))? {
+    match export_pass(path, dir, &meta, fds, Some(lookahead), on_progress)? {
         Pass::Done(exported) => Ok(exported),
         Pass::Inexact(reason) => {
             let mut meta = RunMeta::load(path)?;
             let fds = std::mem::take(&mut meta.fds);
-            match export_pass(path, dir, &meta, fds, None)? {
+            match export_pass(path, dir, &meta, fds, None, on_progress)? {
                 Pass::Done(exported) => Ok(Exported { second_pass: Some(reason), ..exported }),
                 Pass::Inexact(reason) => Err(format!("a complete fd history is exact, yet: {reason}")),
             }
@@ -435,7 +456,9 @@ fn export_pass(
     meta: &RunMeta,
     mut fds: FdIntervals,
     lookahead: Option<usize>,
+    on_progress: &mut dyn FnMut(&ExportProgress),
 ) -> Result<Pass, String> {
+    let mut progress = ExportProgress { events: 0, total: meta.end.as_ref().map(|e| e.events) };
     // Looked up through a cache: most calls on an fd fall in the interval of the one before.
     let mut fd_cache = FdCache::default();
     let id = run_id(meta);
@@ -633,6 +656,8 @@ fn export_pass(
                         }
                     }
                 }
+                progress.events += batch.len() as u64;
+                on_progress(&progress);
                 // Its records are not cleared: the reader overwrites them with the next frame's.
                 let _ = spare_events.send(batch);
                 spare.push(opens);
@@ -904,7 +929,10 @@ mod tests {
         w.finish(&RunEnd { end_ns: start + 1000, events: 5, dropped: 0 }).unwrap();
 
         let out = dir.join("parquet");
-        let exported = export_parquet(&run, &out).unwrap();
+        let mut progress = Vec::new();
+        let exported = export_parquet(&run, &out, &mut |p| progress.push((p.events, p.total))).unwrap();
+        // After each batch: here one, of the 5 events the end record counts.
+        assert_eq!(progress, [(5, Some(5))]);
         let table = |name: &str| rows(&table_dir(&out, name, &exported.run_id));
         let gpu_rows = table("gpu_calls");
         let kernels: Vec<&str> = gpu_rows.iter().map(|r| r[11].as_str()).collect();
@@ -937,7 +965,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         for lookahead in [LOOKAHEAD_EVENTS, 0] {
             let out = dir.join(format!("parquet-{lookahead}"));
-            let exported = export_looking_ahead(run.path(), &out, lookahead).unwrap();
+            let exported = export_looking_ahead(run.path(), &out, lookahead, &mut |_| {}).unwrap();
             assert_eq!(exported.second_pass.is_some(), lookahead == 0, "{:?}", exported.second_pass);
             let events = rows(&table_dir(&out, "events", &exported.run_id));
             let path = format!("{DATASET:?}");
