@@ -469,7 +469,7 @@ fn convert(input: &Path, request: ConvertRequest) -> Result<(), String> {
     let mut next_report = Instant::now() + Duration::from_secs(1);
     let mut report = |p: &Progress| {
         if request.progress && Instant::now() >= next_report {
-            next_report += Duration::from_secs(1);
+            next_report = Instant::now() + Duration::from_secs(1);
             let done = p.bytes_read as f64 * 100.0 / p.total_bytes.max(1) as f64;
             eprintln!("mlprof convert: {} events ({done:.0}%)", p.events);
         }
