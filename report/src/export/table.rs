@@ -282,8 +282,11 @@ fn parquet_err(e: parquet::errors::ParquetError) -> std::io::Error {
     std::io::Error::other(e.to_string())
 }
 
-/// The writer thread: one open file per partition, a row group per job; at the end (the
-/// channel closed) every file is closed and renamed into place. Returns the bytes written.
+/// The writer thread: one open file per partition, a row group per job (`Some`). At `None`,
+/// sent when the table has handed over all its rows, every file is closed and renamed into
+/// place; a channel closed before that (the table abandoned, or dropped on an error) removes
+/// the files begun, so that a failed export leaves no table that looks whole. Returns the
+/// bytes written.
 fn write_jobs(
     jobs: Receiver<Option<Job>>,
     specs: &'static [Spec],
@@ -292,14 +295,11 @@ fn write_jobs(
 ) -> std::io::Result<u64> {
     let mut files: HashMap<usize, (PathBuf, PathBuf, SerializedFileWriter<BufWriter<File>>)> = HashMap::new();
     let mut encoder = DictionaryEncoder::new(ZSTD_LEVEL);
-    for job in jobs {
+    let mut complete = false;
+    for job in &jobs {
         let Some(job) = job else {
-            // Abandoned: no file is put in place.
-            for (tmp, _, writer) in files.into_values() {
-                drop(writer);
-                std::fs::remove_file(&tmp)?;
-            }
-            return Ok(0);
+            complete = true;
+            break;
         };
         encoder.extend(job.symbols);
         let writer = match files.entry(job.partition) {
@@ -338,6 +338,13 @@ fn write_jobs(
             out.close().map_err(parquet_err)?;
         }
         group.close().map_err(parquet_err)?;
+    }
+    if !complete {
+        for (tmp, _, writer) in files.into_values() {
+            drop(writer);
+            std::fs::remove_file(&tmp)?;
+        }
+        return Ok(0);
     }
     let mut bytes = 0;
     for (_, (tmp, done, writer)) in files {
@@ -528,14 +535,9 @@ impl Table {
         }
     }
 
-    /// Drops the table: its writer thread removes the files it began, and puts none in place.
-    pub fn abandon(mut self) {
-        if let Some(jobs) = &self.jobs {
-            // A writer thread that stopped has nothing to put in place.
-            let _ = jobs.send(None);
-        }
-        let _ = self.join();
-    }
+    /// Drops the table: its writer thread removes the files it began, and puts none in place
+    /// (what dropping a table that was not closed does too).
+    pub fn abandon(self) {}
 
     /// Hands what is buffered to the writer thread, which then puts every file in place,
     /// without waiting for it: tables closed one after another write their last rows side by
@@ -578,8 +580,10 @@ impl Table {
             }
             self.send(job)?;
         }
-        // The writer thread's loop ends with the channel.
-        self.jobs = None;
+        // Every row handed over: the writer thread may put the files in place.
+        if self.jobs.take().is_some_and(|jobs| jobs.send(None).is_err()) {
+            return self.join().and(Err(std::io::Error::other("the Parquet writer thread stopped")));
+        }
         Ok(())
     }
 
@@ -589,6 +593,15 @@ impl Table {
         self.close(symbols)?;
         self.bytes = self.join()?;
         Ok(self)
+    }
+}
+
+impl Drop for Table {
+    /// A table dropped before [`Table::close`] (an abandoned export, an error on the way)
+    /// puts nothing in place: its writer thread sees the channel end without the last
+    /// message, and removes the files it began. One that was closed is waited for.
+    fn drop(&mut self) {
+        let _ = self.join();
     }
 }
 
@@ -636,6 +649,64 @@ mod tests {
         let table = table.finish(&symbols).unwrap();
         assert_eq!(table.rows, 20_000);
         crate::export::tests::rows(dir)
+    }
+
+    /// Files under `dir`, hidden ones too.
+    fn files(dir: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut todo = vec![dir.to_path_buf()];
+        while let Some(d) = todo.pop() {
+            for entry in std::fs::read_dir(&d).into_iter().flatten() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    todo.push(path);
+                } else {
+                    out.push(path.strip_prefix(dir).unwrap().display().to_string());
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// A table dropped before it was closed (an export that failed on the way) leaves no
+    /// file, not even a hidden one; one closed and then dropped puts its files in place.
+    #[test]
+    fn only_a_closed_table_puts_files_in_place() {
+        let dir = std::env::temp_dir().join(format!("mlprof-table-drop-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut symbols = Symbols::default();
+        let name = symbols.add(Bytes::from_static(b"read"));
+        let fill = |table: &mut Table, symbols: &Symbols| {
+            let parts: Vec<usize> = (0..2).map(|r| table.partition(&r.to_string())).collect();
+            // More rows than a row group per partition: each one's first row group is written
+            // before the end.
+            for i in 0..(2 * GROUP_ROWS + 10) as u32 {
+                table
+                    .push(symbols, parts[(i % 2) as usize], |row| {
+                        row.str(name).i32(1).i64(i as i64).i64(8).opt_str(None).i64(i as i64).bool(false);
+                    })
+                    .unwrap();
+            }
+        };
+        let mut dropped = Table::new("t", SPECS, &dir.join("dropped"), Some("rank")).unwrap();
+        fill(&mut dropped, &symbols);
+        // The writer thread has begun the partitions' files (hidden until complete).
+        let begun = ["rank=0/.part-0.parquet.tmp", "rank=1/.part-0.parquet.tmp"];
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while files(&dir.join("dropped")) != begun && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(files(&dir.join("dropped")), begun);
+        drop(dropped);
+        assert_eq!(files(&dir.join("dropped")), Vec::<String>::new());
+
+        let mut closed = Table::new("t", SPECS, &dir.join("closed"), Some("rank")).unwrap();
+        fill(&mut closed, &symbols);
+        closed.close(&symbols).unwrap();
+        drop(closed);
+        assert_eq!(files(&dir.join("closed")), ["rank=0/part-0.parquet", "rank=1/part-0.parquet"]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Chunks encoded by `close` (while the writer thread is busy) make the same files'
