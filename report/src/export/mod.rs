@@ -662,9 +662,7 @@ fn export_pass(
                 let _ = spare_events.send(batch);
                 spare.push(opens);
                 if let Some(reason) = fds.inexact() {
-                    for table in [events, spans, gpu, energy] {
-                        table.abandon();
-                    }
+                    // The tables, dropped unclosed, remove the files they began.
                     return Ok(Pass::Inexact(reason.to_string()));
                 }
             }

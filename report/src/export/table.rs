@@ -30,7 +30,7 @@ use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 
 use super::dictionary::DictionaryEncoder;
-use parquet::schema::types::{ColumnDescPtr, ColumnPath, SchemaDescriptor};
+use parquet::schema::types::{ColumnPath, SchemaDescriptor};
 
 /// Rows per row group when a partition fills one by itself.
 const GROUP_ROWS: usize = 256 << 10;
@@ -236,16 +236,17 @@ struct Job {
     encoded: Vec<Option<Encoded>>,
 }
 
-/// Encodes one column chunk the way its spec says, if `dictionary.rs` does that encoding
-/// (`None`: the Parquet crate's column writer takes the batch).
+/// Encodes column `at` of a row group the way its spec says, if `dictionary.rs` does that
+/// encoding (`None`: the Parquet crate's column writer takes the batch).
 fn encode_column(
     encoder: &mut DictionaryEncoder,
-    descr: ColumnDescPtr,
-    encode: Encode,
-    batch: &Batch,
-    def: Option<&[i16]>,
+    schema: &SchemaDescriptor,
+    specs: &[Spec],
+    at: usize,
+    (batch, def): &(Batch, Option<Vec<i16>>),
 ) -> std::io::Result<Option<Encoded>> {
-    match (batch, encode) {
+    let (descr, def) = (schema.column(at), def.as_deref());
+    match (batch, specs.get(at).map_or(Encode::Auto, |s| s.encode)) {
         (Batch::Sym(v), _) => encoder.chunk(descr, v, def).map(Some),
         (Batch::I32(v), Encode::Auto) => encoder.int_chunk(descr, v, def),
         (Batch::I64(v), Encode::Delta) => encoder.delta_chunk(descr, v, def).map(Some),
@@ -271,7 +272,8 @@ pub struct Table {
     encode_every_last_job: bool,
     /// How many of the export's symbols the writer thread has been sent.
     symbols_sent: usize,
-    /// `None` abandons the table.
+    /// Row groups (`Some`), then `None` once every row is handed over (see `write_jobs`);
+    /// the channel itself is `None` after that, or once the writer thread stopped.
     jobs: Option<SyncSender<Option<Job>>>,
     writer: Option<JoinHandle<std::io::Result<u64>>>,
     pub rows: u64,
@@ -316,13 +318,12 @@ fn write_jobs(
         let descr = writer.schema_descr().clone();
         let mut group = writer.next_row_group().map_err(parquet_err)?;
         let mut encoded = job.encoded.into_iter();
-        for (at, (batch, def)) in job.columns.iter().enumerate() {
-            let def = def.as_deref();
-            let encode = specs.get(at).map_or(Encode::Auto, |s| s.encode);
+        for (at, column) in job.columns.iter().enumerate() {
             let chunk = match encoded.next().flatten() {
                 Some(chunk) => Some(chunk),
-                None => encode_column(&mut encoder, descr.column(at), encode, batch, def)?,
+                None => encode_column(&mut encoder, &descr, specs, at, column)?,
             };
+            let (batch, def) = (&column.0, column.1.as_deref());
             if let Some((bytes, close)) = chunk {
                 group.append_column(&bytes, close).map_err(parquet_err)?;
                 continue;
@@ -522,7 +523,11 @@ impl Table {
         if self.jobs.as_ref().is_some_and(|jobs| jobs.send(Some(job)).is_ok()) {
             return Ok(());
         }
-        // The writer thread stopped: its error says why.
+        self.stopped()
+    }
+
+    /// The writer thread stopped taking jobs: its error says why.
+    fn stopped(&mut self) -> std::io::Result<()> {
         self.join().and(Err(std::io::Error::other("the Parquet writer thread stopped")))
     }
 
@@ -534,10 +539,6 @@ impl Table {
             None => Ok(0),
         }
     }
-
-    /// Drops the table: its writer thread removes the files it began, and puts none in place
-    /// (what dropping a table that was not closed does too).
-    pub fn abandon(self) {}
 
     /// Hands what is buffered to the writer thread, which then puts every file in place,
     /// without waiting for it: tables closed one after another write their last rows side by
@@ -556,11 +557,7 @@ impl Table {
                 match self.jobs.as_ref().map(|jobs| jobs.try_send(Some(job))) {
                     Some(Ok(())) => continue,
                     Some(Err(TrySendError::Full(Some(job)))) => job,
-                    _ => {
-                        return self
-                            .join()
-                            .and(Err(std::io::Error::other("the Parquet writer thread stopped")));
-                    }
+                    _ => return self.stopped(),
                 }
             };
             let encoder = helper.get_or_insert_with(|| {
@@ -568,21 +565,14 @@ impl Table {
                 encoder.extend(symbols.values.iter().cloned());
                 encoder
             });
-            for (at, (batch, def)) in job.columns.iter().enumerate() {
-                let encode = self.specs.get(at).map_or(Encode::Auto, |s| s.encode);
-                job.encoded.push(encode_column(
-                    encoder,
-                    self.descr.column(at),
-                    encode,
-                    batch,
-                    def.as_deref(),
-                )?);
+            for (at, column) in job.columns.iter().enumerate() {
+                job.encoded.push(encode_column(encoder, &self.descr, self.specs, at, column)?);
             }
             self.send(job)?;
         }
         // Every row handed over: the writer thread may put the files in place.
         if self.jobs.take().is_some_and(|jobs| jobs.send(None).is_err()) {
-            return self.join().and(Err(std::io::Error::other("the Parquet writer thread stopped")));
+            return self.stopped();
         }
         Ok(())
     }
