@@ -335,9 +335,9 @@ enum Pass {
 
 /// A frame read ahead, waiting for its turn.
 enum Item {
-    /// Events, and (streaming) the path index + 1 (0: none) each open with a path gave its
-    /// fd, in order: found when the open was noted, not hashed again.
-    Events(Vec<Event>, Vec<u32>),
+    /// Events, and (streaming) the path index each open with a path gave its fd (`None`: the
+    /// open failed), in order: found when the open was noted, not hashed again.
+    Events(Vec<Event>, Vec<Option<PathIndex>>),
     EnergyDevice(EnergyDevice),
     EnergySamples(Vec<EnergySample>),
 }
@@ -509,7 +509,7 @@ fn export_pass(
     let (reader, spare_events) = read_ahead(path)?;
     let mut window: VecDeque<Item> = VecDeque::new();
     // Lists of opens' path indexes, for batches to come.
-    let mut spare: Vec<Vec<u32>> = Vec::new();
+    let mut spare: Vec<Vec<Option<PathIndex>>> = Vec::new();
     // Events in `window`; what the reader said at the end of the file.
     let (mut ahead, mut read_all) = (0, None);
     loop {
@@ -531,7 +531,7 @@ fn export_pass(
                             {
                                 let index = fds.observe_streaming(meta, event, &mut fd_cache);
                                 if class == Class::Open && event.arg2 != 0 {
-                                    opens.push(index.map_or(0, |i| i + 1));
+                                    opens.push(index);
                                 }
                             }
                         }
@@ -562,7 +562,7 @@ fn export_pass(
                                 // histories gave it (an array), unless no fd ever named it.
                                 Class::Open if event.arg2 != 0 => {
                                     let index = match lookahead {
-                                        Some(_) => opens_noted.next().and_then(|i| i.checked_sub(1)),
+                                        Some(_) => opens_noted.next().copied().flatten(),
                                         None => fds.path_index(event.arg2),
                                     };
                                     Some(match index {
