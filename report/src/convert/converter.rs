@@ -10,7 +10,7 @@ use mlprof_format::record::Event;
 use mlprof_format::runfile::{AggregateSample, DropSample};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::read::{Batch, Item, Learned, NO_PATH};
+use super::read::{Batch, Item, Learned};
 use super::{Options, Outcome, Stop, calls, itt};
 use crate::energy::tracks::EnergyTracks;
 use crate::run::{FdCache, FdIntervals, PathIndex, RunMeta};
@@ -173,18 +173,22 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
 
     /// Streaming: notes the fd changes and the spans of a batch read ahead, and the path index
     /// of each call naming a path (to `paths`, for [`Converter::events`]).
-    pub(super) fn observe(&mut self, batch: &[Event], paths: &mut Vec<PathIndex>) {
+    pub(super) fn observe(&mut self, batch: &[Event], paths: &mut Vec<Option<PathIndex>>) {
         let mut last = None;
         for event in batch {
             let Some(kind) = kind_of(event.kind) else { continue };
             if kind.api == Api::Libc {
-                // Opens, closes and duplicates (descriptor calls) change what an fd names.
-                if matches!(kind.class, Class::Open | Class::Close | Class::Fd) {
-                    self.fds.observe_streaming(self.meta, event, &mut self.fd_cache);
-                }
+                // Opens, closes and duplicates (descriptor calls) change what an fd names; a
+                // successful open indexes its path, and says which (not hashed again below).
+                let opened = match kind.class {
+                    Class::Open | Class::Close | Class::Fd => {
+                        self.fds.observe_streaming(self.meta, event, &mut self.fd_cache)
+                    }
+                    _ => None,
+                };
                 if kind.names_path(event) {
                     // Just indexed (an open), or not: found at once or not at all.
-                    paths.push(self.fds.path_index(event.arg2).unwrap_or(NO_PATH));
+                    paths.push(opened.or_else(|| self.fds.path_index(event.arg2)));
                 }
             } else if last != Some((event.pid, event.tid)) {
                 last = Some((event.pid, event.tid));
@@ -230,7 +234,7 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
     pub(super) fn events(
         &mut self,
         batch: &[Event],
-        paths: Option<&[PathIndex]>,
+        paths: Option<&[Option<PathIndex>]>,
         outcome: &mut Outcome,
         open: &mut dyn FnMut(usize) -> io::Result<W>,
         close: &mut dyn FnMut(usize, W) -> io::Result<()>,
@@ -242,8 +246,7 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
                 continue;
             };
             // Taken before any filter, in the order `observe` pushed them.
-            let path = if kind.names_path(event) { paths.next().copied() } else { None };
-            let path = path.filter(|&index| index != NO_PATH);
+            let path = if kind.names_path(event) { paths.next().copied().flatten() } else { None };
             if !options.only.api(kind.api)
                 || !options.pid(event.pid)
                 || !options.in_window(event.start, event.start.saturating_add(event.dur))

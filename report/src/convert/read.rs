@@ -36,13 +36,11 @@ pub(super) enum Item {
 #[derive(Default)]
 pub(super) struct Batch {
     pub(super) events: Vec<Event>,
-    /// The path index of each call that names a path (in order; [`NO_PATH`]: none yet): the
-    /// lookup in a table of every path, a cache miss, done once instead of twice.
-    pub(super) paths: Vec<PathIndex>,
+    /// The path index of each call that names a path (in order; `None`: not indexed when
+    /// the call was read ahead): the lookup in a table of every path, a cache miss, done once
+    /// instead of twice.
+    pub(super) paths: Vec<Option<PathIndex>>,
 }
-
-/// A path not indexed when its call was read ahead.
-pub(super) const NO_PATH: PathIndex = PathIndex::MAX;
 
 pub(super) fn convert_with<W: TraceWriter>(
     meta: &RunMeta,
