@@ -213,16 +213,38 @@ fn summary_command(run: &Path, json: bool, top: usize, syscalls: bool) -> Result
     }
 }
 
+/// When a progress line is due: a second after the start, then a second after the last line
+/// (not one per elapsed second: a slow batch is followed by one line, not a burst).
+struct EverySecond {
+    next: Option<Instant>,
+}
+
+impl EverySecond {
+    /// `on`: progress was asked for (else never due).
+    fn new(on: bool) -> EverySecond {
+        EverySecond { next: on.then(|| Instant::now() + Duration::from_secs(1)) }
+    }
+
+    fn due(&mut self) -> bool {
+        match self.next {
+            Some(next) if Instant::now() >= next => {
+                self.next = Some(Instant::now() + Duration::from_secs(1));
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 /// `mlprof export --parquet`: one line per run, and with `progress` a line every second while
 /// a run is exported.
 fn export_command(dir: &Path, runs: &[PathBuf], progress: bool) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     for run in runs {
         let started = Instant::now();
-        let mut next_report = started + Duration::from_secs(1);
+        let mut every_second = EverySecond::new(progress);
         let mut report = |p: &export::ExportProgress| {
-            if progress && Instant::now() >= next_report {
-                next_report = Instant::now() + Duration::from_secs(1);
+            if every_second.due() {
                 match p.total {
                     Some(total) if total > 0 => {
                         let done = (p.events as f64 * 100.0 / total as f64).min(100.0);
@@ -466,10 +488,9 @@ fn convert(input: &Path, request: ConvertRequest) -> Result<(), String> {
             .map(|f| BufWriter::with_capacity(1 << 20, f))
             .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())))
     };
-    let mut next_report = Instant::now() + Duration::from_secs(1);
+    let mut every_second = EverySecond::new(request.progress);
     let mut report = |p: &Progress| {
-        if request.progress && Instant::now() >= next_report {
-            next_report = Instant::now() + Duration::from_secs(1);
+        if every_second.due() {
             let done = p.bytes_read as f64 * 100.0 / p.total_bytes.max(1) as f64;
             eprintln!("mlprof convert: {} events ({done:.0}%)", p.events);
         }
