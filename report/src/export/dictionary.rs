@@ -212,23 +212,15 @@ impl DictionaryEncoder {
         let encoding = if dict_len == 0 { Encoding::PLAIN } else { Encoding::RLE_DICTIONARY };
         let width = bit_width(dict_len.saturating_sub(1) as u32).max(1);
         let mut body = std::mem::take(&mut self.body);
-        let (mut row, mut key) = (0, 0);
-        // At least one page, even for a chunk of no row.
-        loop {
-            let end = (row + PAGE_VALUES).min(rows);
-            body.clear();
-            let present = levels(def, row, end, &mut body);
+        let zstd = &mut self.zstd;
+        data_pages(def, rows, &mut body, |body, present, page_rows| {
             if dict_len > 0 {
                 body.push(width);
-                rle_hybrid(&keys[key..key + present], width, &mut body, |k| k);
+                rle_hybrid(&keys[present], width, body, |k| k);
             }
-            let buf = compress(&mut self.zstd, self.level, &body)?;
-            chunk.data(buf, body.len(), end - row, encoding)?;
-            (row, key) = (end, key + present);
-            if row >= rows {
-                break;
-            }
-        }
+            let buf = compress(zstd, self.level, body)?;
+            chunk.data(buf, body.len(), page_rows, encoding)
+        })?;
         self.body = body;
         let compression = Compression::ZSTD(parquet::basic::ZstdLevel::try_new(self.level).map_err(err)?);
         chunk.finish(descr, compression, rows, statistics, unencoded)
@@ -246,27 +238,13 @@ impl DictionaryEncoder {
         let rows = def.map_or(values.len(), <[i16]>::len);
         let mut chunk = Pages::default();
         let mut body = std::mem::take(&mut self.body);
-        let (mut row, mut at) = (0, 0);
         let mut min_max: Option<(i64, i64)> = None;
-        loop {
-            let end = (row + PAGE_VALUES).min(rows);
-            body.clear();
-            let present = levels(def, row, end, &mut body);
-            let page = &values[at..at + present];
-            if let Some(range) = delta_binary_packed(page, &mut body) {
+        data_pages(def, rows, &mut body, |body, present, page_rows| {
+            if let Some(range) = delta_binary_packed(&values[present], body) {
                 min_max = Some(min_max.map_or(range, |(lo, hi)| (lo.min(range.0), hi.max(range.1))));
             }
-            chunk.data(
-                Bytes::copy_from_slice(&body),
-                body.len(),
-                end - row,
-                Encoding::DELTA_BINARY_PACKED,
-            )?;
-            (row, at) = (end, at + present);
-            if row >= rows {
-                break;
-            }
-        }
+            chunk.data(Bytes::copy_from_slice(body), body.len(), page_rows, Encoding::DELTA_BINARY_PACKED)
+        })?;
         self.body = body;
         let statistics = i64::statistics(min_max, (rows - values.len()) as u64);
         chunk.finish(descr, Compression::UNCOMPRESSED, rows, statistics, None)
@@ -417,6 +395,29 @@ impl Pages {
             offset_index: None,
         };
         Ok((bytes, close))
+    }
+}
+
+/// Cuts a chunk of `rows` rows into data pages of [`PAGE_VALUES`] rows (at least one page,
+/// even for a chunk of no row): for each, `body` holds the page's definition levels (`def`,
+/// an optional column's) and `page` appends its values, given which of the chunk's values
+/// (those present) and how many rows the page has, then writes it.
+fn data_pages(
+    def: Option<&[i16]>,
+    rows: usize,
+    body: &mut Vec<u8>,
+    mut page: impl FnMut(&mut Vec<u8>, std::ops::Range<usize>, usize) -> Result<(), ParquetError>,
+) -> Result<(), ParquetError> {
+    let (mut row, mut value) = (0, 0);
+    loop {
+        let end = (row + PAGE_VALUES).min(rows);
+        body.clear();
+        let present = levels(def, row, end, body);
+        page(body, value..value + present, end - row)?;
+        (row, value) = (end, value + present);
+        if row >= rows {
+            return Ok(());
+        }
     }
 }
 
