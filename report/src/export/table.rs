@@ -9,8 +9,8 @@
 //! delta-encoded there too, the others written by the Parquet crate's column writer.
 //! Encoding and compression run on the table's own thread, fed one row group at a time (with
 //! the symbols added since the last) through a channel of one slot, while the caller decodes
-//! the next events; when the table closes, the caller encodes the last row groups the thread
-//! is not ready for, and hands them over finished.
+//! the next events; a row group the thread is not ready for, the caller begins to encode
+//! itself, a column at a time, until the thread takes it.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -231,8 +231,9 @@ struct Job {
     columns: Vec<(Batch, Option<Vec<i16>>)>,
     /// The symbols added since the table's last job.
     symbols: Vec<Bytes>,
-    /// Columns encoded before the job was sent (by [`Table::close`], while the writer thread
-    /// was busy), in schema order; empty, or `None` for a column the writer encodes.
+    /// The first columns, encoded before the job was sent (by [`Table::hand_over`], while the
+    /// writer thread was busy), in schema order (`None`: the Parquet crate's column writer
+    /// takes it); the writer thread encodes those after them.
     encoded: Vec<Option<Encoded>>,
 }
 
@@ -270,6 +271,10 @@ pub struct Table {
     descr: Arc<SchemaDescriptor>,
     /// Tests: [`Table::close`] encodes every job itself, ready or not.
     encode_every_last_job: bool,
+    /// The caller's own encoder, for the columns of jobs the writer thread is not ready for
+    /// (see [`Table::hand_over`]), and how many of the export's symbols it has.
+    helper: DictionaryEncoder,
+    helper_symbols: usize,
     /// How many of the export's symbols the writer thread has been sent.
     symbols_sent: usize,
     /// Row groups (`Some`), then `None` once every row is handed over (see `write_jobs`);
@@ -414,6 +419,8 @@ impl Table {
             buffered: 0,
             descr,
             encode_every_last_job: false,
+            helper: DictionaryEncoder::new(ZSTD_LEVEL),
+            helper_symbols: 0,
             symbols_sent: 0,
             jobs: Some(jobs),
             writer: Some(writer),
@@ -470,9 +477,38 @@ impl Table {
     /// Hands partition `at`'s buffered rows to the writer thread as one row group.
     fn flush(&mut self, symbols: &Symbols, at: usize) -> std::io::Result<()> {
         match self.take_job(symbols, at) {
-            Some(job) => self.send(job),
+            Some(job) => self.hand_over(symbols, job),
             None => Ok(()),
         }
+    }
+
+    /// Hands `job` to the writer thread. While the thread is busy with the one before, the
+    /// caller encodes the job's columns itself, one at a time, offering the job after each
+    /// (the writer encodes those left): on two cores the writer thread is the export's
+    /// bottleneck, and the caller would otherwise wait idle for it.
+    fn hand_over(&mut self, symbols: &Symbols, mut job: Job) -> std::io::Result<()> {
+        loop {
+            match self.jobs.as_ref().map(|jobs| jobs.try_send(Some(job))) {
+                Some(Ok(())) => return Ok(()),
+                Some(Err(TrySendError::Full(Some(busy)))) => job = busy,
+                _ => return self.stopped(),
+            }
+            let at = job.encoded.len();
+            let Some(column) = job.columns.get(at) else { return self.send(job) };
+            self.helper.extend(symbols.values[self.helper_symbols..].iter().cloned());
+            self.helper_symbols = symbols.values.len();
+            job.encoded.push(encode_column(&mut self.helper, &self.descr, self.specs, at, column)?);
+        }
+    }
+
+    /// Encodes every column of `job` here (tests: jobs encoded by the caller).
+    fn encode_here(&mut self, symbols: &Symbols, job: &mut Job) -> std::io::Result<()> {
+        self.helper.extend(symbols.values[self.helper_symbols..].iter().cloned());
+        self.helper_symbols = symbols.values.len();
+        for (at, column) in job.columns.iter().enumerate().skip(job.encoded.len()) {
+            job.encoded.push(encode_column(&mut self.helper, &self.descr, self.specs, at, column)?);
+        }
+        Ok(())
     }
 
     /// Partition `at`'s buffered rows as one row group (`None`: it has none).
@@ -482,8 +518,9 @@ impl Table {
             return None;
         }
         // The partition's next row group will likely be as large: its buffers start at that
-        // capacity (not grown by doubling), within the table's share per partition.
-        let reserve = partition.rows.min(TABLE_BUDGET_ROWS / self.partitions.len());
+        // capacity, not grown by doubling (copies, 3 % of a 64-rank export). Reserved pages
+        // are only backed once written.
+        let reserve = partition.rows;
         let partition = &mut self.partitions[at];
         fn take<T>(v: &mut Vec<T>, reserve: usize) -> Vec<T> {
             std::mem::replace(v, Vec::with_capacity(reserve))
@@ -544,31 +581,16 @@ impl Table {
     /// without waiting for it: tables closed one after another write their last rows side by
     /// side. The table takes no more rows; [`Table::finish`] waits for its writer.
     ///
-    /// Every partition's last rows go at once, the table's whole budget of rows: a job the
-    /// writer thread is not ready to take is encoded here meanwhile (the export's loop is
-    /// over), so that two cores share the work that is left.
+    /// Every partition's last rows go at once, the table's whole budget of rows, each job
+    /// through [`Table::hand_over`]: the export's loop is over, and the two cores share the
+    /// work that is left.
     pub fn close(&mut self, symbols: &Symbols) -> std::io::Result<()> {
-        let mut helper: Option<DictionaryEncoder> = None;
         for at in 0..self.partitions.len() {
-            let Some(job) = self.take_job(symbols, at) else { continue };
-            let mut job = if self.encode_every_last_job {
-                job
-            } else {
-                match self.jobs.as_ref().map(|jobs| jobs.try_send(Some(job))) {
-                    Some(Ok(())) => continue,
-                    Some(Err(TrySendError::Full(Some(job)))) => job,
-                    _ => return self.stopped(),
-                }
-            };
-            let encoder = helper.get_or_insert_with(|| {
-                let mut encoder = DictionaryEncoder::new(ZSTD_LEVEL);
-                encoder.extend(symbols.values.iter().cloned());
-                encoder
-            });
-            for (at, column) in job.columns.iter().enumerate() {
-                job.encoded.push(encode_column(encoder, &self.descr, self.specs, at, column)?);
+            let Some(mut job) = self.take_job(symbols, at) else { continue };
+            if self.encode_every_last_job {
+                self.encode_here(symbols, &mut job)?;
             }
-            self.send(job)?;
+            self.hand_over(symbols, job)?;
         }
         // Every row handed over: the writer thread may put the files in place.
         if self.jobs.take().is_some_and(|jobs| jobs.send(None).is_err()) {
