@@ -314,7 +314,10 @@ fn write_jobs(
             std::collections::hash_map::Entry::Vacant(entry) => {
                 std::fs::create_dir_all(&job.dir)?;
                 let (tmp, done) = (job.dir.join(".part-0.parquet.tmp"), job.dir.join("part-0.parquet"));
-                let out = BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
+                // Small: a partitioned table keeps a file open per rank (64 MB of 1 MiB
+                // buffers on a 64-rank job), and chunks larger than the buffer go straight
+                // to the file.
+                let out = BufWriter::with_capacity(1 << 16, File::create(&tmp)?);
                 let writer =
                     SerializedFileWriter::new(out, schema.clone(), props.clone()).map_err(parquet_err)?;
                 &mut entry.insert((tmp, done, writer)).2
