@@ -28,6 +28,7 @@ pub mod html;
 pub mod human;
 pub mod merge;
 pub mod pipeline;
+mod prefetch;
 pub mod run;
 pub mod shapes;
 pub mod summary;

@@ -175,7 +175,13 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
     /// of each call naming a path (to `paths`, for [`Converter::events`]).
     pub(super) fn observe(&mut self, batch: &[Event], paths: &mut Vec<Option<PathIndex>>) {
         let mut last = None;
-        for event in batch {
+        for (at, event) in batch.iter().enumerate() {
+            // A path's index is a cache miss over a run's paths: asked for ahead.
+            if let Some(ahead) =
+                batch.get(at + 16).filter(|e| kind_of(e.kind).is_some_and(|k| k.names_path(e)))
+            {
+                self.fds.prefetch_path(ahead.arg2);
+            }
             let Some(kind) = kind_of(event.kind) else { continue };
             if kind.api == Api::Libc {
                 // Opens, closes and duplicates (descriptor calls) change what an fd names; a

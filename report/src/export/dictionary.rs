@@ -20,6 +20,8 @@ use parquet::file::writer::{SerializedPageWriter, TrackedWrite};
 use parquet::schema::types::ColumnDescPtr;
 use rustc_hash::FxHashMap;
 
+use crate::prefetch::prefetch;
+
 /// Values per data page.
 const PAGE_VALUES: usize = 32 << 10;
 /// Distinct values above which an int32 chunk is left to the column writer (PLAIN).
@@ -522,18 +524,6 @@ fn bit_pack(values: &[i64], width: u8, count: usize, out: &mut Vec<u8>) {
 
 fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
-}
-
-/// Asks the cache for the line at `p` without waiting for it.
-#[inline(always)]
-fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // Safety: a prefetch never faults, whatever the address, and reads nothing the program sees.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// Bits needed for `max`.

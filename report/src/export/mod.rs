@@ -521,7 +521,18 @@ fn export_pass(
                     let mut opens = spare.pop().unwrap_or_default();
                     opens.clear();
                     if lookahead.is_some() {
-                        for event in &batch {
+                        let opens_path = |event: &Event| {
+                            event.arg2 != 0
+                                && matches!(
+                                    funcs.get(event.kind as usize),
+                                    Some(Some((_, Api::Libc, Class::Open, _)))
+                                )
+                        };
+                        for (at, event) in batch.iter().enumerate() {
+                            // An open's path index is a cache miss over a run's paths.
+                            if let Some(ahead) = batch.get(at + 16).filter(|e| opens_path(e)) {
+                                fds.prefetch_path(ahead.arg2);
+                            }
                             if let Some(&Some((
                                 _,
                                 Api::Libc,

@@ -28,6 +28,8 @@ use mlprof_format::func::{Api, Class, Func};
 use mlprof_format::record::Event;
 use rustc_hash::FxHashMap;
 
+use super::path_table::PathTable;
+
 use super::{Image, RunMeta};
 
 const FD_CACHE_SLOTS: usize = 256;
@@ -163,7 +165,7 @@ pub struct FdIntervals {
     histories: FxHashMap<(u32, i32), History>,
     /// Path string ids by index, and the index of each.
     paths: Vec<u64>,
-    path_index: FxHashMap<u64, PathIndex>,
+    path_index: PathTable,
     /// Complete mode: the duplicates observed, resolved by [`FdIntervals::seal`].
     duplicates: Vec<Duplicate>,
     streaming: Option<Streaming>,
@@ -232,7 +234,7 @@ impl FdIntervals {
 
     /// The dense index of path string `id`, giving it one if it has none.
     fn index_path(&mut self, id: u64) -> PathIndex {
-        *self.path_index.entry(id).or_insert_with(|| {
+        self.path_index.get_or_insert(id, || {
             self.paths.push(id);
             (self.paths.len() - 1) as PathIndex
         })
@@ -240,7 +242,14 @@ impl FdIntervals {
 
     /// The index of path string `id`, if an fd was seen naming it.
     pub fn path_index(&self, id: u64) -> Option<PathIndex> {
-        self.path_index.get(&id).copied()
+        self.path_index.get(id)
+    }
+
+    /// Asks the cache for what [`FdIntervals::path_index`] (or an open's indexing) of path
+    /// string `id` reads: callers name the path of an event some way ahead.
+    #[inline]
+    pub fn prefetch_path(&self, id: u64) {
+        self.path_index.prefetch(id);
     }
 
     /// The string id of path `index`.

@@ -3,6 +3,7 @@
 
 mod calls;
 mod fds;
+mod path_table;
 mod ranks;
 
 pub use calls::{bytes_moved, demangle, nccl_datatype_bytes, nccl_datatype_name, nccl_op_name};
