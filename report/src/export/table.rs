@@ -496,22 +496,21 @@ impl Table {
                 Some(Err(TrySendError::Full(Some(busy)))) => job = busy,
                 _ => return self.stopped(),
             }
-            let at = job.encoded.len();
-            let Some(column) = job.columns.get(at) else { return self.send(job) };
-            self.helper.extend(symbols.values[self.helper_symbols..].iter().cloned());
-            self.helper_symbols = symbols.values.len();
-            job.encoded.push(encode_column(&mut self.helper, &self.descr, self.specs, at, column)?);
+            if !self.encode_next_column(symbols, &mut job)? {
+                return self.send(job);
+            }
         }
     }
 
-    /// Encodes every column of `job` here (tests: jobs encoded by the caller).
-    fn encode_here(&mut self, symbols: &Symbols, job: &mut Job) -> std::io::Result<()> {
+    /// Encodes the first column of `job` not yet encoded, on the calling thread; `false` when
+    /// none is left.
+    fn encode_next_column(&mut self, symbols: &Symbols, job: &mut Job) -> std::io::Result<bool> {
+        let at = job.encoded.len();
+        let Some(column) = job.columns.get(at) else { return Ok(false) };
         self.helper.extend(symbols.values[self.helper_symbols..].iter().cloned());
         self.helper_symbols = symbols.values.len();
-        for (at, column) in job.columns.iter().enumerate().skip(job.encoded.len()) {
-            job.encoded.push(encode_column(&mut self.helper, &self.descr, self.specs, at, column)?);
-        }
-        Ok(())
+        job.encoded.push(encode_column(&mut self.helper, &self.descr, self.specs, at, column)?);
+        Ok(true)
     }
 
     /// Partition `at`'s buffered rows as one row group (`None`: it has none).
@@ -590,9 +589,7 @@ impl Table {
     pub fn close(&mut self, symbols: &Symbols) -> std::io::Result<()> {
         for at in 0..self.partitions.len() {
             let Some(mut job) = self.take_job(symbols, at) else { continue };
-            if self.encode_every_last_job {
-                self.encode_here(symbols, &mut job)?;
-            }
+            while self.encode_every_last_job && self.encode_next_column(symbols, &mut job)? {}
             self.hand_over(symbols, job)?;
         }
         // Every row handed over: the writer thread may put the files in place.
