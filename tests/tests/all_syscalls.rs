@@ -85,6 +85,28 @@ fn expect_same(
     }
 }
 
+/// The tree's trapped clone3 calls and marker writes, as `name pid/tid@µs` in time order: what
+/// a failed comparison of thread creations needs to say which thread's call is missing.
+fn makers_and_markers(trace: &Value, pids: &BTreeSet<u64>) -> String {
+    let events = trace.get("traceEvents").and_then(Value::as_array).expect("traceEvents");
+    let field = |e: &Value, key: &str| e.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let mut seen: Vec<(f64, String)> = events
+        .iter()
+        .filter(|e| {
+            e.get("cat").and_then(Value::as_str) == Some("syscall") && pids.contains(&field(e, "pid"))
+        })
+        .filter_map(|e| {
+            let name = e.get("name").and_then(Value::as_str)?;
+            let marker = name == "write" && e.pointer("/args/arg0").and_then(Value::as_i64) == Some(-1);
+            let ts = e.get("ts").and_then(Value::as_f64)?;
+            (name == "clone3" || marker)
+                .then(|| (ts, format!("{name} {}/{}@{ts:.0}", field(e, "pid"), field(e, "tid"))))
+        })
+        .collect();
+    seen.sort_by(|a, b| a.0.total_cmp(&b.0));
+    seen.into_iter().map(|(_, s)| s).collect::<Vec<_>>().join(", ")
+}
+
 /// trapped.c's window — raw and inline system calls, failing opens, a signal handler with a
 /// full mask, a blocked-everything mask, threads, a forked grandchild, the program's own SIGSYS
 /// handler — equals strace's window call for call, and prints what it prints bare.
@@ -174,7 +196,8 @@ fn complete_mode_dataloader_job_matches_strace() {
         vec![py.clone(), script.clone(), d.display().to_string(), "3".into(), "20".into()]
     };
     let Some((text, _)) = strace(&dir, &args(&sdir)) else { return };
-    let reference = tally(strace_window(&text).iter());
+    let window = strace_window(&text);
+    let reference = tally(window.iter());
 
     let out = dir.join("run.bin");
     let o = run_collect(&out, &["--all-syscalls"], &args(&mdir));
@@ -184,7 +207,15 @@ fn complete_mode_dataloader_job_matches_strace() {
         .parse()
         .unwrap_or_else(|_| panic!("the script did not print its child's pid\n{}", describe(&o)));
     let summary = clean_summary(&out);
-    let mine = trapped_window(&convert_trace(&out), &process_tree(&summary, child), child);
+    let trace = convert_trace(&out);
+    let tree = process_tree(&summary, child);
+    let mine = trapped_window(&trace, &tree, child);
+    // Who made each thread, on each side: the window's process, its two workers, and each
+    // worker's queue feeder thread (one clone3 went missing once in CI; this says whose).
+    let strace_makers: Vec<&str> =
+        window.iter().filter(|c| c.name == "clone3").map(|c| c.pid.as_str()).collect();
+    println!("  clone3 makers (strace thread ids, root {child} of the other run): {strace_makers:?}");
+    println!("  clone3 and markers, mlprof (pid/tid at µs): {}", makers_and_markers(&trace, &tree));
     let mut e = summary.expect();
     // Compared: every family whose count does not depend on timing (three runs agreed). Not
     // compared: futex, poll and waitid (who waits for whom), the calls of the threads that
