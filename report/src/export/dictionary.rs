@@ -76,6 +76,13 @@ impl DictionaryEncoder {
         self.local.resize(self.symbols.len(), 0);
     }
 
+    /// Takes the symbols of `all` (the export's so far, of which it knows a prefix) that it
+    /// does not know yet.
+    pub fn catch_up(&mut self, all: &[Bytes]) {
+        let known = self.symbols.len();
+        self.extend(all[known..].iter().cloned());
+    }
+
     /// Encodes one string column chunk: `values` are symbol indexes of the rows with a
     /// value, `def` the definition levels of an optional column (one per row). Returns the
     /// chunk's bytes (offsets in its metadata are relative to them) and what `append_column`

@@ -272,9 +272,8 @@ pub struct Table {
     /// Tests: [`Table::close`] encodes every job itself, ready or not.
     encode_every_last_job: bool,
     /// The caller's own encoder, for the columns of jobs the writer thread is not ready for
-    /// (see [`Table::hand_over`]), and how many of the export's symbols it has.
+    /// (see [`Table::hand_over`]).
     helper: DictionaryEncoder,
-    helper_symbols: usize,
     /// How many of the export's symbols the writer thread has been sent.
     symbols_sent: usize,
     /// Row groups (`Some`), then `None` once every row is handed over (see `write_jobs`);
@@ -423,7 +422,6 @@ impl Table {
             descr,
             encode_every_last_job: false,
             helper: DictionaryEncoder::new(ZSTD_LEVEL),
-            helper_symbols: 0,
             symbols_sent: 0,
             jobs: Some(jobs),
             writer: Some(writer),
@@ -507,8 +505,7 @@ impl Table {
     fn encode_next_column(&mut self, symbols: &Symbols, job: &mut Job) -> std::io::Result<bool> {
         let at = job.encoded.len();
         let Some(column) = job.columns.get(at) else { return Ok(false) };
-        self.helper.extend(symbols.values[self.helper_symbols..].iter().cloned());
-        self.helper_symbols = symbols.values.len();
+        self.helper.catch_up(&symbols.values);
         job.encoded.push(encode_column(&mut self.helper, &self.descr, self.specs, at, column)?);
         Ok(true)
     }

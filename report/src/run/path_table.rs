@@ -23,21 +23,27 @@ impl PathTable {
         (id.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
     }
 
+    /// Where `id` is (its slot and index), or the empty slot where it would go.
+    #[inline]
+    fn probe(&self, id: u64) -> (usize, Option<PathIndex>) {
+        let mask = self.slots.len() - 1;
+        let mut at = self.home(id);
+        loop {
+            match self.slots[at] {
+                (_, 0) => return (at, None),
+                (key, index) if key == id => return (at, Some(index - 1)),
+                _ => at = (at + 1) & mask,
+            }
+        }
+    }
+
     /// The index of `id`, if it has one.
     #[inline]
     pub(super) fn get(&self, id: u64) -> Option<PathIndex> {
         if self.slots.is_empty() {
             return None;
         }
-        let mask = self.slots.len() - 1;
-        let mut at = self.home(id);
-        loop {
-            match self.slots[at] {
-                (_, 0) => return None,
-                (key, index) if key == id => return Some(index - 1),
-                _ => at = (at + 1) & mask,
-            }
-        }
+        self.probe(id).1
     }
 
     /// The index of `id`; `new()` gives it one if it has none.
@@ -45,18 +51,13 @@ impl PathTable {
         if (self.len + 1) * 2 > self.slots.len() {
             self.grow();
         }
-        let mask = self.slots.len() - 1;
-        let mut at = self.home(id);
-        loop {
-            match self.slots[at] {
-                (_, 0) => {
-                    let index = new();
-                    self.slots[at] = (id, index + 1);
-                    self.len += 1;
-                    return index;
-                }
-                (key, index) if key == id => return index - 1,
-                _ => at = (at + 1) & mask,
+        match self.probe(id) {
+            (_, Some(index)) => index,
+            (at, None) => {
+                let index = new();
+                self.slots[at] = (id, index + 1);
+                self.len += 1;
+                index
             }
         }
     }
@@ -64,12 +65,9 @@ impl PathTable {
     fn grow(&mut self) {
         let size = (self.slots.len() * 2).max(64);
         let old = std::mem::replace(&mut self.slots, vec![(0, 0); size]);
-        let mask = self.slots.len() - 1;
         for (id, index) in old.into_iter().filter(|&(_, index)| index != 0) {
-            let mut at = self.home(id);
-            while self.slots[at].1 != 0 {
-                at = (at + 1) & mask;
-            }
+            // Ids are unique: the probe ends at an empty slot.
+            let (at, _) = self.probe(id);
             self.slots[at] = (id, index);
         }
     }
