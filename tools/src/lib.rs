@@ -174,23 +174,12 @@ pub fn main() -> ExitCode {
         Command::Report { run, output, baseline } => report_command(&run, output, baseline.as_deref()),
         Command::Diff { a, b, json, top } => diff_command(&a, &b, json, top),
         Command::Convert { run, output, format, compress, from, to, pid, only, split_every, progress } => {
-            let request = ConvertRequest {
-                output,
-                format,
-                compress,
-                from,
-                to,
-                pids: pid,
-                only,
-                split_every,
-                progress: progress || std::io::stderr().is_terminal(),
-            };
+            let request =
+                ConvertRequest { output, format, compress, from, to, pids: pid, only, split_every, progress };
             convert(&run, request)
         }
         Command::Merge { runs, output } => merge_command(&runs, &output),
-        Command::Export { parquet, runs, progress } => {
-            export_command(&parquet, &runs, progress || std::io::stderr().is_terminal())
-        }
+        Command::Export { parquet, runs, progress } => export_command(&parquet, &runs, progress),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -220,8 +209,10 @@ struct EverySecond {
 }
 
 impl EverySecond {
-    /// `on`: progress was asked for (else never due).
-    fn new(on: bool) -> EverySecond {
+    /// `asked`: `--progress` was given; without it, progress is shown when stderr is a
+    /// terminal (else never due).
+    fn new(asked: bool) -> EverySecond {
+        let on = asked || std::io::stderr().is_terminal();
         EverySecond { next: on.then(|| Instant::now() + Duration::from_secs(1)) }
     }
 
@@ -236,8 +227,8 @@ impl EverySecond {
     }
 }
 
-/// `mlprof export --parquet`: one line per run, and with `progress` a line every second while
-/// a run is exported.
+/// `mlprof export --parquet`: one line per run, and a line every second while a run is
+/// exported with `progress` (`--progress`) or on a terminal.
 fn export_command(dir: &Path, runs: &[PathBuf], progress: bool) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     for run in runs {
@@ -420,6 +411,7 @@ struct ConvertRequest {
     pids: Vec<u32>,
     only: Option<String>,
     split_every: Option<u64>,
+    /// `--progress` (without it, progress shows when stderr is a terminal).
     progress: bool,
 }
 
