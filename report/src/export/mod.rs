@@ -824,13 +824,12 @@ pub fn table_dir(dir: &Path, table: &str, id: &str) -> PathBuf {
 mod tests {
     use super::*;
 
-    /// Rows of every Parquet file under `dir` (sorted by path), each as its fields' text.
-    pub(super) fn rows(dir: &Path) -> Vec<Vec<String>> {
-        use parquet::file::reader::{FileReader, SerializedFileReader};
+    /// Every file under `dir`, hidden ones too, sorted (none if `dir` does not exist).
+    pub(super) fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
         let mut files = Vec::new();
         let mut todo = vec![dir.to_path_buf()];
         while let Some(d) = todo.pop() {
-            for entry in std::fs::read_dir(&d).unwrap() {
+            for entry in std::fs::read_dir(&d).into_iter().flatten() {
                 let path = entry.unwrap().path();
                 if path.is_dir() {
                     todo.push(path);
@@ -840,8 +839,14 @@ mod tests {
             }
         }
         files.sort();
+        files
+    }
+
+    /// Rows of every Parquet file under `dir` (sorted by path), each as its fields' text.
+    pub(super) fn rows(dir: &Path) -> Vec<Vec<String>> {
+        use parquet::file::reader::{FileReader, SerializedFileReader};
         let mut out = Vec::new();
-        for file in files {
+        for file in files_under(dir) {
             let reader = SerializedFileReader::new(std::fs::File::open(&file).unwrap()).unwrap();
             for row in reader.get_row_iter(None).unwrap() {
                 out.push(row.unwrap().get_column_iter().map(|(_, f)| f.to_string()).collect());

@@ -660,22 +660,10 @@ mod tests {
         crate::export::tests::rows(dir)
     }
 
-    /// Files under `dir`, hidden ones too.
+    /// Files under `dir`, hidden ones too, relative to it.
     fn files(dir: &Path) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut todo = vec![dir.to_path_buf()];
-        while let Some(d) = todo.pop() {
-            for entry in std::fs::read_dir(&d).into_iter().flatten() {
-                let path = entry.unwrap().path();
-                if path.is_dir() {
-                    todo.push(path);
-                } else {
-                    out.push(path.strip_prefix(dir).unwrap().display().to_string());
-                }
-            }
-        }
-        out.sort();
-        out
+        let relative = |path: PathBuf| path.strip_prefix(dir).unwrap().display().to_string();
+        crate::export::tests::files_under(dir).into_iter().map(relative).collect()
     }
 
     /// A table dropped before it was closed (an export that failed on the way) leaves no
