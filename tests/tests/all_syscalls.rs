@@ -30,6 +30,12 @@ fn kernel_can_trap() -> bool {
     true
 }
 
+/// A marker write of the window (`write(-1, "MLPROF_MARK…")`), among the trapped calls.
+fn is_marker(e: &Value) -> bool {
+    e.get("name").and_then(Value::as_str) == Some("write")
+        && e.pointer("/args/arg0").and_then(Value::as_i64) == Some(-1)
+}
+
 /// The trapped system calls (category `syscall` of `mlprof convert`'s Chrome trace) that
 /// processes `pids` made between the markers of `marker_pid` (`write(-1, "MLPROF_MARK1")` and
 /// `write(-1, "MLPROF_MARK2")`, both included): name -> (calls, errors).
@@ -39,15 +45,8 @@ fn trapped_window(trace: &Value, pids: &BTreeSet<u64>, marker_pid: u64) -> BTree
         events.iter().filter(|e| e.get("cat").and_then(Value::as_str) == Some("syscall")).collect();
     let ts = |e: &Value| e.get("ts").and_then(Value::as_f64).unwrap_or(f64::NAN);
     let pid = |e: &Value| e.get("pid").and_then(Value::as_u64).unwrap_or(0);
-    let marks: Vec<f64> = trapped
-        .iter()
-        .filter(|e| {
-            pid(e) == marker_pid
-                && e.get("name").and_then(Value::as_str) == Some("write")
-                && e.pointer("/args/arg0").and_then(Value::as_i64) == Some(-1)
-        })
-        .map(|e| ts(e))
-        .collect();
+    let marks: Vec<f64> =
+        trapped.iter().filter(|e| pid(e) == marker_pid && is_marker(e)).map(|e| ts(e)).collect();
     assert!(marks.len() >= 2, "no two marker writes of pid {marker_pid} among the trapped calls");
     let (from, to) = (marks[0], marks[marks.len() - 1]);
     let mut counts = BTreeMap::new();
@@ -97,9 +96,8 @@ fn makers_and_markers(trace: &Value, pids: &BTreeSet<u64>) -> String {
         })
         .filter_map(|e| {
             let name = e.get("name").and_then(Value::as_str)?;
-            let marker = name == "write" && e.pointer("/args/arg0").and_then(Value::as_i64) == Some(-1);
             let ts = e.get("ts").and_then(Value::as_f64)?;
-            (name == "clone3" || marker)
+            (name == "clone3" || is_marker(e))
                 .then(|| (ts, format!("{name} {}/{}@{ts:.0}", field(e, "pid"), field(e, "tid"))))
         })
         .collect();
