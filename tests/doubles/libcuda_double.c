@@ -8,8 +8,13 @@
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 
-static int counts[8];
-enum { LAUNCH, LAUNCH_PTSZ, HTOD, STREAM_SYNC, CTX_SYNC, MEM_ALLOC, FUNC_NAME, LOOKUPS };
+static int counts[9];
+enum { LAUNCH, LAUNCH_PTSZ, HTOD, STREAM_SYNC, CTX_SYNC, MEM_ALLOC, FUNC_NAME, LOOKUPS, KERNEL_NAME };
+
+/* Handles the double treats as CUkernels (what the CUDA 12+ runtime launches): cuFuncGetName
+ * refuses them as a driver does, cuKernelGetName names 0x9abc and refuses 0xdead. */
+#define LIBRARY_KERNEL ((void *)0x9abc)
+#define NAMELESS_KERNEL ((void *)0xdead)
 
 CUresult cuInit(unsigned flags) { (void)flags; return 0; }
 
@@ -52,7 +57,15 @@ CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t bytes) {
 
 CUresult cuFuncGetName(const char **name, void *f) {
     counts[FUNC_NAME]++;
+    if (f == LIBRARY_KERNEL || f == NAMELESS_KERNEL) return 400; /* CUDA_ERROR_INVALID_HANDLE */
     *name = f == (void *)0x1234 ? "_Z10testKernelPfi" : "other_kernel";
+    return 0;
+}
+
+CUresult cuKernelGetName(const char **name, void *k) {
+    counts[KERNEL_NAME]++;
+    if (k != LIBRARY_KERNEL) return 400;
+    *name = "_Z13libraryKernelv";
     return 0;
 }
 
@@ -73,4 +86,4 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsign
     return f ? 0 : 500 /* CUDA_ERROR_NOT_FOUND */;
 }
 
-void double_counts(int out[8]) { memcpy(out, counts, sizeof counts); }
+void double_counts(int out[9]) { memcpy(out, counts, sizeof counts); }

@@ -245,13 +245,14 @@ fn cuda_driver_entry_points_are_wrapped() {
         default_timeout(),
     );
     assert!(o.status.success(), "the driver program failed under mlprof\n{}", describe(&o));
-    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "ok");
+    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(stdout.lines().next(), Some("ok"), "{stdout}");
     let summary = Summary::load(&out);
     summary.assert_clean();
     let calls = summary.calls();
     let mut e = summary.expect();
     for (func, count, errors) in [
-        ("cuLaunchKernel", 2 * N, 0),
+        ("cuLaunchKernel", 4 * N, 0),
         ("cuLaunchKernel_ptsz", N, 0),
         ("cuMemcpyHtoD_v2", N, 0),
         ("cuMemAlloc_v2", N, 0),
@@ -276,6 +277,13 @@ fn cuda_driver_entry_points_are_wrapped() {
     // The double names handle 0x1234 with a mangled name; the tools demangle it.
     e.that(format_args!("kernels {by_name:?}"), by_name.get("testKernel(float*, int)") == Some(&(2 * N)));
     e.that(format_args!("kernels {by_name:?}"), by_name.get("other_kernel") == Some(&N));
+    // A CUkernel (the CUDA 12+ runtime's own launches) is named through cuKernelGetName; one
+    // the driver names neither way keeps its address.
+    e.that(format_args!("kernels {by_name:?}"), by_name.get("libraryKernel()") == Some(&N));
+    e.that(format_args!("kernels {by_name:?}"), by_name.get("kernel@0xdead") == Some(&N));
+    // Each handle is looked up once per process, the nameless one included: cuFuncGetName for
+    // 0x1234, 0x5678, 0x9abc and 0xdead, cuKernelGetName for the last two.
+    e.that(format_args!("name lookups: {stdout}"), stdout.lines().nth(1) == Some("name lookups 4 2"));
     e.finish();
 }
 

@@ -91,16 +91,27 @@ pub fn runtime_kernel_name(handle: u64, buf: &mut [u8]) -> usize {
     symbol_name(handle, buf)
 }
 
-/// The name of a driver kernel (a CUfunction) through `cuFuncGetName` (CUDA 12.3+).
+/// The name of a driver kernel: `cuFuncGetName` for a CUfunction (cuBLAS, Triton, modules
+/// loaded by hand), else `cuKernelGetName` for a CUkernel (CUDA 12.3+). The CUDA runtime of 12
+/// and later loads its kernels as libraries and launches the CUkernel handles through
+/// `cuLaunchKernel` directly, which `cuFuncGetName` refuses: on an H200 with PyTorch 2.11 (CUDA
+/// 13) every one of PyTorch's own kernels came out unnamed without the second lookup.
 pub fn driver_kernel_name(handle: u64, buf: &mut [u8]) -> usize {
-    static GET_NAME: Real = Real::in_libraries(c"cuFuncGetName", CUDA_DRIVER);
-    if let Some(addr) = GET_NAME.get() {
-        // Safety: cuFuncGetName(const char** name, CUfunction hfunc) -> CUresult.
+    static FUNC_NAME: Real = Real::in_libraries(c"cuFuncGetName", CUDA_DRIVER);
+    static KERNEL_NAME: Real = Real::in_libraries(c"cuKernelGetName", CUDA_DRIVER);
+    for lookup in [&FUNC_NAME, &KERNEL_NAME] {
+        let Some(addr) = lookup.get() else { continue };
+        // Safety: cuFuncGetName(const char** name, CUfunction hfunc) and cuKernelGetName(const
+        // char** name, CUkernel hfunc) -> CUresult; both check the handle's type and refuse
+        // one of the other kind with an error.
         let get: unsafe extern "C" fn(*mut *const c_char, *mut c_void) -> c_int = unsafe { as_fn(addr) };
         let mut name: *const c_char = core::ptr::null();
         // Safety: valid out pointer; the handle is what the application launched.
         if unsafe { get(&mut name, handle as *mut c_void) } == 0 {
-            return copy_c_string(name, buf);
+            let len = copy_c_string(name, buf);
+            if len > 0 {
+                return len;
+            }
         }
     }
     0

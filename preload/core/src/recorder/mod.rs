@@ -287,7 +287,11 @@ impl Span {
         let len = state.foreign(|| guard::keeping_errno(|| resolve(&mut name))).min(name.len());
         let name = name.get(..len).unwrap_or_default();
         state.in_hook.set(true);
-        if !name.is_empty() {
+        if name.is_empty() {
+            // No name to be had (the driver refuses the handle): asking again at every launch
+            // would cost a driver call each time for nothing. The tools show its address.
+            strings::mark_symbol_defined(handle);
+        } else {
             let id = mlprof_format::string_id(name);
             if lane::send_string(ring, lane, pid, state.tid.get(), id, name) {
                 let definition = Event {
