@@ -8,6 +8,17 @@
 //! when there is no counter); utilization, SM clock, memory, temperature and the power reading
 //! are read every 100 ms. A source that is missing is said once and recorded as absent: no
 //! number is ever made up.
+//!
+//! **The energy counter's price.** On an H200 (driver 580) one read of the energy counter costs
+//! 3–4 ms of CPU, spinning inside the driver (p90 8 ms), against about 1 µs for the power, clock
+//! or utilization queries, and the counter moves only every ~100 ms: read every 10 ms it took
+//! 37 % of a core (tests/gpu/nvml_cost.py, BENCHMARKS.md). So each GPU measures what its counter
+//! reads cost (CPU of this thread) and spaces them to stay within [`COUNTER_BUDGET`] of a core,
+//! never closer than the tick nor further apart than [`MAX_COUNTER_GAP_NS`]; the first and the
+//! last reading are always taken, so the run's total stays exact, and the reports interpolate
+//! between readings with an uncertainty that grows with the gap. With only such counters to
+//! read (no RAPL, no GPU read by power), the thread sleeps until the next read or slow metrics
+//! are due rather than waking every tick.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -33,10 +44,19 @@ use crate::timebase::monotonic_ns;
 /// Default NVML library (what nvml-wrapper loads by default).
 pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
 pub const DEFAULT_POWERCAP_DIR: &str = "/sys/class/powercap";
-/// Slow metrics (utilization, clocks, memory, temperature, power reading) are read this often.
+/// Slow metrics (utilization, clocks, memory, temperature, power reading) are read this often,
+/// or less often where they cost more than SLOW_BUDGET.
 const SLOW_EVERY: Duration = Duration::from_millis(100);
 /// Samples are handed to the writer this often.
 const SEND_EVERY_NS: u64 = 100_000_000;
+/// Share of one core that a GPU's energy-counter reads may use (issue 5: the sampler must stay
+/// well under 1 % of a core).
+const COUNTER_BUDGET: f64 = 0.0025;
+/// Share of one core that the slow metrics of all GPUs may use together.
+const SLOW_BUDGET: f64 = 0.001;
+/// Energy-counter reads (and slow metrics) are never further apart than this, whatever they
+/// cost.
+const MAX_COUNTER_GAP_NS: u64 = 2_000_000_000;
 
 pub struct EnergyConfig {
     pub interval: Duration,
@@ -60,6 +80,9 @@ pub struct SamplerCost {
     pub ticks: u64,
     pub cpu_ns: u64,
     pub wall_ns: u64,
+    /// The widest spacing of energy-counter reads that their cost imposed (ns), with the CPU
+    /// one read cost (ns); `None` when every counter was read at every tick.
+    pub counter_spacing: Option<(u64, f64)>,
 }
 
 impl SamplerCost {
@@ -105,6 +128,9 @@ impl Sampler {
     /// Stops the sampler (after one last reading) and writes the rest.
     pub fn stop(mut self, writer: &mut RunWriter<impl Write>) -> io::Result<Option<SamplerCost>> {
         self.stop.store(true, Ordering::Release);
+        if let Some(handle) = &self.handle {
+            handle.thread().unpark();
+        }
         let cost = self.handle.take().and_then(|h| h.join().ok());
         self.write_pending(writer)?;
         Ok(cost)
@@ -177,15 +203,28 @@ fn sample_loop(config: &EnergyConfig, tx: &mpsc::Sender<Msg>, stop: &AtomicBool)
         return cost;
     }
 
-    let slow_every = (SLOW_EVERY.as_nanos() as u64 / interval_ns).max(1);
+    let slow_ns = (SLOW_EVERY.as_nanos() as u64).max(interval_ns);
     let mut batch = Vec::with_capacity(64);
     let mut last_send = monotonic_ns();
     let mut next = last_send;
+    let mut next_slow = last_send;
+    let mut slow_cost_ns: Option<f64> = None;
     loop {
         let stopping = stop.load(Ordering::Acquire);
-        let slow = cost.ticks.is_multiple_of(slow_every) || stopping;
+        let now = monotonic_ns();
+        let slow = now >= next_slow || stopping;
         for gpu in gpus.iter_mut() {
-            gpu.sample(slow, &mut batch, tx);
+            gpu.sample(slow, stopping, &mut batch, tx);
+        }
+        if slow {
+            // Spaced by what they cost, like the counters: at least SLOW_EVERY, within
+            // SLOW_BUDGET of a core (queries no H200 measurement covered may be slow elsewhere).
+            let spent: u64 = gpus.iter_mut().map(|g| std::mem::take(&mut g.slow_cpu_ns)).sum();
+            let cost = slow_cost_ns.map_or(spent as f64, |c| c + (spent as f64 - c) / 8.0);
+            slow_cost_ns = Some(cost);
+            let gap = ((cost / SLOW_BUDGET) as u64).clamp(slow_ns, MAX_COUNTER_GAP_NS);
+            // Half a tick early, so that with ticks every `interval` it falls on a tick.
+            next_slow = now + gap - interval_ns / 2;
         }
         for zone in zones.iter_mut() {
             zone.sample(&mut batch, tx);
@@ -202,21 +241,37 @@ fn sample_loop(config: &EnergyConfig, tx: &mpsc::Sender<Msg>, stop: &AtomicBool)
             break;
         }
         next += interval_ns;
+        if zones.is_empty() && gpus.iter().all(|g| g.lost || g.counter) {
+            // Nothing is read at every tick (each counter has its read scheduled): sleep until
+            // something is due instead of waking 100 times a second for nothing, which cost
+            // ~0.5 % of a core on an H200 VM.
+            let due = gpus.iter().filter(|g| !g.lost).map(|g| g.next_counter_ns).fold(next_slow, u64::min);
+            next = next.max(due);
+        }
         let now = monotonic_ns();
         if next <= now {
             // Fell behind (a loaded machine): skip the missed ticks rather than bursting.
             next = now + interval_ns;
         }
-        std::thread::sleep(Duration::from_nanos(next - now));
+        // Parked, not slept: `Sampler::stop` unparks the thread so the last reading is not
+        // held back by a long wait.
+        loop {
+            let now = monotonic_ns();
+            if now >= next || stop.load(Ordering::Acquire) {
+                break;
+            }
+            std::thread::park_timeout(Duration::from_nanos(next - now));
+        }
     }
     cost.cpu_ns = thread_cpu_ns().saturating_sub(cpu_start);
     cost.wall_ns = monotonic_ns().saturating_sub(wall_start);
+    cost.counter_spacing = gpus.iter().filter_map(|g| g.counter_spacing()).max_by_key(|&(gap, _)| gap);
     note(
         tx,
         None,
         "info",
         format!(
-            "sampler: {} device(s), {} ticks of {} ms, {:.1} ms CPU in {:.2} s ({:.3}% of a core)",
+            "sampler: {} device(s), {} wake-ups (tick {} ms), {:.1} ms CPU in {:.2} s ({:.3}% of a core)",
             devices,
             cost.ticks,
             interval_ns as f64 / 1e6,
@@ -298,6 +353,16 @@ struct Gpu<'a> {
     device: nvml_wrapper::Device<'a>,
     id: u32,
     counter: bool,
+    /// CPU time of one energy-counter read on this thread, smoothed (ns), once measured.
+    counter_cost_ns: Option<f64>,
+    /// When the next energy-counter read is due (monotonic ns).
+    next_counter_ns: u64,
+    /// The tick, ns: counter reads are never closer than this.
+    interval_ns: u64,
+    /// The counter's spacing has been said in a note (once, when it first exceeds the tick).
+    spacing_said: bool,
+    /// CPU time of the last slow-metrics read (ns), taken by the sampling loop.
+    slow_cpu_ns: u64,
     first_mj: Option<u64>,
     /// Power integration: last (time, mW) and the running total, µJ.
     last_power: Option<(u64, u32)>,
@@ -339,6 +404,11 @@ impl<'a> Gpu<'a> {
             device,
             id: index,
             counter,
+            counter_cost_ns: None,
+            next_counter_ns: 0,
+            interval_ns,
+            spacing_said: false,
+            slow_cpu_ns: 0,
             first_mj: None,
             last_power: None,
             integrated_uj: 0.0,
@@ -347,17 +417,29 @@ impl<'a> Gpu<'a> {
         Ok((gpu, info))
     }
 
-    fn sample(&mut self, slow: bool, batch: &mut Vec<EnergySample>, tx: &mpsc::Sender<Msg>) {
+    /// One tick: the energy counter when it is due (or `last`), else the power reading; the
+    /// slow metrics when `slow`. A tick with nothing due records nothing.
+    fn sample(&mut self, slow: bool, last: bool, batch: &mut Vec<EnergySample>, tx: &mpsc::Sender<Msg>) {
         if self.lost {
             return;
         }
         let before = monotonic_ns();
-        let reading = if self.counter {
+        let read_counter = self.counter && (last || before >= self.next_counter_ns);
+        if self.counter && !read_counter && !slow {
+            return;
+        }
+        let cpu_before = if read_counter { thread_cpu_ns() } else { 0 };
+        let reading = if read_counter {
             self.device.total_energy_consumption().map(|mj| (Some(mj), None))
+        } else if self.counter {
+            Ok((None, None))
         } else {
             self.device.power_usage().map(|mw| (None, Some(mw)))
         };
         let after = monotonic_ns();
+        if read_counter {
+            self.schedule_counter(thread_cpu_ns().saturating_sub(cpu_before), before, tx);
+        }
         let time_ns = before + (after - before) / 2;
         let (energy_mj, fast_power) = match reading {
             Ok(r) => r,
@@ -387,6 +469,7 @@ impl<'a> Gpu<'a> {
             sample.power_mw = Some(mw);
         }
         if slow {
+            let cpu_before = thread_cpu_ns();
             if sample.power_mw.is_none() {
                 sample.power_mw = self.device.power_usage().ok();
             }
@@ -397,8 +480,50 @@ impl<'a> Gpu<'a> {
             sample.sm_clock_mhz = self.device.clock_info(Clock::SM).ok();
             sample.mem_used_bytes = self.device.memory_info().ok().map(|m| m.used);
             sample.temperature_c = self.device.temperature(TemperatureSensor::Gpu).ok();
+            self.slow_cpu_ns = thread_cpu_ns().saturating_sub(cpu_before);
         }
         batch.push(sample);
+    }
+
+    /// The spacing of this GPU's counter reads and one read's CPU (ns), where wider than a tick.
+    fn counter_spacing(&self) -> Option<(u64, f64)> {
+        let cost = self.counter_cost_ns?;
+        let gap = ((cost / COUNTER_BUDGET) as u64).clamp(self.interval_ns, MAX_COUNTER_GAP_NS);
+        (gap > self.interval_ns).then_some((gap, cost))
+    }
+
+    /// Spaces the counter's reads by what the last one cost: `cost_ns / COUNTER_BUDGET`, at
+    /// least one tick, at most `MAX_COUNTER_GAP_NS`.
+    fn schedule_counter(&mut self, cost_ns: u64, started: u64, tx: &mpsc::Sender<Msg>) {
+        let cost = match self.counter_cost_ns {
+            // Smoothed over ~8 reads: one slow read (p90 is twice the median) does not halve
+            // the rate, a lasting change moves it within a few reads.
+            Some(c) => c + (cost_ns as f64 - c) / 8.0,
+            None => cost_ns as f64,
+        };
+        self.counter_cost_ns = Some(cost);
+        let gap = ((cost / COUNTER_BUDGET) as u64).clamp(self.interval_ns, MAX_COUNTER_GAP_NS);
+        // Due half a tick early, so a read due every tick is taken at every tick.
+        self.next_counter_ns = started + gap.saturating_sub(self.interval_ns / 2);
+        if gap > self.interval_ns && !self.spacing_said && self.first_mj.is_some() {
+            self.spacing_said = true;
+            // A warning, not an info note: it qualifies the resolution of every figure.
+            note(
+                tx,
+                None,
+                "warning",
+                format!(
+                    "GPU {}: one energy-counter read costs {:.2} ms of CPU here; read every {} ms \
+                     (not every {} ms) to keep them under {}% of a core; energy between reads \
+                     is interpolated",
+                    self.id,
+                    cost / 1e6,
+                    gap / 1_000_000,
+                    self.interval_ns / 1_000_000,
+                    COUNTER_BUDGET * 100.0
+                ),
+            );
+        }
     }
 }
 

@@ -300,8 +300,16 @@ fn run(args: Args) -> Result<ExitCode, String> {
     if !args.quiet {
         report(&args, &totals, started.elapsed());
         if let Some(cost) = energy_cost.filter(|c| c.devices > 0) {
+            let counters = match cost.counter_spacing {
+                Some((gap, read)) => format!(
+                    " (GPU energy counters every {} ms: one read costs {:.2} ms CPU here)",
+                    gap / 1_000_000,
+                    read / 1e6
+                ),
+                None => String::new(),
+            };
             eprintln!(
-                "mlprof-collect: energy: sampled {} device(s) every {} ms; the sampler used {:.1} ms CPU ({:.3}% of a core). Next: mlprof energy {}",
+                "mlprof-collect: energy: sampled {} device(s) every {} ms{counters}; the sampler used {:.1} ms CPU ({:.3}% of a core). Next: mlprof energy {}",
                 cost.devices,
                 args.energy_interval,
                 cost.cpu_ns as f64 / 1e6,

@@ -4,7 +4,8 @@
 #   1. mlprof energy reports GPU energy > 0,
 #   2. power during the burst (mean over the burst's calls) is above the idle power before it,
 #   3. the GPU's energy from mlprof agrees within 5% with the NVML energy counter read directly
-#      (ctypes) right before and right after the collector ran.
+#      (ctypes) right before and right after the collector ran,
+#   4. the sampler used under 1% of a core (its own figure, from the collector's last line).
 # Prints every figure and PASS/FAIL lines; exits non-zero on any failure. Under 5 minutes.
 # Usage: tests/gpu/energy_check.sh [GPU_INDEX]   (build first: cargo build --release)
 set -euo pipefail
@@ -62,7 +63,9 @@ CUDA_VISIBLE_DEVICES="$GPU" CUDA_DEVICE_ORDER=PCI_BUS_ID timeout 240 \
   say "collector failed"; cat "$WORK/err.txt"; exit 1; }
 after=$("$PY" "$WORK/nvml.py" "$GPU")
 cat "$WORK/err.txt"
-"$BIN/mlprof" energy "$WORK/run.bin" | head -40
+"$BIN/mlprof" energy "$WORK/run.bin" > "$WORK/energy.txt"
+head -40 "$WORK/energy.txt"
+if [ -n "${MLPROF_GPU_KEEP:-}" ]; then mkdir -p "$MLPROF_GPU_KEEP"; cp "$WORK/run.bin" "$MLPROF_GPU_KEEP/energy_check_run.bin"; fi
 "$BIN/mlprof" energy --json "$WORK/run.bin" > "$WORK/energy.json"
 "$BIN/mlprof" convert "$WORK/run.bin" -o "$WORK/trace.json" > /dev/null 2>&1
 
@@ -84,8 +87,10 @@ print(f"energy_check: GPU {gpu} {dev['name']} source={dev['source']} energy={dev
       f"± {dev['uncertainty_j']} J mean={dev['mean_power_w']} W over {e['duration_s']:.2f} s")
 check((dev["energy_j"] or 0) > 0, f"energy > 0 ({dev['energy_j']} J)")
 pid = 0x7fff0000 + dev["id"]
+# Power from the counter ("power W": one point per counter reading, ~1.4 s apart where reads
+# are costly) and NVML's own reading ("power W (NVML reading)", every 100 ms).
 pw = [(c["ts"] * 1000 + start, c["args"]["W"]) for c in t
-      if c.get("ph") == "C" and c.get("pid") == pid and c.get("name") == "power W"]
+      if c.get("ph") == "C" and c.get("pid") == pid and c.get("name") in ("power W", "power W (NVML reading)")]
 idle = [w for ts, w in pw if b0 - 1.8e9 < ts < b0 - 0.2e9]
 busy = [w for ts, w in pw if b0 + 1e9 < ts < b1 - 0.2e9]
 mi = sum(idle) / max(len(idle), 1); mb = sum(busy) / max(len(busy), 1)
@@ -106,5 +111,8 @@ sys.exit(0 if ok else 1)
 PYEOF
 [ "$rc" = 0 ] || fail=1
 grep "sampler used" "$WORK/err.txt" | sed 's/^/energy_check: /' || true
+# Issue 5: sampling must use well under 1 % of a core at the default interval.
+core=$(sed -n 's/.*the sampler used [0-9.]* ms CPU (\([0-9.]*\)% of a core).*/\1/p' "$WORK/err.txt" | head -1)
+check "$(awk -v c="${core:-100}" 'BEGIN { print (c < 1.0) ? 1 : 0 }')" "sampler under 1% of a core (${core:-?}%)"
 if [ "$fail" = 0 ]; then say "ALL PASSED"; else say "FAILED"; fi
 exit "$fail"

@@ -15,6 +15,9 @@
  *   NVML_DOUBLE_BASE_W, NVML_DOUBLE_AMP_W, NVML_DOUBLE_PERIOD_MS   (default 100, 50, 2000)
  *   NVML_DOUBLE_UPDATE_MS       energy counter update period (default 100)
  *   NVML_DOUBLE_NO_ENERGY=1     the energy counter is not supported (NVML_ERROR_NOT_SUPPORTED)
+ *   NVML_DOUBLE_ENERGY_READ_US=U  each energy-counter read spins U µs of CPU first, as an H200's
+ *                               driver does for 3-4 ms (tests/gpu/nvml_cost.py)
+ *   NVML_DOUBLE_MEMORY_READ_US=U  likewise for each memory-info read (a slow metric)
  *   NVML_DOUBLE_LOSE=G:MS       GPU G answers NVML_ERROR_GPU_IS_LOST from MS after START on
  *   NVML_DOUBLE_FAIL_INIT=1     nvmlInit fails (NVML_ERROR_DRIVER_NOT_LOADED)
  *
@@ -61,6 +64,7 @@ static unsigned gpu_count = 1;
 static uint64_t start_ns;
 static double base_w = 100.0, amp_w = 50.0, period_s = 2.0, update_s = 0.1;
 static int no_energy;
+static double energy_read_s, memory_read_s;
 static int lose_gpu = -1;
 static double lose_after_s;
 
@@ -68,6 +72,12 @@ static uint64_t mono_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void spin_s(double seconds) {
+    uint64_t until = mono_ns() + (uint64_t)(seconds * 1e9);
+    while (mono_ns() < until) {
+    }
 }
 
 static double env_double(const char *name, double fallback) {
@@ -116,6 +126,8 @@ int nvmlInit_v2(void) {
     update_s = env_double("NVML_DOUBLE_UPDATE_MS", 100.0) / 1000.0;
     const char *ne = getenv("NVML_DOUBLE_NO_ENERGY");
     no_energy = ne && *ne == '1';
+    energy_read_s = env_double("NVML_DOUBLE_ENERGY_READ_US", 0.0) / 1e6;
+    memory_read_s = env_double("NVML_DOUBLE_MEMORY_READ_US", 0.0) / 1e6;
     const char *lose = getenv("NVML_DOUBLE_LOSE");
     if (lose && *lose) {
         char *colon;
@@ -205,6 +217,7 @@ int nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long 
         return rc;
     if (no_energy)
         return NVML_ERROR_NOT_SUPPORTED;
+    spin_s(energy_read_s);
     double t = elapsed_s();
     double updated = floor(t / update_s) * update_s;
     /* 1e6 mJ "since the driver was loaded" before the curve starts. */
@@ -242,6 +255,7 @@ int nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
     int rc = check(device);
     if (rc != NVML_SUCCESS)
         return rc;
+    spin_s(memory_read_s);
     memory->total = 80ull << 30;
     memory->reserved = 0;
     memory->used = (1ull << 30) * (device->index + 1);

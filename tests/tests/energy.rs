@@ -263,6 +263,51 @@ fn power_integration_without_counter() {
     close("integrated energy", f(d, "energy_j"), want, want * 0.01);
 }
 
+/// An energy counter whose every read costs 2 ms of CPU (an H200's costs 3-4 ms), and a
+/// memory-info query costing 1 ms (10 % of a core at the default 100 ms): the sampler spaces
+/// both to stay under 1 % of a core, says so on stderr and in the run's notes, and the run's
+/// total still matches the curve's integral.
+#[test]
+fn an_expensive_energy_counter_is_read_sparingly() {
+    let dir = TempDir::new("energy-costly-counter");
+    let lib = nvml_double(&dir);
+    let run = collect(
+        &dir,
+        &["--nvml-lib", &lib],
+        &["sleep".to_string(), "3".to_string()],
+        &[("NVML_DOUBLE_ENERGY_READ_US", "2000"), ("NVML_DOUBLE_MEMORY_READ_US", "1000")],
+    );
+    let stderr = String::from_utf8_lossy(&run.out.stderr).to_string();
+    let line = stderr.lines().find(|l| l.contains("the sampler used")).unwrap_or_else(|| panic!("{stderr}"));
+    let number_after = |tag: &str| -> f64 {
+        let rest = &line[line.find(tag).unwrap_or_else(|| panic!("no {tag:?} in {line}")) + tag.len()..];
+        rest.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .next()
+            .unwrap_or("")
+            .parse()
+            .unwrap_or(f64::NAN)
+    };
+    let core = number_after(" CPU (");
+    assert!(core < 1.0, "the sampler used {core}% of a core: {line}");
+    // 2 ms per read within 0.25 % of a core: a read every ~800 ms.
+    let every = number_after("GPU energy counters every ");
+    assert!((400.0..=2000.0).contains(&every), "counter read every {every} ms: {line}");
+    let json = energy_json(&run.bin);
+    let (start, end) = run_window(&json);
+    let want = energy_between(0, run.origin_ns, start, end);
+    // Each reading is up to one counter update (100 ms) stale, and dated accordingly: the total
+    // stays within 2 % (a reading dated at its read time would make it 16 % low here) and
+    // within its stated uncertainty, which the curve's ±50 W swings inside the ~0.8 s between
+    // readings widen to about 8 %.
+    let d = device(&json, 0);
+    let (got, uncertainty) = (f(d, "energy_j"), f(d, "uncertainty_j"));
+    close("energy from sparse counter reads", got, want, want * 0.02);
+    assert!((got - want).abs() <= uncertainty, "{got} J ± {uncertainty} J, want {want} J");
+    assert!(uncertainty <= want * 0.12, "uncertainty {uncertainty} J of {want} J");
+    let notes = json["notes"].to_string();
+    assert!(notes.contains("energy-counter read costs"), "notes: {notes}");
+}
+
 /// No NVML: one line says so, the run goes on, nothing is invented.
 #[test]
 fn no_nvml() {

@@ -4,9 +4,13 @@
 //! differs from the one before. A counter sampled faster than it updates (NVML's, about every
 //! 100 ms) repeats values; its update happened between the last sample that showed the old
 //! value and the first that shows the new one, and the knot is put halfway (timing
-//! uncertainty: half that gap). A source at least as fresh as its sampling (RAPL, integrated
-//! power) has a knot at every sample. Between knots energy is interpolated linearly; before the
-//! first and after the last knot it is extrapolated with the nearest segment's power.
+//! uncertainty: half that gap). A counter read more sparsely than it updates (the collector
+//! spaces reads of a counter that is expensive to read, ~1 s apart on an H200) never repeats a
+//! value: each reading's value dates from an update in the [`COUNTER_UPDATE_NS`] before it, so
+//! its knot is put half that before the reading, with half of it as timing uncertainty. A
+//! source at least as fresh as its sampling (RAPL, integrated power) has a knot at every
+//! sample. Between knots energy is interpolated linearly; before the first and after the last
+//! knot it is extrapolated with the nearest segment's power.
 //!
 //! **Uncertainty of E(t).** Inside a segment of duration Δ and mean power P: ¼·Δ·|ΔP| (the
 //! largest error of linear interpolation when power steps by ΔP somewhere in the segment; ΔP is
@@ -16,6 +20,10 @@
 //! interval (b − a) × ΔP when that is smaller.
 //!
 //! Units: times in ns, energies in µJ (so powers are µJ/ns = kW).
+
+/// How often an energy counter is taken to update when its samples are too sparse to show it:
+/// NVML's moves about every 100 ms (seen on an H200, tests/gpu/nvml_cost.py).
+pub const COUNTER_UPDATE_NS: f64 = 100_000_000.0;
 
 /// A point where the energy is known.
 struct Knot {
@@ -46,8 +54,20 @@ impl EnergyCurve {
                 }
             }
         }
+        let repeats = samples.windows(2).any(|w| w[0].1 == w[1].1);
+        if counter && !repeats {
+            // Sparse readings: every one changed, each dates from an update within
+            // COUNTER_UPDATE_NS before it.
+            let half = COUNTER_UPDATE_NS / 2.0;
+            for &(t, e) in samples {
+                let t = t as f64 - half;
+                if knots.last().is_none_or(|k| t > k.t && e as f64 >= k.e) {
+                    knots.push(Knot { t, e: e as f64, h: half });
+                }
+            }
+        }
         let mut previous: Option<(u64, u64, bool)> = None; // (time, value, that sample changed)
-        for &(t, e) in samples.iter().filter(|_| counter) {
+        for &(t, e) in samples.iter().filter(|_| counter && repeats) {
             match previous {
                 None => previous = Some((t, e, false)),
                 Some((pt, pe, pchanged)) => {
@@ -69,6 +89,7 @@ impl EnergyCurve {
             }
         }
         if counter
+            && repeats
             && knots.len() >= 2
             && let Some(&(t0, e0)) = samples.first()
         {
@@ -161,6 +182,22 @@ mod tests {
         let joules = (b - a) / 1e6;
         assert!((joules - 50.0).abs() < 0.6, "{joules}");
         assert!(u > 0.0);
+    }
+
+    #[test]
+    fn sparse_counter_readings_date_from_the_update_before_them() {
+        // 100 W, counter updated every 100 ms, read every 800 ms (a costly counter): each
+        // reading changed, so no repeat shows the update times.
+        let samples = counter_samples(100, 800_000_000, 100_000_000, 4_000_000_000, 30_000_000);
+        let curve = EnergyCurve::new(&samples, true).unwrap();
+        // Readings are 0–100 ms stale: knots 50 ms before them make E(t) unbiased; the error
+        // left is within the stated uncertainty.
+        for t in [500_000_000.0, 1_700_000_000.0, 3_900_000_000.0] {
+            let (e, u) = curve.at(t);
+            let truth = 0.1 * t;
+            assert!((e - truth).abs() <= u + 1.0, "t {t}: {e} vs {truth} ± {u}");
+            assert!(u <= 0.1 * COUNTER_UPDATE_NS, "uncertainty {u}");
+        }
     }
 
     #[test]
