@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""mlprof's overhead on a real CUDA training job, and what it records there (needs an NVIDIA GPU).
+
+A ResNet-18 trains on synthetic 64×64 images (batch 128, SGD, a DataLoader with 2 workers and
+pinned memory) for --steps timed steps after 20 warm-up steps. Each round runs it bare and under
+`mlprof-collect --torch` (energy sampling on, the default 10 ms), in rotated order; reported per
+pair: the timed steps' wall time (CUDA-synchronized), the whole process's wall time and its
+CPU time (the children's rusage, DataLoader workers and collector included), as medians of the
+per-pair ratios with 95 % bootstrap intervals (bench/stats.py). The last profiled run's summary,
+energy report and trace conversion are printed, and the run files are copied to --keep.
+
+    tests/gpu/torch_cuda_overhead.py [--bin-dir target/release] [--python PY] [--rounds N]
+                                     [--steps N] [--keep DIR]
+"""
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import stats
+
+TRAIN = r"""
+import json, sys, time
+import torch, torch.nn as nn, torchvision
+
+class Synthetic(torch.utils.data.Dataset):
+    def __len__(self):
+        return 1 << 20
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(3, 64, 64, generator=g), int(i % 100)
+
+def main(steps):
+    dev = torch.device("cuda:0")
+    model = torchvision.models.resnet18(num_classes=100).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loader = torch.utils.data.DataLoader(Synthetic(), batch_size=128, num_workers=2,
+                                         pin_memory=True, shuffle=False)
+    it = iter(loader)
+    def step():
+        x, y = next(it)
+        x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+    for _ in range(20):
+        step()
+    torch.cuda.synchronize()
+    import contextlib, os
+    itt = torch.autograd.profiler.emit_itt() if os.environ.get("TRAIN_EMIT_ITT") else contextlib.nullcontext()
+    with itt:
+        t0 = time.perf_counter_ns()
+        for i in range(steps):
+            loss = step()
+            if i % 50 == 0:
+                loss.item()
+        torch.cuda.synchronize()
+    print(json.dumps({"steps_s": (time.perf_counter_ns() - t0) / 1e9, "steps": steps}))
+
+main(int(sys.argv[1]))
+"""
+
+
+def timed(cmd, env):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if out.returncode != 0:
+        print(f"FAILED ({out.returncode}): {' '.join(cmd)}\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
+        return None
+    line = [x for x in out.stdout.splitlines() if x.startswith("{")][-1]
+    sample = json.loads(line)
+    sample.update(wall_s=wall, cpu_s=cpu, stderr=out.stderr)
+    return sample
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument(
+        "--bin-dir",
+        default=os.environ.get("MLPROF_BIN_DIR", os.path.join(here, "..", "..", "target", "release")),
+    )
+    ap.add_argument("--python", default=os.environ.get("PYTHON", sys.executable))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--keep", default=None, help="copy the last profiled run.bin here")
+    ap.add_argument(
+        "--variants",
+        default="torch",
+        help="against bare, comma-separated: torch, plain, torch-noenergy, emit_itt",
+    )
+    args = ap.parse_args()
+    bins = os.path.abspath(args.bin_dir)
+    tmp = tempfile.mkdtemp(prefix="mlprof-gpu-overhead-")
+    train = os.path.join(tmp, "train.py")
+    with open(train, "w") as f:
+        f.write(TRAIN)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLPROF_") and k != "LD_PRELOAD"}
+    bare_cmd = [args.python, train, str(args.steps)]
+
+    def collect(name):
+        return [os.path.join(bins, "mlprof-collect"), "--out", os.path.join(tmp, f"run_{name}.bin")]
+
+    # Each variant against bare in the same round. emit_itt: PyTorch's own ITT path with no
+    # collector (what --torch turns on; mlprof cannot shorten it).
+    variants = {
+        "torch": (collect("torch") + ["--torch", "--"] + bare_cmd, {}),
+        "plain": (collect("plain") + ["--"] + bare_cmd, {}),
+        "torch-noenergy": (collect("torch-noenergy") + ["--torch", "--no-energy", "--"] + bare_cmd, {}),
+        "emit_itt": (bare_cmd, {"TRAIN_EMIT_ITT": "1"}),
+    }
+    chosen = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in chosen if v not in variants]
+    if unknown:
+        ap.error(f"unknown variants {unknown}; known: {', '.join(variants)}")
+    samples = {name: {} for name in ["bare"] + chosen}
+    for r in range(args.rounds):
+        order = ["bare"] + chosen
+        order = order[r % len(order) :] + order[: r % len(order)]
+        for name in order:
+            cmd, extra = (bare_cmd, {}) if name == "bare" else variants[name]
+            s = timed(cmd, {**env, **extra})
+            if s is not None:
+                samples[name][r] = s
+                print(
+                    f"round {r} {name:15}: steps {s['steps_s']:.3f} s  wall {s['wall_s']:.2f} s  cpu {s['cpu_s']:.2f} s",
+                    flush=True,
+                )
+    bare = samples["bare"]
+    for name in chosen:
+        for key, what in (
+            ("steps_s", "timed steps (wall)"),
+            ("wall_s", "whole process (wall)"),
+            ("cpu_s", "CPU time (all processes)"),
+        ):
+            ratios = stats.paired(samples[name], bare, key)
+            med, lo, hi = stats.median_ci(ratios)
+            print(f"{name} vs bare, {what}: {stats.fmt_ratio_ci(med, lo, hi)} over {len(ratios)} pairs")
+    for name, d in samples.items():
+        med, lo, hi = stats.median_ci([s["steps_s"] / s["steps"] * 1e3 for s in d.values()])
+        if med is not None:
+            print(f"{name}: ms per step {med:.2f}" + ("" if lo is None else f" [{lo:.2f}, {hi:.2f}]"))
+    # The profiled run whose files are shown: --torch's last, else any collector variant's.
+    shown = next((n for n in ("torch", "torch-noenergy", "plain") if samples.get(n)), None)
+    prof = samples[shown] if shown else {}
+    run_bin = os.path.join(tmp, f"run_{shown}.bin")
+    if not prof:
+        return 1
+    last = prof[max(prof)]
+    print("collector stderr of the last profiled run:\n" + last["stderr"][-3000:])
+    mlprof = os.path.join(bins, "mlprof")
+    for cmd in (["summary", run_bin], ["energy", run_bin]):
+        out = subprocess.run([mlprof] + cmd, capture_output=True, text=True)
+        print(
+            f"$ mlprof {' '.join(cmd[:1])} run.bin (rc {out.returncode})\n{out.stdout[:6000]}{out.stderr[-2000:]}"
+        )
+    summary = json.loads(
+        subprocess.run(
+            [mlprof, "summary", "--json", run_bin], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    t0 = time.monotonic()
+    conv = subprocess.run(
+        [mlprof, "convert", run_bin, "-o", os.path.join(tmp, "t.pftrace")], capture_output=True, text=True
+    )
+    print(
+        f"convert rc {conv.returncode} in {time.monotonic() - t0:.2f} s, "
+        f"{os.path.getsize(os.path.join(tmp, 't.pftrace')) if conv.returncode == 0 else 0} bytes; run.bin {os.path.getsize(run_bin)} bytes"
+    )
+    print(f"recorded={summary.get('events')} dropped={summary.get('dropped')}")
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+        shutil.copy(run_bin, os.path.join(args.keep, "torch_cuda_run.bin"))
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
