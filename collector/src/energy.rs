@@ -6,8 +6,10 @@
 //!
 //! Per tick (default 10 ms) a GPU costs one NVML call (the energy counter, or the power reading
 //! when there is no counter); utilization, SM clock, memory, temperature and the power reading
-//! are read every 100 ms. A source that is missing is said once and recorded as absent: no
-//! number is ever made up.
+//! are read every 100 ms. The power reading is the instantaneous one
+//! (`NVML_FI_DEV_POWER_INSTANT`, ~2 µs on an H200) where the driver has it: `nvmlDeviceGetPowerUsage`
+//! is a one-second average on Ampere and newer GPUs. A source that is missing is said once and
+//! recorded as absent: no number is ever made up.
 //!
 //! **The energy counter's price.** On an H200 (driver 580) one read of the energy counter costs
 //! 3–4 ms of CPU, spinning inside the driver (p90 8 ms), against about 1 µs for the power, clock
@@ -38,6 +40,9 @@ use mlprof_format::energy::{
 use mlprof_format::runfile::RunWriter;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
+use nvml_wrapper::enums::device::SampleValue;
+use nvml_wrapper::struct_wrappers::device::FieldValueSample;
+use nvml_wrapper::structs::device::FieldId;
 
 use crate::timebase::monotonic_ns;
 
@@ -208,13 +213,20 @@ fn sample_loop(config: &EnergyConfig, tx: &mpsc::Sender<Msg>, stop: &AtomicBool)
     let mut last_send = monotonic_ns();
     let mut next = last_send;
     let mut next_slow = last_send;
+    let mut next_power = last_send;
     let mut slow_cost_ns: Option<f64> = None;
     loop {
         let stopping = stop.load(Ordering::Acquire);
         let now = monotonic_ns();
         let slow = now >= next_slow || stopping;
+        // The power reading keeps its 100 ms whatever the other metrics cost: the reports shape
+        // the energy between sparse counter reads with it.
+        let power = now >= next_power || slow;
+        if power {
+            next_power = now + slow_ns - interval_ns / 2;
+        }
         for gpu in gpus.iter_mut() {
-            gpu.sample(slow, stopping, &mut batch, tx);
+            gpu.sample(power, slow, stopping, &mut batch, tx);
         }
         if slow {
             // Spaced by what they cost, like the counters: at least SLOW_EVERY, within
@@ -245,7 +257,11 @@ fn sample_loop(config: &EnergyConfig, tx: &mpsc::Sender<Msg>, stop: &AtomicBool)
             // Nothing is read at every tick (each counter has its read scheduled): sleep until
             // something is due instead of waking 100 times a second for nothing, which cost
             // ~0.5 % of a core on an H200 VM.
-            let due = gpus.iter().filter(|g| !g.lost).map(|g| g.next_counter_ns).fold(next_slow, u64::min);
+            let due = gpus
+                .iter()
+                .filter(|g| !g.lost)
+                .map(|g| g.next_counter_ns)
+                .fold(next_slow.min(next_power), u64::min);
             next = next.max(due);
         }
         let now = monotonic_ns();
@@ -363,6 +379,9 @@ struct Gpu<'a> {
     spacing_said: bool,
     /// CPU time of the last slow-metrics read (ns), taken by the sampling loop.
     slow_cpu_ns: u64,
+    /// The driver answers `NVML_FI_DEV_POWER_INSTANT` (else the power reading is
+    /// `nvmlDeviceGetPowerUsage`'s).
+    instant_power: bool,
     first_mj: Option<u64>,
     /// Power integration: last (time, mW) and the running total, µJ.
     last_power: Option<(u64, u32)>,
@@ -382,6 +401,7 @@ impl<'a> Gpu<'a> {
         let uuid = device.uuid().unwrap_or_default();
         let counter = device.total_energy_consumption().is_ok();
         let power = device.power_usage().is_ok();
+        let instant_power = instant_power(&device).is_some();
         let source = if counter {
             SOURCE_NVML_COUNTER
         } else if power {
@@ -409,6 +429,7 @@ impl<'a> Gpu<'a> {
             interval_ns,
             spacing_said: false,
             slow_cpu_ns: 0,
+            instant_power,
             first_mj: None,
             last_power: None,
             integrated_uj: 0.0,
@@ -418,14 +439,22 @@ impl<'a> Gpu<'a> {
     }
 
     /// One tick: the energy counter when it is due (or `last`), else the power reading; the
-    /// slow metrics when `slow`. A tick with nothing due records nothing.
-    fn sample(&mut self, slow: bool, last: bool, batch: &mut Vec<EnergySample>, tx: &mpsc::Sender<Msg>) {
+    /// power reading when `power`, the other slow metrics when `slow`. A tick with nothing due
+    /// records nothing.
+    fn sample(
+        &mut self,
+        power: bool,
+        slow: bool,
+        last: bool,
+        batch: &mut Vec<EnergySample>,
+        tx: &mpsc::Sender<Msg>,
+    ) {
         if self.lost {
             return;
         }
         let before = monotonic_ns();
         let read_counter = self.counter && (last || before >= self.next_counter_ns);
-        if self.counter && !read_counter && !slow {
+        if self.counter && !read_counter && !slow && !power {
             return;
         }
         let cpu_before = if read_counter { thread_cpu_ns() } else { 0 };
@@ -468,19 +497,29 @@ impl<'a> Gpu<'a> {
             sample.energy_uj = Some(self.integrated_uj.round() as u64);
             sample.power_mw = Some(mw);
         }
-        if slow {
+        if power || slow {
             let cpu_before = thread_cpu_ns();
+            if read_counter {
+                // A counter read takes milliseconds on some GPUs: the metrics read after it get
+                // a sample of their own, stamped with their own time.
+                batch.push(sample);
+                sample = EnergySample { device: self.id, time_ns: monotonic_ns(), ..Default::default() };
+            }
             if sample.power_mw.is_none() {
-                sample.power_mw = self.device.power_usage().ok();
+                let instant = if self.instant_power { instant_power(&self.device) } else { None };
+                sample.power_mw = instant.or_else(|| self.device.power_usage().ok());
             }
-            if let Ok(u) = self.device.utilization_rates() {
-                sample.gpu_util = Some(u.gpu.min(100) as u8);
-                sample.mem_util = Some(u.memory.min(100) as u8);
+            if slow {
+                if let Ok(u) = self.device.utilization_rates() {
+                    sample.gpu_util = Some(u.gpu.min(100) as u8);
+                    sample.mem_util = Some(u.memory.min(100) as u8);
+                }
+                sample.sm_clock_mhz = self.device.clock_info(Clock::SM).ok();
+                sample.mem_used_bytes = self.device.memory_info().ok().map(|m| m.used);
+                sample.temperature_c = self.device.temperature(TemperatureSensor::Gpu).ok();
             }
-            sample.sm_clock_mhz = self.device.clock_info(Clock::SM).ok();
-            sample.mem_used_bytes = self.device.memory_info().ok().map(|m| m.used);
-            sample.temperature_c = self.device.temperature(TemperatureSensor::Gpu).ok();
-            self.slow_cpu_ns = thread_cpu_ns().saturating_sub(cpu_before);
+            // What the power reading costs counts too (it is read every 100 ms regardless).
+            self.slow_cpu_ns += thread_cpu_ns().saturating_sub(cpu_before);
         }
         batch.push(sample);
     }
@@ -524,6 +563,22 @@ impl<'a> Gpu<'a> {
                 ),
             );
         }
+    }
+}
+
+/// NVML's `NVML_FI_DEV_POWER_INSTANT` field (the same number in every field-id scheme).
+const FIELD_POWER_INSTANT: u32 = 186;
+
+/// The GPU's instantaneous power, mW, where the driver has the field.
+fn instant_power(device: &nvml_wrapper::Device<'_>) -> Option<u32> {
+    let values = device.field_values_for(&[FieldId(FIELD_POWER_INSTANT)]).ok()?;
+    let FieldValueSample { value, .. } = values.into_iter().next()?.ok()?;
+    match value.ok()? {
+        SampleValue::U32(mw) => Some(mw),
+        SampleValue::U64(mw) => u32::try_from(mw).ok(),
+        SampleValue::I64(mw) => u32::try_from(mw).ok(),
+        SampleValue::F64(mw) if mw.is_finite() && mw >= 0.0 && mw < u32::MAX as f64 => Some(mw as u32),
+        SampleValue::F64(_) => None,
     }
 }
 

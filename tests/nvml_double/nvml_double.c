@@ -18,6 +18,10 @@
  *   NVML_DOUBLE_ENERGY_READ_US=U  each energy-counter read spins U µs of CPU first, as an H200's
  *                               driver does for 3-4 ms (tests/gpu/nvml_cost.py)
  *   NVML_DOUBLE_MEMORY_READ_US=U  likewise for each memory-info read (a slow metric)
+ *   NVML_DOUBLE_AVERAGED_POWER=1  nvmlDeviceGetPowerUsage returns the mean power of the last
+ *                               second, as on Ampere and newer GPUs; the field
+ *                               NVML_FI_DEV_POWER_INSTANT (nvmlDeviceGetFieldValues) always
+ *                               gives the instantaneous power
  *   NVML_DOUBLE_LOSE=G:MS       GPU G answers NVML_ERROR_GPU_IS_LOST from MS after START on
  *   NVML_DOUBLE_FAIL_INIT=1     nvmlInit fails (NVML_ERROR_DRIVER_NOT_LOADED)
  *
@@ -65,6 +69,7 @@ static uint64_t start_ns;
 static double base_w = 100.0, amp_w = 50.0, period_s = 2.0, update_s = 0.1;
 static int no_energy;
 static double energy_read_s, memory_read_s;
+static int averaged_power;
 static int lose_gpu = -1;
 static double lose_after_s;
 
@@ -128,6 +133,7 @@ int nvmlInit_v2(void) {
     no_energy = ne && *ne == '1';
     energy_read_s = env_double("NVML_DOUBLE_ENERGY_READ_US", 0.0) / 1e6;
     memory_read_s = env_double("NVML_DOUBLE_MEMORY_READ_US", 0.0) / 1e6;
+    averaged_power = env_double("NVML_DOUBLE_AVERAGED_POWER", 0.0) == 1.0;
     const char *lose = getenv("NVML_DOUBLE_LOSE");
     if (lose && *lose) {
         char *colon;
@@ -229,7 +235,40 @@ int nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned *power) {
     int rc = check(device);
     if (rc != NVML_SUCCESS)
         return rc;
-    *power = (unsigned)(power_w(device->index, elapsed_s()) * 1000.0 + 0.5);
+    double t = elapsed_s();
+    double w = averaged_power ? energy_j(device->index, t) - energy_j(device->index, t - 1.0)
+                              : power_w(device->index, t);
+    *power = (unsigned)(w * 1000.0 + 0.5);
+    return NVML_SUCCESS;
+}
+
+/* nvmlFieldValue_t; only NVML_FI_DEV_POWER_INSTANT (186) is answered, in mW. */
+typedef struct {
+    unsigned fieldId, scopeId;
+    long long timestamp, latencyUsec;
+    int valueType, nvmlReturn;
+    union {
+        double dVal;
+        unsigned uiVal;
+        unsigned long long ullVal;
+    } value;
+} nvmlFieldValue_t;
+
+int nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *values) {
+    int rc = check(device);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    for (int i = 0; i < count; i++) {
+        values[i].timestamp = (long long)(mono_ns() / 1000);
+        values[i].latencyUsec = 0;
+        if (values[i].fieldId == 186) {
+            values[i].valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
+            values[i].value.uiVal = (unsigned)(power_w(device->index, elapsed_s()) * 1000.0 + 0.5);
+            values[i].nvmlReturn = NVML_SUCCESS;
+        } else {
+            values[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+    }
     return NVML_SUCCESS;
 }
 

@@ -21,22 +21,30 @@ fn mono_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The double's power curve of GPU `g` at `t` s after its start, W.
+/// The double's power curve of GPU `g` at `t` s after its start, W (period `period` s).
+fn power_with(g: u32, t: f64, period: f64) -> f64 {
+    BASE_W * (g + 1) as f64 + AMP_W * (2.0 * std::f64::consts::PI * t / period).sin()
+}
+
 fn power(g: u32, t: f64) -> f64 {
-    BASE_W * (g + 1) as f64 + AMP_W * (2.0 * std::f64::consts::PI * t / PERIOD_S).sin()
+    power_with(g, t, PERIOD_S)
 }
 
-/// Integral of `power(g, ·)` over [0, t], J.
-fn energy(g: u32, t: f64) -> f64 {
+/// Integral of `power_with(g, ·, period)` over [0, t], J.
+fn energy(g: u32, t: f64, period: f64) -> f64 {
     BASE_W * (g + 1) as f64 * t
-        - AMP_W * PERIOD_S / (2.0 * std::f64::consts::PI)
-            * ((2.0 * std::f64::consts::PI * t / PERIOD_S).cos() - 1.0)
+        - AMP_W * period / (2.0 * std::f64::consts::PI)
+            * ((2.0 * std::f64::consts::PI * t / period).cos() - 1.0)
 }
 
-/// Energy of GPU `g` between two CLOCK_MONOTONIC times, J.
-fn energy_between(g: u32, origin_ns: u64, a_ns: u64, b_ns: u64) -> f64 {
+/// Energy of GPU `g` between two CLOCK_MONOTONIC times, J (curve of period `period` s).
+fn energy_between_with(g: u32, origin_ns: u64, a_ns: u64, b_ns: u64, period: f64) -> f64 {
     let s = |ns: u64| (ns as f64 - origin_ns as f64) / 1e9;
-    energy(g, s(b_ns)) - energy(g, s(a_ns))
+    energy(g, s(b_ns), period) - energy(g, s(a_ns), period)
+}
+
+fn energy_between(g: u32, origin_ns: u64, a_ns: u64, b_ns: u64) -> f64 {
+    energy_between_with(g, origin_ns, a_ns, b_ns, PERIOD_S)
 }
 
 fn nvml_double(dir: &TempDir) -> String {
@@ -306,6 +314,57 @@ fn an_expensive_energy_counter_is_read_sparingly() {
     assert!(uncertainty <= want * 0.12, "uncertainty {uncertainty} J of {want} J");
     let notes = json["notes"].to_string();
     assert!(notes.contains("energy-counter read costs"), "notes: {notes}");
+}
+
+/// A costly counter on a GPU whose `nvmlDeviceGetPowerUsage` is a one-second average (Ampere
+/// and newer) and whose driver has the instantaneous-power field: the trace's power readings
+/// are the instantaneous ones, and between the sparse counter reads they shape the energy, so
+/// the two phases' calls get their energy within a few percent.
+#[test]
+fn instantaneous_power_shapes_energy_between_sparse_counter_reads() {
+    let dir = TempDir::new("energy-instant-power");
+    let lib = nvml_double(&dir);
+    let prog = compile("energy_phases", &dir);
+    let run = collect(
+        &dir,
+        &["--nvml-lib", &lib],
+        std::slice::from_ref(&prog),
+        // Power swings with a 1.6 s period: reads ~0.8 s apart cannot follow it, the readings can.
+        &[
+            ("NVML_DOUBLE_ENERGY_READ_US", "2000"),
+            ("NVML_DOUBLE_AVERAGED_POWER", "1"),
+            ("NVML_DOUBLE_PERIOD_MS", "1600"),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&run.out.stdout).to_string();
+    let times = |tag: &str| -> (u64, u64) {
+        let line =
+            stdout.lines().find(|l| l.starts_with(tag)).unwrap_or_else(|| panic!("no {tag} line: {stdout}"));
+        let v: Vec<u64> = line.split_whitespace().skip(1).map(|x| x.parse().expect("time")).collect();
+        (v[0], v[1])
+    };
+    let ((a0, a1), (b0, b1)) = (times("A "), times("B "));
+    let json = energy_json(&run.bin);
+    let between = |a: u64, b: u64| energy_between_with(0, run.origin_ns, a, b, 1.6);
+    // read alone [a0, b0], shared [b0, a1], fread alone [a1, b1] (the overlap rule).
+    let want_read = between(a0, b0) + between(b0, a1) / 2.0;
+    let want_fread = between(b0, a1) / 2.0 + between(a1, b1);
+    for (name, want) in [("read", want_read), ("fread", want_fread)] {
+        let got = f(span(&json, name), "energy_j");
+        eprintln!("{name}: {got} J, want {want} J");
+        close(&format!("{name} energy"), got, want, want * 0.04);
+    }
+    // The readings in the trace are instantaneous power, not the one-second average.
+    let (start, _) = run_window(&json);
+    let trace = convert_trace(&run.bin);
+    let events = trace["traceEvents"].as_array().expect("traceEvents");
+    let mut readings = 0;
+    for ev in events.iter().filter(|ev| ev["ph"] == "C" && ev["name"] == "power W (NVML reading)") {
+        let t = (start as f64 + f(ev, "ts") * 1000.0 - run.origin_ns as f64) / 1e9;
+        close(&format!("power at {t:.4} s"), f(&ev["args"], "W"), power_with(0, t, 1.6), 0.5);
+        readings += 1;
+    }
+    assert!(readings >= 10, "only {readings} power readings in the trace");
 }
 
 /// No NVML: one line says so, the run goes on, nothing is invented.

@@ -5,12 +5,17 @@
 //! 100 ms) repeats values; its update happened between the last sample that showed the old
 //! value and the first that shows the new one, and the knot is put halfway (timing
 //! uncertainty: half that gap). A counter read more sparsely than it updates (the collector
-//! spaces reads of a counter that is expensive to read, ~1 s apart on an H200) never repeats a
-//! value: each reading's value dates from an update in the [`COUNTER_UPDATE_NS`] before it, so
-//! its knot is put half that before the reading, with half of it as timing uncertainty. A
+//! spaces reads of a counter that is expensive to read, ~1 s apart on an H200; the median gap
+//! between readings tells) cannot show when it updated: each reading's value dates from an
+//! update in the [`COUNTER_UPDATE_NS`] before it, so its knot is put half that before the
+//! reading, with half of it as timing uncertainty; a reading that repeats the one before (the
+//! last one, taken at the end of the run just after a regular one) adds nothing. A
 //! source at least as fresh as its sampling (RAPL, integrated power) has a knot at every
 //! sample. Between knots energy is interpolated linearly; before the first and after the last
-//! knot it is extrapolated with the nearest segment's power.
+//! knot it is extrapolated with the nearest segment's power. Between sparse counter knots
+//! (~1 s apart) the device's power readings, where it has them (instantaneous, every 100 ms),
+//! shape the interpolation instead: the segment's energy, which the knots fix, is spread in
+//! proportion to the readings' integral ([`EnergyCurve::shaped_by`]).
 //!
 //! **Uncertainty of E(t).** Inside a segment of duration Δ and mean power P: ¼·Δ·|ΔP| (the
 //! largest error of linear interpolation when power steps by ΔP somewhere in the segment; ΔP is
@@ -38,6 +43,55 @@ pub struct EnergyCurve {
     knots: Vec<Knot>,
     /// Mean power of each segment (knots[i]..knots[i+1]), µJ/ns.
     power: Vec<f64>,
+    /// The knots come from a counter read more sparsely than it updates.
+    sparse: bool,
+    /// Power readings that shape the energy between sparse knots.
+    shape: Option<PowerShape>,
+}
+
+/// Power readings joined linearly and integrated: the shape of the energy in time.
+struct PowerShape {
+    /// Reading times, ns.
+    t: Vec<f64>,
+    /// Readings, µJ/ns.
+    p: Vec<f64>,
+    /// Integral from the first reading to each, µJ.
+    w: Vec<f64>,
+}
+
+impl PowerShape {
+    /// From readings in mW in time order; `None` with fewer than two.
+    fn new(readings: &[(u64, u32)]) -> Option<PowerShape> {
+        let (mut t, mut p, mut w) = (Vec::new(), Vec::new(), Vec::new());
+        for &(time, mw) in readings {
+            let (time, power) = (time as f64, mw as f64 * 1e-6);
+            match (t.last(), p.last(), w.last()) {
+                (Some(&t0), Some(&p0), Some(&w0)) if time > t0 => {
+                    w.push(w0 + (p0 + power) / 2.0 * (time - t0));
+                }
+                (None, _, _) => w.push(0.0),
+                _ => continue,
+            }
+            t.push(time);
+            p.push(power);
+        }
+        (t.len() >= 2).then_some(PowerShape { t, p, w })
+    }
+
+    /// The integral of the readings from the first to `time` (held flat outside them), µJ.
+    fn integral(&self, time: f64) -> f64 {
+        let after = self.t.partition_point(|&t| t <= time);
+        if after == 0 {
+            return self.p[0] * (time - self.t[0]);
+        }
+        let i = after - 1;
+        if i + 1 == self.t.len() {
+            return self.w[i] + self.p[i] * (time - self.t[i]);
+        }
+        let share = (time - self.t[i]) / (self.t[i + 1] - self.t[i]);
+        let p_at = self.p[i] + (self.p[i + 1] - self.p[i]) * share;
+        self.w[i] + (self.p[i] + p_at) / 2.0 * (time - self.t[i])
+    }
 }
 
 impl EnergyCurve {
@@ -54,20 +108,24 @@ impl EnergyCurve {
                 }
             }
         }
-        let repeats = samples.windows(2).any(|w| w[0].1 == w[1].1);
-        if counter && !repeats {
-            // Sparse readings: every one changed, each dates from an update within
-            // COUNTER_UPDATE_NS before it.
+        let sparse = counter && {
+            let mut gaps: Vec<u64> = samples.windows(2).map(|w| w[1].0.saturating_sub(w[0].0)).collect();
+            gaps.sort_unstable();
+            gaps.get(gaps.len() / 2).is_some_and(|&gap| gap as f64 >= COUNTER_UPDATE_NS)
+        };
+        let dense = counter && !sparse;
+        if sparse {
+            // Each reading dates from an update within COUNTER_UPDATE_NS before it.
             let half = COUNTER_UPDATE_NS / 2.0;
             for &(t, e) in samples {
                 let t = t as f64 - half;
-                if knots.last().is_none_or(|k| t > k.t && e as f64 >= k.e) {
+                if knots.last().is_none_or(|k| t > k.t && e as f64 > k.e) {
                     knots.push(Knot { t, e: e as f64, h: half });
                 }
             }
         }
         let mut previous: Option<(u64, u64, bool)> = None; // (time, value, that sample changed)
-        for &(t, e) in samples.iter().filter(|_| counter && repeats) {
+        for &(t, e) in samples.iter().filter(|_| dense) {
             match previous {
                 None => previous = Some((t, e, false)),
                 Some((pt, pe, pchanged)) => {
@@ -89,7 +147,7 @@ impl EnergyCurve {
             }
         }
         if counter
-            && repeats
+            && dense
             && knots.len() >= 2
             && let Some(&(t0, e0)) = samples.first()
         {
@@ -107,7 +165,71 @@ impl EnergyCurve {
             return None;
         }
         let power = knots.windows(2).map(|w| (w[1].e - w[0].e) / (w[1].t - w[0].t).max(1.0)).collect();
-        Some(EnergyCurve { knots, power })
+        Some(EnergyCurve { knots, power, sparse, shape: None })
+    }
+
+    /// Shapes the energy between sparse counter knots by the device's power readings (time,
+    /// mW), in time order. Dense knots (or none from a counter) already follow the energy
+    /// closely: they are left alone.
+    pub fn shaped_by(mut self, readings: &[(u64, u32)]) -> EnergyCurve {
+        if !self.sparse {
+            return self;
+        }
+        // Readings sparser than the counter's own updates (slow metrics spaced out because
+        // they are costly) would blur more than they shape.
+        let mut gaps: Vec<u64> = readings.windows(2).map(|w| w[1].0.saturating_sub(w[0].0)).collect();
+        gaps.sort_unstable();
+        if gaps.get(gaps.len() / 2).is_none_or(|&gap| gap as f64 > 1.5 * COUNTER_UPDATE_NS) {
+            return self;
+        }
+        let shape = PowerShape::new(readings);
+        if let Some(shape) = &shape {
+            self.date_updates(shape);
+        }
+        self.shape = shape;
+        self
+    }
+
+    /// Dates each sparse reading's update from the power readings. The counter updates every
+    /// COUNTER_UPDATE_NS on a fixed phase φ, so a reading at `t` holds the energy up to
+    /// `t - ((t - φ) mod U)`; the φ (1 ms steps) whose updates make the counter's increments
+    /// best match the readings' integral (scaled by a least-squares factor: the two sensors
+    /// may differ by a few percent) dates them all, to within a few ms instead of ±50 ms.
+    fn date_updates(&mut self, shape: &PowerShape) {
+        if self.knots.len() < 3 {
+            return;
+        }
+        let update = COUNTER_UPDATE_NS;
+        let read_times: Vec<f64> = self.knots.iter().map(|k| k.t + update / 2.0).collect();
+        let dated = |phase: f64| -> Vec<f64> {
+            read_times.iter().map(|&t| t - (t - phase).rem_euclid(update)).collect()
+        };
+        let misfit = |times: &[f64]| -> f64 {
+            let pairs: Vec<(f64, f64)> = self
+                .knots
+                .windows(2)
+                .zip(times.windows(2))
+                .map(|(k, t)| (k[1].e - k[0].e, shape.integral(t[1]) - shape.integral(t[0])))
+                .collect();
+            let (vw, ww) = pairs.iter().fold((0.0, 0.0), |(vw, ww), &(v, w)| (vw + v * w, ww + w * w));
+            let scale = if ww > 0.0 { vw / ww } else { 1.0 };
+            pairs.iter().map(|&(v, w)| (v - scale * w).powi(2)).sum()
+        };
+        let step = 1_000_000.0;
+        let best = (0..(update / step) as u32)
+            .map(|i| i as f64 * step)
+            .map(|phase| (misfit(&dated(phase)), phase))
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        let Some((_, phase)) = best else { return };
+        let times = dated(phase);
+        if times.windows(2).any(|w| w[1] <= w[0]) {
+            return;
+        }
+        for (knot, t) in self.knots.iter_mut().zip(times) {
+            knot.t = t;
+            knot.h = step;
+        }
+        self.power = self.knots.windows(2).map(|w| (w[1].e - w[0].e) / (w[1].t - w[0].t).max(1.0)).collect();
     }
 
     /// The segment holding `t` (clamped to the first/last).
@@ -139,21 +261,34 @@ impl EnergyCurve {
         if t <= first.t {
             let p = self.power[0];
             let extra = first.t - t;
-            return (first.e - p * extra, extra * self.power_change(0) + p * first.h);
+            let e = self.shaped(0, first, t).unwrap_or(first.e - p * extra);
+            return (e, extra * self.power_change(0) + p * first.h);
         }
         if t >= last.t {
             let j = self.power.len() - 1;
             let p = self.power[j];
             let extra = t - last.t;
-            return (last.e + p * extra, extra * self.power_change(j) + p * last.h);
+            let e = self.shaped(j, last, t).unwrap_or(last.e + p * extra);
+            return (e, extra * self.power_change(j) + p * last.h);
         }
         let j = self.segment(t);
         let (a, b) = (&self.knots[j], &self.knots[j + 1]);
         let p = self.power[j];
-        let e = a.e + p * (t - a.t);
+        let e = self.shaped(j, a, t).unwrap_or(a.e + p * (t - a.t));
         let interp = (b.t - a.t) / 4.0 * self.power_change(j);
         // At a knot the value is exact but its time is not.
         (e, interp + p * a.h.max(b.h))
+    }
+
+    /// E(t) from knot `from` along the power readings, scaled so that segment `j` holds the
+    /// energy its knots give (also outside the knots, with the nearest segment's scale);
+    /// `None` without readings or where they are flat at zero.
+    fn shaped(&self, j: usize, from: &Knot, t: f64) -> Option<f64> {
+        let shape = self.shape.as_ref()?;
+        let (a, b) = (&self.knots[j], &self.knots[j + 1]);
+        let (wa, wb) = (shape.integral(a.t), shape.integral(b.t));
+        (wb - wa > 0.0)
+            .then(|| from.e + (b.e - a.e) / (wb - wa) * (shape.integral(t) - shape.integral(from.t)))
     }
 }
 
@@ -188,8 +323,12 @@ mod tests {
     fn sparse_counter_readings_date_from_the_update_before_them() {
         // 100 W, counter updated every 100 ms, read every 800 ms (a costly counter): each
         // reading changed, so no repeat shows the update times.
-        let samples = counter_samples(100, 800_000_000, 100_000_000, 4_000_000_000, 30_000_000);
+        let mut samples = counter_samples(100, 800_000_000, 100_000_000, 4_000_000_000, 30_000_000);
+        // The last reading, at the end of the run, 20 ms after a regular one: same value.
+        let &(t_last, e_last) = samples.last().unwrap();
+        samples.push((t_last + 20_000_000, e_last));
         let curve = EnergyCurve::new(&samples, true).unwrap();
+        assert!(curve.sparse && curve.knots.len() == 6, "{} knots", curve.knots.len());
         // Readings are 0–100 ms stale: knots 50 ms before them make E(t) unbiased; the error
         // left is within the stated uncertainty.
         for t in [500_000_000.0, 1_700_000_000.0, 3_900_000_000.0] {
@@ -198,6 +337,45 @@ mod tests {
             assert!((e - truth).abs() <= u + 1.0, "t {t}: {e} vs {truth} ± {u}");
             assert!(u <= 0.1 * COUNTER_UPDATE_NS, "uncertainty {u}");
         }
+    }
+
+    #[test]
+    fn power_readings_shape_the_energy_between_sparse_knots() {
+        // 100 W until t = 0.95 s, then 300 W; counter updated every 100 ms, read every 800 ms;
+        // instantaneous power read every 100 ms (the step halfway between two readings, where
+        // joining them puts it).
+        let watts = |t: u64| if t < 950_000_000 { 100.0 } else { 300.0 };
+        let energy = |t: u64| -> f64 {
+            // µJ = W × ns / 1000
+            if t < 950_000_000 { 0.1 * t as f64 } else { 0.95e8 + 0.3 * (t - 950_000_000) as f64 }
+        };
+        let update = 100_000_000;
+        let samples: Vec<(u64, u64)> = (0..=5u64)
+            .map(|i| i * 800_000_000 + 30_000_000)
+            .map(|t| (t, energy(t / update * update) as u64))
+            .collect();
+        let readings: Vec<(u64, u32)> =
+            (0..=40u64).map(|i| i * 100_000_000).map(|t| (t, (watts(t) * 1000.0) as u32)).collect();
+        let linear = EnergyCurve::new(&samples, true).unwrap();
+        let shaped = EnergyCurve::new(&samples, true).unwrap().shaped_by(&readings);
+        // Inside one segment (knots at 0.78 s and 1.58 s), away from the step the readings
+        // blurs over their 100 ms: [0.80, 0.90] s at 100 W and [1.10, 1.50] s at 300 W.
+        for (a, b) in [(800_000_000u64, 900_000_000u64), (1_100_000_000, 1_500_000_000)] {
+            let truth = energy(b) - energy(a);
+            let of = |c: &EnergyCurve| c.at(b as f64).0 - c.at(a as f64).0;
+            let (lin, shp) = (of(&linear), of(&shaped));
+            assert!((shp - truth).abs() < 0.05 * truth, "[{a}, {b}]: shaped {shp} vs {truth}");
+            assert!((lin - truth).abs() > 0.1 * truth, "[{a}, {b}]: linear {lin} vs {truth}");
+        }
+        // The readings also date the counter's updates (on 100 ms boundaries here): each knot
+        // moves to its update, 30 ms before its reading, instead of the 50 ms assumed.
+        for (knot, &(t, e)) in shaped.knots.iter().zip(&samples) {
+            assert!((knot.t - (t as f64 - 30_000_000.0)).abs() <= 1_000_000.0, "{} vs {t}", knot.t);
+            assert_eq!(knot.e, e as f64);
+        }
+        // Dense knots are not reshaped.
+        let dense = counter_samples(100, 10_000_000, 100_000_000, 1_000_000_000, 3_000_000);
+        assert!(EnergyCurve::new(&dense, true).unwrap().shaped_by(&readings).shape.is_none());
     }
 
     #[test]

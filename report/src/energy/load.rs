@@ -182,6 +182,9 @@ impl EnergyRun {
     pub fn curve(device: &Device) -> Option<EnergyCurve> {
         let points: Vec<(u64, u64)> =
             device.samples.iter().filter_map(|s| s.energy_uj.map(|e| (s.time_ns, e))).collect();
+        let readings: Vec<(u64, u32)> =
+            device.samples.iter().filter_map(|s| s.power_mw.map(|p| (s.time_ns, p))).collect();
         EnergyCurve::new(&points, device.info.energy_source == SOURCE_NVML_COUNTER)
+            .map(|c| c.shaped_by(&readings))
     }
 }
