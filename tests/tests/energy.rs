@@ -86,6 +86,18 @@ fn collect(dir: &TempDir, args: &[&str], cmd: &[String], env: &[(&str, &str)]) -
     Run { out, bin, origin_ns }
 }
 
+/// The blocking calls' times that `energy_phases` prints: (read's, fread's) (start, end) ns.
+fn phase_times(out: &Output) -> ((u64, u64), (u64, u64)) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let times = |tag: &str| -> (u64, u64) {
+        let line =
+            stdout.lines().find(|l| l.starts_with(tag)).unwrap_or_else(|| panic!("no {tag} line: {stdout}"));
+        let v: Vec<u64> = line.split_whitespace().skip(1).map(|x| x.parse().expect("time")).collect();
+        (v[0], v[1])
+    };
+    (times("A "), times("B "))
+}
+
 fn mlprof(args: &[&str]) -> Output {
     let mut c = Command::new(&bins().mlprof);
     c.args(args);
@@ -136,15 +148,7 @@ fn counter_totals_attribution_and_time_axis() {
     let lib = nvml_double(&dir);
     let prog = compile("energy_phases", &dir);
     let run = collect(&dir, &["--nvml-lib", &lib], std::slice::from_ref(&prog), &[("NVML_DOUBLE_GPUS", "2")]);
-    let stdout = String::from_utf8_lossy(&run.out.stdout).to_string();
-    let times = |tag: &str| -> (u64, u64) {
-        let line =
-            stdout.lines().find(|l| l.starts_with(tag)).unwrap_or_else(|| panic!("no {tag} line: {stdout}"));
-        let v: Vec<u64> = line.split_whitespace().skip(1).map(|x| x.parse().expect("time")).collect();
-        (v[0], v[1])
-    };
-    let (a0, a1) = times("A ");
-    let (b0, b1) = times("B ");
+    let ((a0, a1), (b0, b1)) = phase_times(&run.out);
     let json = energy_json(&run.bin);
     let (start, end) = run_window(&json);
 
@@ -336,14 +340,7 @@ fn instantaneous_power_shapes_energy_between_sparse_counter_reads() {
             ("NVML_DOUBLE_PERIOD_MS", "1600"),
         ],
     );
-    let stdout = String::from_utf8_lossy(&run.out.stdout).to_string();
-    let times = |tag: &str| -> (u64, u64) {
-        let line =
-            stdout.lines().find(|l| l.starts_with(tag)).unwrap_or_else(|| panic!("no {tag} line: {stdout}"));
-        let v: Vec<u64> = line.split_whitespace().skip(1).map(|x| x.parse().expect("time")).collect();
-        (v[0], v[1])
-    };
-    let ((a0, a1), (b0, b1)) = (times("A "), times("B "));
+    let ((a0, a1), (b0, b1)) = phase_times(&run.out);
     let json = energy_json(&run.bin);
     let between = |a: u64, b: u64| energy_between_with(0, run.origin_ns, a, b, 1.6);
     // read alone [a0, b0], shared [b0, a1], fread alone [a1, b1] (the overlap rule).
