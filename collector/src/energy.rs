@@ -12,7 +12,7 @@
 //! recorded as absent: no number is ever made up.
 //!
 //! **The energy counter's price.** On an H200 (driver 580) one read of the energy counter costs
-//! 3–4 ms of CPU, spinning inside the driver (p90 8 ms), against about 1 µs for the power, clock
+//! 3–4 ms of CPU, spinning inside the driver (p90 7 ms), against about 2 µs for the power, clock
 //! or utilization queries, and the counter moves only every ~100 ms: read every 10 ms it took
 //! 37 % of a core (tests/gpu/nvml_cost.py, BENCHMARKS.md). So each GPU measures what its counter
 //! reads cost (CPU of this thread) and spaces them to stay within [`COUNTER_BUDGET`] of a core,
@@ -438,9 +438,9 @@ impl<'a> Gpu<'a> {
         Ok((gpu, info))
     }
 
-    /// One tick: the energy counter when it is due (or `last`), else the power reading; the
-    /// power reading when `power`, the other slow metrics when `slow`. A tick with nothing due
-    /// records nothing.
+    /// One tick: the energy counter when its read is due (or `last`), or for a GPU without one
+    /// the power reading it integrates; the power reading when `power`, the other slow metrics
+    /// when `slow`. A tick with nothing due records nothing.
     fn sample(
         &mut self,
         power: bool,

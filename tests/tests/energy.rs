@@ -347,9 +347,15 @@ fn instantaneous_power_shapes_energy_between_sparse_counter_reads() {
     let want_read = between(a0, b0) + between(b0, a1) / 2.0;
     let want_fread = between(b0, a1) / 2.0 + between(a1, b1);
     for (name, want) in [("read", want_read), ("fread", want_fread)] {
-        let got = f(span(&json, name), "energy_j");
-        eprintln!("{name}: {got} J, want {want} J");
+        let (got, uncertainty) = (f(span(&json, name), "energy_j"), f(span(&json, name), "uncertainty_j"));
+        eprintln!("{name}: {got} ± {uncertainty} J, want {want} J");
         close(&format!("{name} energy"), got, want, want * 0.04);
+        // Stated from the readings' resolution: covers the error, stays a few percent.
+        assert!(
+            (got - want).abs() <= uncertainty.max(want * 0.005),
+            "{name}: {got} ± {uncertainty}, want {want}"
+        );
+        assert!(uncertainty <= want * 0.1, "{name}: ± {uncertainty} J of {want} J");
     }
     // The readings in the trace are instantaneous power, not the one-second average.
     let (start, _) = run_window(&json);

@@ -21,8 +21,10 @@
 //! largest error of linear interpolation when power steps by ΔP somewhere in the segment; ΔP is
 //! the largest difference to the neighbouring segments' mean powers) plus P × the knots' timing
 //! uncertainty; outside the knots, the extrapolated time × ΔP of the nearest segment, plus the
-//! same timing term. An interval [a, b] has E(b) − E(a) ± (u(a) + u(b)), or for a short
-//! interval (b − a) × ΔP when that is smaller.
+//! same timing term. In a segment shaped by power readings the first term is instead what
+//! joining the readings by straight lines can miss: ¼ · gap · power change, summed over the
+//! segment's gaps between readings, in the segment's scale. An interval [a, b] has
+//! E(b) − E(a) ± (u(a) + u(b)), or for a short interval (b − a) × ΔP when that is smaller.
 //!
 //! Units: times in ns, energies in µJ (so powers are µJ/ns = kW).
 
@@ -76,6 +78,15 @@ impl PowerShape {
             p.push(power);
         }
         (t.len() >= 2).then_some(PowerShape { t, p, w })
+    }
+
+    /// How far the integral over [from, to] can be off for joining the readings by straight
+    /// lines: ¼ · gap · power change, summed over the gaps between readings that it touches,
+    /// µJ (a step of power inside a gap is the worst case of each).
+    fn resolution(&self, from: f64, to: f64) -> f64 {
+        let first = self.t.partition_point(|&t| t <= from).saturating_sub(1);
+        let end = self.t.partition_point(|&t| t < to).min(self.t.len() - 1);
+        (first..end).map(|k| (self.t[k + 1] - self.t[k]) / 4.0 * (self.p[k + 1] - self.p[k]).abs()).sum()
     }
 
     /// The integral of the readings from the first to `time` (held flat outside them), µJ.
@@ -274,10 +285,23 @@ impl EnergyCurve {
         let j = self.segment(t);
         let (a, b) = (&self.knots[j], &self.knots[j + 1]);
         let p = self.power[j];
-        let e = self.shaped(j, a, t).unwrap_or(a.e + p * (t - a.t));
-        let interp = (b.t - a.t) / 4.0 * self.power_change(j);
         // At a knot the value is exact but its time is not.
-        (e, interp + p * a.h.max(b.h))
+        let timing = p * a.h.max(b.h);
+        match (self.shaped(j, a, t), &self.shape) {
+            // Along the readings, E(t) is as uncertain as joining the segment's readings by
+            // straight lines makes their integral, in the segment's scale.
+            (Some(e), Some(shape)) => (e, self.scale(j).unwrap_or(1.0) * shape.resolution(a.t, b.t) + timing),
+            _ => (a.e + p * (t - a.t), (b.t - a.t) / 4.0 * self.power_change(j) + timing),
+        }
+    }
+
+    /// Energy per unit of the readings' integral in segment `j` (the knots' energy over the
+    /// readings'), where there are readings.
+    fn scale(&self, j: usize) -> Option<f64> {
+        let shape = self.shape.as_ref()?;
+        let (a, b) = (&self.knots[j], &self.knots[j + 1]);
+        let (wa, wb) = (shape.integral(a.t), shape.integral(b.t));
+        (wb - wa > 0.0).then(|| (b.e - a.e) / (wb - wa))
     }
 
     /// E(t) from knot `from` along the power readings, scaled so that segment `j` holds the
@@ -285,10 +309,7 @@ impl EnergyCurve {
     /// `None` without readings or where they are flat at zero.
     fn shaped(&self, j: usize, from: &Knot, t: f64) -> Option<f64> {
         let shape = self.shape.as_ref()?;
-        let (a, b) = (&self.knots[j], &self.knots[j + 1]);
-        let (wa, wb) = (shape.integral(a.t), shape.integral(b.t));
-        (wb - wa > 0.0)
-            .then(|| from.e + (b.e - a.e) / (wb - wa) * (shape.integral(t) - shape.integral(from.t)))
+        Some(from.e + self.scale(j)? * (shape.integral(t) - shape.integral(from.t)))
     }
 }
 
@@ -365,6 +386,13 @@ mod tests {
             let of = |c: &EnergyCurve| c.at(b as f64).0 - c.at(a as f64).0;
             let (lin, shp) = (of(&linear), of(&shaped));
             assert!((shp - truth).abs() < 0.05 * truth, "[{a}, {b}]: shaped {shp} vs {truth}");
+            // The stated uncertainty covers the error and is below the linear one's.
+            let stated = |c: &EnergyCurve| {
+                let ((_, ua), (_, ub)) = (c.at(a as f64), c.at(b as f64));
+                c.interval_uncertainty(a as f64, b as f64, ua, ub)
+            };
+            assert!((shp - truth).abs() <= stated(&shaped), "[{a}, {b}]: ± {}", stated(&shaped));
+            assert!(stated(&shaped) < stated(&linear), "{} vs {}", stated(&shaped), stated(&linear));
             assert!((lin - truth).abs() > 0.1 * truth, "[{a}, {b}]: linear {lin} vs {truth}");
         }
         // The readings also date the counter's updates (on 100 ms boundaries here): each knot
