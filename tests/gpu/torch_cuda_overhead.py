@@ -2,21 +2,22 @@
 """mlprof's overhead on a real CUDA training job, and what it records there (needs an NVIDIA GPU).
 
 A ResNet-18 trains on synthetic 64×64 images (batch 128, SGD, a DataLoader with 2 workers and
-pinned memory) for --steps timed steps after 20 warm-up steps. Each round runs it bare and under
-`mlprof-collect --torch` (energy sampling on, the default 10 ms), in rotated order; reported per
-pair: the timed steps' wall time (CUDA-synchronized), the whole process's wall time and its
-CPU time (the children's rusage, DataLoader workers and collector included), as medians of the
-per-pair ratios with 95 % bootstrap intervals (bench/stats.py). The last profiled run's summary,
-energy report and trace conversion are printed, and the run files are copied to --keep.
+pinned memory) for --steps timed steps after 20 warm-up steps. Each round runs it bare and as each of
+--variants (`torch`: `mlprof-collect --torch`, energy sampling on; `plain`: the collector without
+--torch; `torch-noenergy`; `emit_itt`: PyTorch's own ITT path with no collector), in rotated
+order (bench/run.py's run_cmd); reported per variant against bare in the same round: the timed
+steps' wall time (CUDA-synchronized), the whole process's wall time and the CPU time of its
+tree (DataLoader workers and collector included), as medians of the per-pair ratios with 95 %
+bootstrap intervals (bench/stats.py). The last profiled run's summary, energy report and trace
+conversion are printed, and its run file is copied to --keep.
 
     tests/gpu/torch_cuda_overhead.py [--bin-dir target/release] [--python PY] [--rounds N]
-                                     [--steps N] [--keep DIR]
+                                     [--steps N] [--variants torch,plain,...] [--keep DIR]
 """
 
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import run as common  # bench/run.py: run_cmd
 import stats
 
 TRAIN = r"""
@@ -64,26 +66,28 @@ def main(steps):
             if i % 50 == 0:
                 loss.item()
         torch.cuda.synchronize()
-    print(json.dumps({"steps_s": (time.perf_counter_ns() - t0) / 1e9, "steps": steps}))
+    print(f"steps_s={(time.perf_counter_ns() - t0) / 1e9}")
+    print(f"steps={steps}")
 
 main(int(sys.argv[1]))
 """
 
 
-def timed(cmd, env):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    wall = time.monotonic() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    if out.returncode != 0:
-        print(f"FAILED ({out.returncode}): {' '.join(cmd)}\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
+def timed(cmd, env_extra):
+    """One run: its timed steps, wall and tree CPU, and stderr; None (said) if it failed."""
+    try:
+        r = common.run_cmd(cmd, env_extra, echo=False, need_ns=False)
+    except common.BenchError as e:
+        print(f"FAILED: {e}")
         return None
-    line = [x for x in out.stdout.splitlines() if x.startswith("{")][-1]
-    sample = json.loads(line)
-    sample.update(wall_s=wall, cpu_s=cpu, stderr=out.stderr)
-    return sample
+    kv = r["kv"]
+    return {
+        "steps_s": float(kv["steps_s"]),
+        "steps": int(kv["steps"]),
+        "wall_s": r["wall_s"],
+        "cpu_s": r["tree_cpu_s"],
+        "stderr": r["stderr"],
+    }
 
 
 def main():
@@ -108,7 +112,6 @@ def main():
     train = os.path.join(tmp, "train.py")
     with open(train, "w") as f:
         f.write(TRAIN)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLPROF_") and k != "LD_PRELOAD"}
     bare_cmd = [args.python, train, str(args.steps)]
 
     def collect(name):
@@ -132,7 +135,7 @@ def main():
         order = order[r % len(order) :] + order[: r % len(order)]
         for name in order:
             cmd, extra = (bare_cmd, {}) if name == "bare" else variants[name]
-            s = timed(cmd, {**env, **extra})
+            s = timed(cmd, extra)
             if s is not None:
                 samples[name][r] = s
                 print(
