@@ -16,8 +16,8 @@
 //! or utilization queries, and the counter moves only every ~100 ms: read every 10 ms it took
 //! 37 % of a core (tests/gpu/nvml_cost.py, BENCHMARKS.md). So each GPU measures what its counter
 //! reads cost (CPU of this thread) and spaces them to stay within [`COUNTER_BUDGET`] of a core,
-//! never closer than the tick nor further apart than [`MAX_COUNTER_GAP_NS`]; the first and the
-//! last reading are always taken, so the run's total stays exact, and the reports interpolate
+//! never closer than the tick nor further apart than [`MAX_GAP_NS`] ([`Spacing`]); the first
+//! and the last reading are always taken, so the run's total stays exact, and the reports interpolate
 //! between readings with an uncertainty that grows with the gap. With only such counters to
 //! read (no RAPL, no GPU read by power), the thread sleeps until the next read or slow metrics
 //! are due rather than waking every tick.
@@ -61,7 +61,48 @@ const COUNTER_BUDGET: f64 = 0.0025;
 const SLOW_BUDGET: f64 = 0.001;
 /// Energy-counter reads (and slow metrics) are never further apart than this, whatever they
 /// cost.
-const MAX_COUNTER_GAP_NS: u64 = 2_000_000_000;
+const MAX_GAP_NS: u64 = 2_000_000_000;
+
+/// Reads spaced by what they cost: each is due `cost / budget` after the one before (the cost
+/// smoothed over ~8 reads, so one slow read — p90 is twice the median on an H200 — does not
+/// halve the rate and a lasting change moves it within a few), never sooner than `min_gap`
+/// nor later than [`MAX_GAP_NS`]. The energy counters and the slow metrics each have one.
+struct Spacing {
+    /// Share of one core the reads may use.
+    budget: f64,
+    min_gap: u64,
+    /// CPU time of one read, smoothed (ns), once measured.
+    cost_ns: Option<f64>,
+}
+
+impl Spacing {
+    fn new(budget: f64, min_gap: u64) -> Spacing {
+        Spacing { budget, min_gap, cost_ns: None }
+    }
+
+    /// Notes what a read cost (CPU ns).
+    fn record(&mut self, cost_ns: u64) {
+        let cost = cost_ns as f64;
+        self.cost_ns = Some(self.cost_ns.map_or(cost, |c| c + (cost - c) / 8.0));
+    }
+
+    /// The time between reads, ns.
+    fn gap(&self) -> u64 {
+        self.cost_ns.map_or(self.min_gap, |c| (c / self.budget) as u64).clamp(self.min_gap, MAX_GAP_NS)
+    }
+
+    /// The gap and one read's CPU (ns), where the cost made the gap wider than the minimum.
+    fn widened(&self) -> Option<(u64, f64)> {
+        let cost = self.cost_ns?;
+        (self.gap() > self.min_gap).then_some((self.gap(), cost))
+    }
+}
+
+/// When something read `gap` after `started` is due: half a tick early, so that with ticks
+/// every `tick` it falls on the tick at or after `started + gap`, not the one after that.
+fn due(started: u64, gap: u64, tick: u64) -> u64 {
+    started + gap.saturating_sub(tick / 2)
+}
 
 pub struct EnergyConfig {
     pub interval: Duration,
@@ -214,7 +255,11 @@ fn sample_loop(config: &EnergyConfig, tx: &mpsc::Sender<Msg>, stop: &AtomicBool)
     let mut next = last_send;
     let mut next_slow = last_send;
     let mut next_power = last_send;
-    let mut slow_cost_ns: Option<f64> = None;
+    // Slow metrics are spaced like the counters, within SLOW_BUDGET of a core for all GPUs
+    // together (queries no H200 measurement covered may be slow elsewhere); `metrics_ns` is
+    // what their reads cost since the last slow tick.
+    let mut slow_reads = Spacing::new(SLOW_BUDGET, slow_ns);
+    let mut metrics_ns = 0;
     loop {
         let stopping = stop.load(Ordering::Acquire);
         let now = monotonic_ns();
@@ -223,20 +268,14 @@ fn sample_loop(config: &EnergyConfig, tx: &mpsc::Sender<Msg>, stop: &AtomicBool)
         // the energy between sparse counter reads with it.
         let power = now >= next_power || slow;
         if power {
-            next_power = now + slow_ns - interval_ns / 2;
+            next_power = due(now, slow_ns, interval_ns);
         }
         for gpu in gpus.iter_mut() {
-            gpu.sample(power, slow, stopping, &mut batch, tx);
+            metrics_ns += gpu.sample(power, slow, stopping, &mut batch, tx);
         }
         if slow {
-            // Spaced by what they cost, like the counters: at least SLOW_EVERY, within
-            // SLOW_BUDGET of a core (queries no H200 measurement covered may be slow elsewhere).
-            let spent: u64 = gpus.iter_mut().map(|g| std::mem::take(&mut g.slow_cpu_ns)).sum();
-            let cost = slow_cost_ns.map_or(spent as f64, |c| c + (spent as f64 - c) / 8.0);
-            slow_cost_ns = Some(cost);
-            let gap = ((cost / SLOW_BUDGET) as u64).clamp(slow_ns, MAX_COUNTER_GAP_NS);
-            // Half a tick early, so that with ticks every `interval` it falls on a tick.
-            next_slow = now + gap - interval_ns / 2;
+            slow_reads.record(std::mem::take(&mut metrics_ns));
+            next_slow = due(now, slow_reads.gap(), interval_ns);
         }
         for zone in zones.iter_mut() {
             zone.sample(&mut batch, tx);
@@ -281,7 +320,7 @@ fn sample_loop(config: &EnergyConfig, tx: &mpsc::Sender<Msg>, stop: &AtomicBool)
     }
     cost.cpu_ns = thread_cpu_ns().saturating_sub(cpu_start);
     cost.wall_ns = monotonic_ns().saturating_sub(wall_start);
-    cost.counter_spacing = gpus.iter().filter_map(|g| g.counter_spacing()).max_by_key(|&(gap, _)| gap);
+    cost.counter_spacing = gpus.iter().filter_map(|g| g.counter_reads.widened()).max_by_key(|&(gap, _)| gap);
     note(
         tx,
         None,
@@ -369,16 +408,14 @@ struct Gpu<'a> {
     device: nvml_wrapper::Device<'a>,
     id: u32,
     counter: bool,
-    /// CPU time of one energy-counter read on this thread, smoothed (ns), once measured.
-    counter_cost_ns: Option<f64>,
+    /// The energy counter's reads, spaced within COUNTER_BUDGET, never closer than the tick.
+    counter_reads: Spacing,
     /// When the next energy-counter read is due (monotonic ns).
     next_counter_ns: u64,
-    /// The tick, ns: counter reads are never closer than this.
+    /// The tick, ns.
     interval_ns: u64,
     /// The counter's spacing has been said in a note (once, when it first exceeds the tick).
     spacing_said: bool,
-    /// CPU time of the last slow-metrics read (ns), taken by the sampling loop.
-    slow_cpu_ns: u64,
     /// The driver answers `NVML_FI_DEV_POWER_INSTANT` (else the power reading is
     /// `nvmlDeviceGetPowerUsage`'s).
     instant_power: bool,
@@ -424,11 +461,10 @@ impl<'a> Gpu<'a> {
             device,
             id: index,
             counter,
-            counter_cost_ns: None,
+            counter_reads: Spacing::new(COUNTER_BUDGET, interval_ns),
             next_counter_ns: 0,
             interval_ns,
             spacing_said: false,
-            slow_cpu_ns: 0,
             instant_power,
             first_mj: None,
             last_power: None,
@@ -448,14 +484,14 @@ impl<'a> Gpu<'a> {
         last: bool,
         batch: &mut Vec<EnergySample>,
         tx: &mpsc::Sender<Msg>,
-    ) {
+    ) -> u64 {
         if self.lost {
-            return;
+            return 0;
         }
         let before = monotonic_ns();
         let read_counter = self.counter && (last || before >= self.next_counter_ns);
         if self.counter && !read_counter && !slow && !power {
-            return;
+            return 0;
         }
         let cpu_before = if read_counter { thread_cpu_ns() } else { 0 };
         let reading = if read_counter {
@@ -480,7 +516,7 @@ impl<'a> Gpu<'a> {
                     "error",
                     format!("GPU {} stopped answering ({e}); it is no longer sampled", self.id),
                 );
-                return;
+                return 0;
             }
         };
         let mut sample = EnergySample { device: self.id, time_ns, ..Default::default() };
@@ -497,6 +533,7 @@ impl<'a> Gpu<'a> {
             sample.energy_uj = Some(self.integrated_uj.round() as u64);
             sample.power_mw = Some(mw);
         }
+        let mut metrics_ns = 0;
         if power || slow {
             let cpu_before = thread_cpu_ns();
             if read_counter {
@@ -519,32 +556,21 @@ impl<'a> Gpu<'a> {
                 sample.temperature_c = self.device.temperature(TemperatureSensor::Gpu).ok();
             }
             // What the power reading costs counts too (it is read every 100 ms regardless).
-            self.slow_cpu_ns += thread_cpu_ns().saturating_sub(cpu_before);
+            metrics_ns = thread_cpu_ns().saturating_sub(cpu_before);
         }
         batch.push(sample);
+        metrics_ns
     }
 
-    /// The spacing of this GPU's counter reads and one read's CPU (ns), where wider than a tick.
-    fn counter_spacing(&self) -> Option<(u64, f64)> {
-        let cost = self.counter_cost_ns?;
-        let gap = ((cost / COUNTER_BUDGET) as u64).clamp(self.interval_ns, MAX_COUNTER_GAP_NS);
-        (gap > self.interval_ns).then_some((gap, cost))
-    }
-
-    /// Spaces the counter's reads by what the last one cost: `cost_ns / COUNTER_BUDGET`, at
-    /// least one tick, at most `MAX_COUNTER_GAP_NS`.
+    /// Spaces the counter's reads by what they cost (see [`Spacing`]); the first time that
+    /// widens them beyond the tick, says so.
     fn schedule_counter(&mut self, cost_ns: u64, started: u64, tx: &mpsc::Sender<Msg>) {
-        let cost = match self.counter_cost_ns {
-            // Smoothed over ~8 reads: one slow read (p90 is twice the median) does not halve
-            // the rate, a lasting change moves it within a few reads.
-            Some(c) => c + (cost_ns as f64 - c) / 8.0,
-            None => cost_ns as f64,
-        };
-        self.counter_cost_ns = Some(cost);
-        let gap = ((cost / COUNTER_BUDGET) as u64).clamp(self.interval_ns, MAX_COUNTER_GAP_NS);
-        // Due half a tick early, so a read due every tick is taken at every tick.
-        self.next_counter_ns = started + gap.saturating_sub(self.interval_ns / 2);
-        if gap > self.interval_ns && !self.spacing_said && self.first_mj.is_some() {
+        self.counter_reads.record(cost_ns);
+        self.next_counter_ns = due(started, self.counter_reads.gap(), self.interval_ns);
+        if let Some((gap, cost)) = self.counter_reads.widened()
+            && !self.spacing_said
+            && self.first_mj.is_some()
+        {
             self.spacing_said = true;
             // A warning, not an info note: it qualifies the resolution of every figure.
             note(
@@ -746,6 +772,26 @@ impl RaplZone {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_are_spaced_by_their_cost() {
+        // 0.25 % of a core, tick 10 ms: cheap reads keep the tick, a 3.5 ms read (an H200's
+        // energy counter) is taken every 1.4 s, and nothing is ever more than 2 s apart.
+        let mut reads = Spacing::new(0.0025, 10_000_000);
+        assert_eq!((reads.gap(), reads.widened()), (10_000_000, None));
+        reads.record(2_000);
+        assert_eq!((reads.gap(), reads.widened()), (10_000_000, None));
+        let mut costly = Spacing::new(0.0025, 10_000_000);
+        costly.record(3_500_000);
+        assert_eq!(costly.widened(), Some((1_400_000_000, 3_500_000.0)));
+        // One read twice as slow moves the smoothed cost by an eighth of the difference.
+        costly.record(7_000_000);
+        assert_eq!(costly.gap(), 1_575_000_000);
+        costly.record(100_000_000);
+        assert_eq!(costly.gap(), MAX_GAP_NS);
+        // Due half a tick early, so that the tick at the gap takes it.
+        assert_eq!(due(1_000, 100_000_000, 10_000_000), 95_001_000);
+    }
 
     #[test]
     fn rapl_wraparound() {
