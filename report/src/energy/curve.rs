@@ -259,9 +259,17 @@ impl EnergyCurve {
     }
 
     /// Uncertainty of the energy of [a, b]: the two ends' uncertainties, or for a short
-    /// interval (b − a) × the power change around it, whichever is smaller.
+    /// interval what is known of the power inside it, whichever is smaller: (b − a) × the
+    /// change of mean power around its segments, or where power readings shape the segment,
+    /// what joining the readings inside [a, b] by straight lines can miss. (The segments' mean
+    /// powers say nothing of the power inside a shaped segment: with one segment their change
+    /// is zero, and a call's energy came out ± 0.)
     pub fn interval_uncertainty(&self, a: f64, b: f64, ua: f64, ub: f64) -> f64 {
-        let short = (b - a) * self.power_change(self.segment(a)).max(self.power_change(self.segment(b)));
+        let j = self.segment(a);
+        let short = match (&self.shape, self.scale(j)) {
+            (Some(shape), Some(scale)) => scale * shape.resolution(a, b),
+            _ => (b - a) * self.power_change(j).max(self.power_change(self.segment(b))),
+        };
         (ua + ub).min(short.max(0.0))
     }
 
@@ -404,6 +412,25 @@ mod tests {
         // Dense knots are not reshaped.
         let dense = counter_samples(100, 10_000_000, 100_000_000, 1_000_000_000, 3_000_000);
         assert!(EnergyCurve::new(&dense, true).unwrap().shaped_by(&readings).shape.is_none());
+    }
+
+    #[test]
+    fn a_shaped_interval_is_as_uncertain_as_its_readings() {
+        // Two sparse readings (one segment: no neighbouring mean power to compare with), power
+        // readings every 100 ms, 100 W then 300 W from 0.45 s.
+        let energy =
+            |t: u64| if t < 450_000_000 { 0.1 * t as f64 } else { 0.45e8 + 0.3 * (t - 450_000_000) as f64 };
+        let samples = [(30_000_000, 0), (830_000_000, energy(800_000_000) as u64)];
+        let readings: Vec<(u64, u32)> = (0..=9u64)
+            .map(|i| i * 100_000_000)
+            .map(|t| (t, if t < 450_000_000 { 100_000 } else { 300_000 }))
+            .collect();
+        let curve = EnergyCurve::new(&samples, true).unwrap().shaped_by(&readings);
+        let (a, b) = (350_000_000.0, 650_000_000.0);
+        let ((ea, ua), (eb, ub)) = (curve.at(a), curve.at(b));
+        let stated = curve.interval_uncertainty(a, b, ua, ub);
+        let error = (eb - ea - (energy(650_000_000) - energy(350_000_000))).abs();
+        assert!(stated > 0.0 && stated >= error, "± {stated}, error {error}");
     }
 
     #[test]
