@@ -47,8 +47,94 @@ pub struct EnergyCurve {
     power: Vec<f64>,
     /// The knots come from a counter read more sparsely than it updates.
     sparse: bool,
-    /// Power readings that shape the energy between sparse knots.
-    shape: Option<PowerShape>,
+    /// Power readings that shape the energy between sparse knots, and per segment what they
+    /// give (computed once: every span end asks).
+    shape: Option<Shaped>,
+}
+
+/// The readings that shape a curve, with each segment's scale (the knots' energy per unit of
+/// the readings' integral; `None` where the readings are flat at zero) and resolution (what
+/// joining its readings by straight lines can miss, µJ, before scaling).
+struct Shaped {
+    readings: PowerShape,
+    scale: Vec<Option<f64>>,
+    resolution: Vec<f64>,
+}
+
+/// The median time between consecutive `times` (in order), ns; `None` with fewer than two.
+fn median_gap(times: impl Iterator<Item = f64>) -> Option<f64> {
+    let times: Vec<f64> = times.collect();
+    let mut gaps: Vec<f64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    gaps.sort_by(f64::total_cmp);
+    gaps.get(gaps.len() / 2).copied()
+}
+
+/// The mean power of each segment between consecutive knots, µJ/ns.
+fn segment_powers(knots: &[Knot]) -> Vec<f64> {
+    knots.windows(2).map(|w| (w[1].e - w[0].e) / (w[1].t - w[0].t).max(1.0)).collect()
+}
+
+/// Knots of a source at least as fresh as its sampling (RAPL, integrated power): every sample.
+fn direct_knots(samples: &[(u64, u64)]) -> Vec<Knot> {
+    let mut knots: Vec<Knot> = Vec::new();
+    for &(t, e) in samples {
+        if knots.last().is_none_or(|k| (t as f64) > k.t) {
+            let e = knots.last().map_or(e as f64, |k| k.e.max(e as f64));
+            knots.push(Knot { t: t as f64, e, h: 0.0 });
+        }
+    }
+    knots
+}
+
+/// Knots of a counter read more sparsely than it updates: each reading dates from an update
+/// within COUNTER_UPDATE_NS before it; a repeated value adds nothing.
+fn sparse_knots(samples: &[(u64, u64)]) -> Vec<Knot> {
+    let half = COUNTER_UPDATE_NS / 2.0;
+    let mut knots: Vec<Knot> = Vec::new();
+    for &(t, e) in samples {
+        let t = t as f64 - half;
+        if knots.last().is_none_or(|k| t > k.t && e as f64 > k.e) {
+            knots.push(Knot { t, e: e as f64, h: half });
+        }
+    }
+    knots
+}
+
+/// Knots of a counter read faster than it updates: each change, halfway between the readings
+/// around it; the first reading's value one update period before the first change.
+fn dense_knots(samples: &[(u64, u64)]) -> Vec<Knot> {
+    let mut knots: Vec<Knot> = Vec::new();
+    let mut previous: Option<(u64, u64, bool)> = None; // (time, value, that sample changed)
+    for &(t, e) in samples {
+        match previous {
+            None => previous = Some((t, e, false)),
+            Some((pt, pe, pchanged)) => {
+                if t <= pt {
+                    continue;
+                }
+                let changed = e != pe;
+                if changed && e > pe {
+                    let knot = if pchanged {
+                        Knot { t: t as f64, e: e as f64, h: 0.0 }
+                    } else {
+                        let gap = (t - pt) as f64;
+                        Knot { t: pt as f64 + gap / 2.0, e: e as f64, h: gap / 2.0 }
+                    };
+                    knots.push(knot);
+                }
+                previous = Some((t, e.max(pe), changed));
+            }
+        }
+    }
+    if let (Some(period), Some(&(t0, e0))) = (median_gap(knots.iter().map(|k| k.t)), samples.first()) {
+        // The first reading's value dates from the update before it: with updates every
+        // `period`, one period before the first change seen (and no later than the reading).
+        let t = (knots[0].t - period).min(t0 as f64);
+        if t < knots[0].t && (e0 as f64) < knots[0].e {
+            knots.insert(0, Knot { t, e: e0 as f64, h: knots[0].h.max(1.0) });
+        }
+    }
+    knots
 }
 
 /// Power readings joined linearly and integrated: the shape of the energy in time.
@@ -108,75 +194,17 @@ impl PowerShape {
 impl EnergyCurve {
     /// From a device's samples in time order; `None` when they do not give two knots.
     pub fn new(samples: &[(u64, u64)], counter: bool) -> Option<EnergyCurve> {
-        let mut knots: Vec<Knot> = Vec::new();
-        if !counter {
-            // A source at least as fresh as its sampling (RAPL, integrated power): every sample
-            // is a knot.
-            for &(t, e) in samples {
-                if knots.last().is_none_or(|k| (t as f64) > k.t) {
-                    let e = knots.last().map_or(e as f64, |k| k.e.max(e as f64));
-                    knots.push(Knot { t: t as f64, e, h: 0.0 });
-                }
-            }
-        }
-        let sparse = counter && {
-            let mut gaps: Vec<u64> = samples.windows(2).map(|w| w[1].0.saturating_sub(w[0].0)).collect();
-            gaps.sort_unstable();
-            gaps.get(gaps.len() / 2).is_some_and(|&gap| gap as f64 >= COUNTER_UPDATE_NS)
+        let sparse = counter
+            && median_gap(samples.iter().map(|&(t, _)| t as f64)).is_some_and(|gap| gap >= COUNTER_UPDATE_NS);
+        let knots = match (counter, sparse) {
+            (false, _) => direct_knots(samples),
+            (true, true) => sparse_knots(samples),
+            (true, false) => dense_knots(samples),
         };
-        let dense = counter && !sparse;
-        if sparse {
-            // Each reading dates from an update within COUNTER_UPDATE_NS before it.
-            let half = COUNTER_UPDATE_NS / 2.0;
-            for &(t, e) in samples {
-                let t = t as f64 - half;
-                if knots.last().is_none_or(|k| t > k.t && e as f64 > k.e) {
-                    knots.push(Knot { t, e: e as f64, h: half });
-                }
-            }
-        }
-        let mut previous: Option<(u64, u64, bool)> = None; // (time, value, that sample changed)
-        for &(t, e) in samples.iter().filter(|_| dense) {
-            match previous {
-                None => previous = Some((t, e, false)),
-                Some((pt, pe, pchanged)) => {
-                    if t <= pt {
-                        continue;
-                    }
-                    let changed = e != pe;
-                    if changed && e > pe {
-                        let knot = if pchanged {
-                            Knot { t: t as f64, e: e as f64, h: 0.0 }
-                        } else {
-                            let gap = (t - pt) as f64;
-                            Knot { t: pt as f64 + gap / 2.0, e: e as f64, h: gap / 2.0 }
-                        };
-                        knots.push(knot);
-                    }
-                    previous = Some((t, e.max(pe), changed));
-                }
-            }
-        }
-        if counter
-            && dense
-            && knots.len() >= 2
-            && let Some(&(t0, e0)) = samples.first()
-        {
-            // The first reading's value dates from the update before it: with updates every
-            // `period`, one period before the first change seen (and no later than the reading).
-            let mut gaps: Vec<f64> = knots.windows(2).map(|w| w[1].t - w[0].t).collect();
-            gaps.sort_by(f64::total_cmp);
-            let period = gaps[gaps.len() / 2];
-            let t = (knots[0].t - period).min(t0 as f64);
-            if t < knots[0].t && (e0 as f64) < knots[0].e {
-                knots.insert(0, Knot { t, e: e0 as f64, h: knots[0].h.max(1.0) });
-            }
-        }
         if knots.len() < 2 {
             return None;
         }
-        let power = knots.windows(2).map(|w| (w[1].e - w[0].e) / (w[1].t - w[0].t).max(1.0)).collect();
-        Some(EnergyCurve { knots, power, sparse, shape: None })
+        Some(EnergyCurve { power: segment_powers(&knots), knots, sparse, shape: None })
     }
 
     /// Shapes the energy between sparse counter knots by the device's power readings (time,
@@ -188,16 +216,19 @@ impl EnergyCurve {
         }
         // Readings sparser than the counter's own updates (slow metrics spaced out because
         // they are costly) would blur more than they shape.
-        let mut gaps: Vec<u64> = readings.windows(2).map(|w| w[1].0.saturating_sub(w[0].0)).collect();
-        gaps.sort_unstable();
-        if gaps.get(gaps.len() / 2).is_none_or(|&gap| gap as f64 > 1.5 * COUNTER_UPDATE_NS) {
+        if median_gap(readings.iter().map(|&(t, _)| t as f64)).is_none_or(|gap| gap > 1.5 * COUNTER_UPDATE_NS)
+        {
             return self;
         }
-        let shape = PowerShape::new(readings);
-        if let Some(shape) = &shape {
-            self.date_updates(shape);
+        let Some(readings) = PowerShape::new(readings) else { return self };
+        self.date_updates(&readings);
+        let (mut scale, mut resolution) = (Vec::new(), Vec::new());
+        for w in self.knots.windows(2) {
+            let (wa, wb) = (readings.integral(w[0].t), readings.integral(w[1].t));
+            scale.push((wb - wa > 0.0).then(|| (w[1].e - w[0].e) / (wb - wa)));
+            resolution.push(readings.resolution(w[0].t, w[1].t));
         }
-        self.shape = shape;
+        self.shape = Some(Shaped { readings, scale, resolution });
         self
     }
 
@@ -240,7 +271,7 @@ impl EnergyCurve {
             knot.t = t;
             knot.h = step;
         }
-        self.power = self.knots.windows(2).map(|w| (w[1].e - w[0].e) / (w[1].t - w[0].t).max(1.0)).collect();
+        self.power = segment_powers(&self.knots);
     }
 
     /// The segment holding `t` (clamped to the first/last).
@@ -266,9 +297,9 @@ impl EnergyCurve {
     /// is zero, and a call's energy came out ± 0.)
     pub fn interval_uncertainty(&self, a: f64, b: f64, ua: f64, ub: f64) -> f64 {
         let j = self.segment(a);
-        let short = match (&self.shape, self.scale(j)) {
-            (Some(shape), Some(scale)) => scale * shape.resolution(a, b),
-            _ => (b - a) * self.power_change(j).max(self.power_change(self.segment(b))),
+        let short = match self.shaped_segment(j) {
+            Some((shape, scale)) => scale * shape.readings.resolution(a, b),
+            None => (b - a) * self.power_change(j).max(self.power_change(self.segment(b))),
         };
         (ua + ub).min(short.max(0.0))
     }
@@ -295,29 +326,26 @@ impl EnergyCurve {
         let p = self.power[j];
         // At a knot the value is exact but its time is not.
         let timing = p * a.h.max(b.h);
-        match (self.shaped(j, a, t), &self.shape) {
+        match (self.shaped(j, a, t), self.shaped_segment(j)) {
             // Along the readings, E(t) is as uncertain as joining the segment's readings by
             // straight lines makes their integral, in the segment's scale.
-            (Some(e), Some(shape)) => (e, self.scale(j).unwrap_or(1.0) * shape.resolution(a.t, b.t) + timing),
+            (Some(e), Some((shape, scale))) => (e, scale * shape.resolution[j] + timing),
             _ => (a.e + p * (t - a.t), (b.t - a.t) / 4.0 * self.power_change(j) + timing),
         }
     }
 
-    /// Energy per unit of the readings' integral in segment `j` (the knots' energy over the
-    /// readings'), where there are readings.
-    fn scale(&self, j: usize) -> Option<f64> {
+    /// The readings and the scale of segment `j`, where readings shape it.
+    fn shaped_segment(&self, j: usize) -> Option<(&Shaped, f64)> {
         let shape = self.shape.as_ref()?;
-        let (a, b) = (&self.knots[j], &self.knots[j + 1]);
-        let (wa, wb) = (shape.integral(a.t), shape.integral(b.t));
-        (wb - wa > 0.0).then(|| (b.e - a.e) / (wb - wa))
+        Some((shape, shape.scale[j]?))
     }
 
     /// E(t) from knot `from` along the power readings, scaled so that segment `j` holds the
     /// energy its knots give (also outside the knots, with the nearest segment's scale);
     /// `None` without readings or where they are flat at zero.
     fn shaped(&self, j: usize, from: &Knot, t: f64) -> Option<f64> {
-        let shape = self.shape.as_ref()?;
-        Some(from.e + self.scale(j)? * (shape.integral(t) - shape.integral(from.t)))
+        let (shape, scale) = self.shaped_segment(j)?;
+        Some(from.e + scale * (shape.readings.integral(t) - shape.readings.integral(from.t)))
     }
 }
 
