@@ -9,11 +9,17 @@
 //! bounded. `flush` hands the partial chunk over without waiting for the disk: the file's
 //! prefix is readable a moment later (the drainer flushes once a second), and `close` writes
 //! everything and reports the first error.
+//!
+//! The writer thread writes the file direct, past the page cache (`direct_file`), so full
+//! chunks are cut at block boundaries of the file: what a cut leaves over starts the next
+//! chunk.
 
 use std::fs::File;
 use std::io::{self, Write};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
+
+use crate::direct_file::{BLOCK_BYTES, BlockBuf, DirectFile};
 
 /// Bytes handed to the writer thread at once.
 const CHUNK_BYTES: usize = 1 << 20;
@@ -22,25 +28,27 @@ const QUEUED_CHUNKS: usize = 16;
 
 /// A [`Write`] whose bytes a background thread writes to a file, in order.
 pub struct BackgroundFile {
-    chunk: Vec<u8>,
-    to_writer: Option<SyncSender<Vec<u8>>>,
+    chunk: BlockBuf,
+    to_writer: Option<SyncSender<BlockBuf>>,
     /// Emptied chunks coming back for reuse (the queue then costs no allocations).
-    spare: Receiver<Vec<u8>>,
+    spare: Receiver<BlockBuf>,
     writer: Option<JoinHandle<io::Result<()>>>,
+    /// Bytes handed over so far: where the current chunk starts in the file.
+    handed: u64,
 }
 
 impl BackgroundFile {
     /// Starts the writer thread for `file`.
     pub fn new(file: File) -> io::Result<BackgroundFile> {
-        BackgroundFile::with_sink(file)
+        BackgroundFile::with_sink(DirectFile::new(file, CHUNK_BYTES)?)
     }
 
     fn with_sink<S: Write + Send + 'static>(mut sink: S) -> io::Result<BackgroundFile> {
-        let (to_writer, chunks) = sync_channel::<Vec<u8>>(QUEUED_CHUNKS);
-        let (give_back, spare) = sync_channel::<Vec<u8>>(QUEUED_CHUNKS);
+        let (to_writer, chunks) = sync_channel::<BlockBuf>(QUEUED_CHUNKS);
+        let (give_back, spare) = sync_channel::<BlockBuf>(QUEUED_CHUNKS);
         let writer = std::thread::Builder::new().name("mlprof-writer".into()).spawn(move || {
             for mut chunk in chunks {
-                sink.write_all(&chunk)?;
+                sink.write_all(chunk.as_slice())?;
                 chunk.clear();
                 // Full when the drain thread has enough spares: the chunk is simply freed.
                 let _ = give_back.try_send(chunk);
@@ -48,19 +56,26 @@ impl BackgroundFile {
             sink.flush()
         })?;
         Ok(BackgroundFile {
-            chunk: Vec::with_capacity(CHUNK_BYTES),
+            chunk: BlockBuf::with_capacity(CHUNK_BYTES),
             to_writer: Some(to_writer),
             spare,
             writer: Some(writer),
+            handed: 0,
         })
     }
 
-    /// Hands the current chunk to the writer thread (waits only while the queue is full).
-    fn hand_over(&mut self) -> io::Result<()> {
-        if self.chunk.is_empty() {
+    /// Hands the current chunk to the writer thread (waits only while the queue is full); a
+    /// full one up to its last block boundary in the file, the rest starting the next chunk.
+    fn hand_over(&mut self, full: bool) -> io::Result<()> {
+        let keep =
+            if full { ((self.handed + self.chunk.len() as u64) % BLOCK_BYTES as u64) as usize } else { 0 };
+        if self.chunk.len() == keep {
             return Ok(());
         }
-        let next = self.spare.try_recv().unwrap_or_else(|_| Vec::with_capacity(CHUNK_BYTES));
+        let mut next = self.spare.try_recv().unwrap_or_else(|_| BlockBuf::with_capacity(CHUNK_BYTES));
+        next.extend_from_slice(&self.chunk.as_slice()[self.chunk.len() - keep..]);
+        self.chunk.truncate(self.chunk.len() - keep);
+        self.handed += self.chunk.len() as u64;
         let full = std::mem::replace(&mut self.chunk, next);
         let sent = self.to_writer.as_ref().map(|queue| queue.send(full).is_ok());
         match sent {
@@ -83,7 +98,7 @@ impl BackgroundFile {
     /// Writes everything handed over so far and stops the writer thread; the first error of
     /// any write.
     pub fn close(mut self) -> io::Result<()> {
-        let handed = self.hand_over();
+        let handed = self.hand_over(false);
         let written = self.stop_writer();
         handed.and(written)
     }
@@ -93,21 +108,21 @@ impl Write for BackgroundFile {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         self.chunk.extend_from_slice(bytes);
         if self.chunk.len() >= CHUNK_BYTES {
-            self.hand_over()?;
+            self.hand_over(true)?;
         }
         Ok(bytes.len())
     }
 
     /// Hands the partial chunk over; does not wait for the disk.
     fn flush(&mut self) -> io::Result<()> {
-        self.hand_over()
+        self.hand_over(false)
     }
 }
 
 impl Drop for BackgroundFile {
     /// A file dropped without `close` (an error path) still gets what was written to it.
     fn drop(&mut self) {
-        let _ = self.hand_over();
+        let _ = self.hand_over(false);
         let _ = self.stop_writer();
     }
 }
@@ -122,6 +137,8 @@ mod tests {
     struct Sink {
         bytes: Arc<Mutex<Vec<u8>>>,
         fail_after: Option<usize>,
+        /// Where each write ended in the file.
+        ends: Arc<Mutex<Vec<usize>>>,
     }
 
     impl Write for Sink {
@@ -131,6 +148,7 @@ mod tests {
                 return Err(io::Error::new(io::ErrorKind::StorageFull, "disk full"));
             }
             bytes.extend_from_slice(buf);
+            self.ends.lock().unwrap().push(bytes.len());
             Ok(buf.len())
         }
         fn flush(&mut self) -> io::Result<()> {
@@ -157,6 +175,29 @@ mod tests {
         }
         file.close().unwrap();
         assert_eq!(sink.bytes.lock().unwrap().as_slice(), expected.as_slice());
+    }
+
+    #[test]
+    fn full_chunks_end_at_block_boundaries_of_the_file() {
+        let sink = Sink::default();
+        let mut file = BackgroundFile::with_sink(sink.clone()).unwrap();
+        let mut expected = Vec::new();
+        for i in 0..3000usize {
+            let piece: Vec<u8> = (0..(i * 613 % 4999)).map(|j| (i + j) as u8).collect();
+            file.write_all(&piece).unwrap();
+            expected.extend_from_slice(&piece);
+            if i == 1000 {
+                // A flush ends anywhere; the next full chunk is cut back onto the blocks.
+                file.flush().unwrap();
+            }
+        }
+        file.close().unwrap();
+        assert_eq!(sink.bytes.lock().unwrap().as_slice(), expected.as_slice());
+        let ends = sink.ends.lock().unwrap().clone();
+        assert!(ends.len() > 3, "{ends:?}");
+        let flushed = ends.iter().filter(|&&end| end % BLOCK_BYTES != 0).count();
+        // The flush's and close's chunks may end inside a block, the full ones may not.
+        assert!(flushed <= 2, "{flushed} of {} chunks ended inside a block: {ends:?}", ends.len());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! calls it, and so does the `mlprof-collect` of the Python wheel (crate `wheel/`), which then
 //! reuses this crate as compiled by `cargo build --release` instead of compiling it again.
 
+mod direct_file;
 mod drain;
 mod energy;
 mod file_writer;
