@@ -279,12 +279,18 @@ impl LaneConsumer {
     /// 1. reads `head` (acquire: the records below it are written) and `tail`;
     /// 2. checks them: `head < tail` or `head - tail > capacity` is
     ///    [`Drained::CorruptPositions`], and `tail` is moved to `head`;
-    /// 3. copies the records `tail..head` out of the shared slots ([`RingView::copy_out`]),
-    ///    so the handler never reads memory a producer may be writing;
+    /// 3. block by block ([`DRAIN_BLOCK`] records), copies the records out of the shared slots
+    ///    ([`RingView::copy_out`]), so the handler never reads memory a producer may be
+    ///    writing;
     /// 4. splits them into items ([`LaneItems`]) and calls `handle` on each, in order; a string
-    ///    whose payload is cut off ends the step, and its remains count as consumed;
-    /// 5. release-stores `tail` advanced by exactly the records consumed, so the producer may
-    ///    reuse those slots.
+    ///    whose payload is cut off (by `head`) ends the step, and its remains count as consumed;
+    /// 5. after each block, release-stores `tail` advanced by exactly the records consumed, so
+    ///    the producer may reuse those slots while the rest is handled.
+    ///
+    /// Blocks, not the whole backlog at once: a lane that filled during a long pass holds 64 Ki
+    /// records (4 MiB), and copying all of it before handling any went through memory instead
+    /// of the cache, and kept the whole lane full until its last record was handled (a burst on
+    /// two busy CPUs dropped records while the collector was draining).
     ///
     /// When `handle` fails, the step stops: the tail is advanced past the items handled before
     /// the failing one only (that one is handed out again by the next step), and the error is
@@ -307,24 +313,41 @@ impl LaneConsumer {
             lane.tail.store(head, Ordering::Release);
             return Ok(Drained::CorruptPositions { tail, head });
         }
-        self.records.clear();
-        view.copy_out(index, tail, head, &mut self.records);
-        debug_assert_eq!(self.records.len() as u64, head - tail, "copied what was published");
-        let mut items = LaneItems::new(&self.records);
-        loop {
-            let before = items.consumed();
-            let Some(item) = items.next() else { break };
-            if let Err(error) = handle(item) {
-                lane.tail.store(tail.wrapping_add(before as u64), Ordering::Release);
-                return Err(error);
+        // A string starting in a block has its payload in the copied window (unless `head`
+        // cuts it off, as when the whole backlog was copied at once).
+        let window = (DRAIN_BLOCK + string_payload_slots(MAX_STRING_BYTES)) as u64;
+        let mut position = tail;
+        while position < head {
+            // Saturating: hostile positions may sit just below u64::MAX.
+            let end = head.min(position.saturating_add(window));
+            self.records.clear();
+            view.copy_out(index, position, end, &mut self.records);
+            debug_assert_eq!(self.records.len() as u64, end - position, "copied what was published");
+            let mut items = LaneItems::new(&self.records);
+            while items.consumed() < DRAIN_BLOCK {
+                let before = items.consumed();
+                let Some(item) = items.next() else { break };
+                if let Err(error) = handle(item) {
+                    lane.tail.store(position.wrapping_add(before as u64), Ordering::Release);
+                    return Err(error);
+                }
+            }
+            let taken = items.consumed();
+            debug_assert!(taken <= self.records.len(), "consumed only what was copied");
+            position = position.wrapping_add(taken as u64);
+            lane.tail.store(position, Ordering::Release);
+            if taken == 0 {
+                // Nothing copied (never, with sane positions): no step may loop.
+                break;
             }
         }
-        let taken = items.consumed();
-        debug_assert!(taken <= self.records.len(), "consumed only what was copied");
-        lane.tail.store(tail.wrapping_add(taken as u64), Ordering::Release);
-        Ok(Drained::Taken(taken))
+        Ok(Drained::Taken((position - tail) as usize))
     }
 }
+
+/// Records a [`LaneConsumer::drain`] step copies out and hands over before it releases them
+/// (32 KiB: the copy stays in the cache while it is handled).
+pub const DRAIN_BLOCK: usize = 512;
 
 #[cfg(test)]
 mod tests {
@@ -462,6 +485,79 @@ mod tests {
         let huge = Event { arg2: u64::MAX, ..string_def(6, 0) };
         assert!(view.push(lane, &huge));
         assert_eq!(drain_all(&mut consumer, &view, lane), (Drained::Taken(1), vec![]));
+    }
+
+    #[test]
+    fn a_backlog_is_handed_over_and_released_block_by_block() {
+        let geometry = RingGeometry { lane_count: 1, lane_capacity: 4 * DRAIN_BLOCK as u32 };
+        let mapping = Mapping::new(geometry);
+        let view = mapping.view();
+        let mut consumer = LaneConsumer::new();
+        let lane = view.claim(1, 1, 0, 0, None).unwrap().index;
+        // Records up to just before the first block's end, then a string whose payload crosses
+        // it, then records filling the lane but for a few slots.
+        let before = DRAIN_BLOCK - 2;
+        for i in 0..before {
+            assert!(view.push(lane, &record(i as u64, 1)));
+        }
+        let bytes: Vec<u8> = (0..300u32).map(|i| i as u8).collect();
+        assert!(view.push_string(lane, &string_def(9, bytes.len()), &bytes));
+        let after = 4 * DRAIN_BLOCK - before - 1 - string_payload_slots(bytes.len()) - 3;
+        for i in 0..after {
+            assert!(view.push(lane, &record(i as u64, 2)));
+        }
+        let published = positions(&view, lane).1;
+        // Each item sees the slots of the blocks before its own released already.
+        let (mut seen, mut releases) = (Vec::new(), Vec::new());
+        let drained = consumer.drain(&view, lane, |item| {
+            let tail = positions(&view, lane).0;
+            if releases.last() != Some(&tail) {
+                releases.push(tail);
+            }
+            seen.push(Item::from(item));
+            Ok::<(), ()>(())
+        });
+        assert_eq!(drained, Ok(Drained::Taken(published as usize)));
+        assert_eq!(seen.len(), before + 1 + after);
+        assert_eq!(seen[before], Item::String(9, bytes.clone()));
+        assert_eq!(seen[before + 1], Item::Record(record(0, 2)));
+        assert_eq!(seen.last(), Some(&Item::Record(record(after as u64 - 1, 2))));
+        // Released before the first item, after the first block (which ends past the string),
+        // and after each block of 512 after that.
+        let first_block = (before + 1 + string_payload_slots(bytes.len())) as u64;
+        assert_eq!(releases[..3], [0, first_block, first_block + DRAIN_BLOCK as u64]);
+        assert_eq!(positions(&view, lane), (published, published));
+        // A failing handler in a later block: the earlier blocks stay released, the failing
+        // item is handed out again.
+        for i in 0..(DRAIN_BLOCK + 10) {
+            assert!(view.push(lane, &record(i as u64, 3)));
+        }
+        let mut handled = 0;
+        let failed = consumer.drain(&view, lane, |_| {
+            handled += 1;
+            if handled == DRAIN_BLOCK + 5 { Err("disk full") } else { Ok(()) }
+        });
+        assert_eq!(failed, Err("disk full"));
+        assert_eq!(positions(&view, lane).0, published + DRAIN_BLOCK as u64 + 4);
+        let (drained, items) = drain_all(&mut consumer, &view, lane);
+        assert_eq!(drained, Drained::Taken(6));
+        assert_eq!(items[0], Item::Record(record(DRAIN_BLOCK as u64 + 4, 3)));
+    }
+
+    #[test]
+    fn positions_near_the_top_of_the_counter_end_the_step() {
+        // Hostile positions (the ring fuzz target found this one looping for good).
+        let mapping = Mapping::new(GEOMETRY);
+        let view = mapping.view();
+        let mut consumer = LaneConsumer::new();
+        let lane = view.claim(1, 1, 0, 0, None).unwrap().index;
+        let block = view.lane(lane).unwrap();
+        block.tail.store(u64::MAX - 10, Ordering::Relaxed);
+        block.head.store(u64::MAX - 5, Ordering::Relaxed);
+        let (drained, items) = drain_all(&mut consumer, &view, lane);
+        assert_eq!(drained, Drained::Taken(5));
+        assert_eq!(items.len(), 5);
+        assert_eq!(positions(&view, lane), (u64::MAX - 5, u64::MAX - 5));
     }
 
     #[test]

@@ -37,7 +37,7 @@ mod producer;
 mod testing;
 mod view;
 
-pub use consumer::{Drained, LaneConsumer, LaneItem, LaneItems};
+pub use consumer::{DRAIN_BLOCK, Drained, LaneConsumer, LaneItem, LaneItems};
 pub use layout::{
     AggSlot, CLOCK_MONOTONIC, CLOCK_TSC, HEADER_BYTES, LANE_ACTIVE, LANE_BYTES, LANE_CLAIMING, LANE_FREE,
     LANE_OPEN, LANE_RETIRED, LANE_STATE_BITS, LANE_UNBACKED, Lane, NO_LANE_COUNTERS, PaddedCounter,
