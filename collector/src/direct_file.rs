@@ -21,7 +21,7 @@ use std::io::{self, Seek, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
-use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
 /// Alignment of offsets, lengths and memory for direct writes: the largest logical block size
 /// of the devices in use (512 or 4096 bytes). A device wanting more refuses the first direct
@@ -178,6 +178,16 @@ struct Block([u8; BLOCK_BYTES]);
 const _: () =
     assert!(std::mem::size_of::<Block>() == BLOCK_BYTES && std::mem::align_of::<Block>() == BLOCK_BYTES);
 
+/// `n` zeroed blocks, from zeroed memory (fresh pages: no writing of zeroes, which `vec!` does
+/// for a type it does not know to be all zeroes: a 1 MiB memset per chunk).
+fn zeroed_blocks(n: usize) -> Vec<Block> {
+    <Block as FromZeros>::new_vec_zeroed(n).unwrap_or_else(|_| {
+        std::alloc::handle_alloc_error(
+            std::alloc::Layout::array::<Block>(n).expect("a chunk's size fits a Layout"),
+        )
+    })
+}
+
 /// Bytes in block-aligned memory: the chunks handed to the writer thread, which it writes
 /// direct from where they are. Like a `Vec<u8>` whose room, once grown, stays (a cleared
 /// chunk is reused without being zeroed again).
@@ -189,7 +199,7 @@ pub struct BlockBuf {
 impl BlockBuf {
     /// A buffer with room for `bytes` bytes.
     pub fn with_capacity(bytes: usize) -> BlockBuf {
-        BlockBuf { blocks: vec![Block([0; BLOCK_BYTES]); bytes.div_ceil(BLOCK_BYTES)], len: 0 }
+        BlockBuf { blocks: zeroed_blocks(bytes.div_ceil(BLOCK_BYTES)), len: 0 }
     }
 
     pub fn len(&self) -> usize {
@@ -212,8 +222,9 @@ impl BlockBuf {
     pub fn extend_from_slice(&mut self, bytes: &[u8]) {
         let end = self.len + bytes.len();
         if end > self.capacity() {
-            let blocks = end.div_ceil(BLOCK_BYTES).max(2 * self.blocks.len());
-            self.blocks.resize(blocks, Block([0; BLOCK_BYTES]));
+            let mut grown = zeroed_blocks(end.div_ceil(BLOCK_BYTES).max(2 * self.blocks.len()));
+            grown.as_mut_bytes()[..self.len].copy_from_slice(self.as_slice());
+            self.blocks = grown;
         }
         self.blocks.as_mut_bytes()[self.len..end].copy_from_slice(bytes);
         self.len = end;
