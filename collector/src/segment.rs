@@ -39,8 +39,13 @@ const SPARE_LANES: u32 = 4;
 /// `SPARE_LANES`. Backing a 4 MiB lane costs ~3 ms of kernel time (zeroing its pages, and again
 /// freeing them), so a job that records from one thread should not pay for four: the spares
 /// grow as threads arrive (measured with bench/rate_cost.py; BENCHMARKS.md).
-fn spare_lanes_wanted(in_use: u32) -> u32 {
-    in_use.saturating_add(1).min(SPARE_LANES)
+///
+/// While the collector is `busy` (its last pass took much from a lane), one spare only: a
+/// pass that backs lanes drains nothing meanwhile, and in a burst on two busy CPUs the first
+/// passes backed three spares for the threads that had just started (~10 ms of wall time)
+/// while their lanes filled and dropped. The rest are backed once the burst is over.
+fn spare_lanes_wanted(in_use: u32, busy: bool) -> u32 {
+    if busy { 1 } else { in_use.saturating_add(1).min(SPARE_LANES) }
 }
 
 /// How the ring is sized for the memory the shm filesystem has.
@@ -208,7 +213,7 @@ impl Segment {
             open_lanes: plan.note.is_none(),
             backing_failed: false,
         };
-        segment.replenish();
+        segment.replenish(false);
         if let Err(err) = rename_no_replace(&temporary, &segment.path) {
             let _ = std::fs::remove_file(&temporary);
             return Err(err);
@@ -221,11 +226,11 @@ impl Segment {
         &self.view
     }
 
-    /// Keeps `SPARE_LANES` lanes backed and free for new threads, backing more (up to the
-    /// plan's limit) as threads take them; with memory for the whole ring, every other lane is
-    /// left open for a thread that finds none free to back itself. Returns a message the first
-    /// time the filesystem refuses.
-    pub fn replenish(&mut self) -> Option<String> {
+    /// Keeps `SPARE_LANES` lanes backed and free for new threads (one while `busy`: see
+    /// `spare_lanes_wanted`), backing more (up to the plan's limit) as threads take them; with
+    /// memory for the whole ring, every other lane is left open for a thread that finds none
+    /// free to back itself. Returns a message the first time the filesystem refuses.
+    pub fn replenish(&mut self, busy: bool) -> Option<String> {
         let (mut free, mut backed) = (0u32, 0u32);
         for index in 0..self.geometry.lane_count {
             let Some(lane) = self.view.lane(index) else { break };
@@ -239,7 +244,7 @@ impl Segment {
             }
         }
         let mut message = None;
-        let spares = spare_lanes_wanted(backed - free);
+        let spares = spare_lanes_wanted(backed - free, busy);
         for index in 0..self.geometry.lane_count {
             if free >= spares || backed >= self.max_backed || self.backing_failed {
                 break;
@@ -433,9 +438,11 @@ mod tests {
 
     #[test]
     fn spare_lanes_grow_with_the_threads_up_to_four() {
-        let wanted: Vec<u32> = (0..7).map(spare_lanes_wanted).collect();
+        let wanted: Vec<u32> = (0..7).map(|in_use| spare_lanes_wanted(in_use, false)).collect();
         assert_eq!(wanted, [1, 2, 3, 4, 4, 4, 4]);
-        assert_eq!(spare_lanes_wanted(u32::MAX), SPARE_LANES);
+        assert_eq!(spare_lanes_wanted(u32::MAX, false), SPARE_LANES);
+        // A busy collector keeps one, whatever the threads.
+        assert!((0..7).all(|in_use| spare_lanes_wanted(in_use, true) == 1));
     }
 
     #[test]

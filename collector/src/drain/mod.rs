@@ -178,6 +178,12 @@ impl Drainer {
         Duration::from_secs_f64(seconds.clamp(0.001, 0.1))
     }
 
+    /// Whether the last pass took a quarter of a lane or more from one lane: a producer
+    /// outran the planned sleep (a burst; a steady rate takes about an eighth a pass).
+    fn is_busy(&self) -> bool {
+        self.busiest_lane as u64 >= self.segment.geometry.lane_capacity as u64 / 4
+    }
+
     /// The run file, for the frames of the energy sampler.
     pub fn writer_mut(&mut self) -> &mut RunWriter<BackgroundFile> {
         &mut self.writer
@@ -206,7 +212,7 @@ impl Drainer {
         self.free_replaced_images()?;
         self.write_batch()?;
         if self.offer_lanes
-            && let Some(message) = self.segment.replenish()
+            && let Some(message) = self.segment.replenish(self.is_busy())
             && !self.quiet
         {
             eprintln!("mlprof-collect: warning: {message}");
