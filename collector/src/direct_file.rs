@@ -80,6 +80,26 @@ impl DirectFile {
         written
     }
 
+    /// Writes `bytes` through the page cache, which takes them without waiting for the device
+    /// (for a writer fallen behind); later writes go direct again. The partial last block
+    /// stays staged (it is in the file already), so direct writes stay aligned.
+    pub fn write_through_page_cache(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if !self.direct {
+            return self.write_all(bytes);
+        }
+        self.stage.extend_from_slice(bytes);
+        set_direct(&self.file, false);
+        let written = self.file.write_all_at(self.stage.as_slice(), self.offset);
+        if !set_direct(&self.file, true) {
+            self.direct = false;
+        }
+        written?;
+        let whole = self.stage.len() / BLOCK_BYTES * BLOCK_BYTES;
+        self.stage.remove_front(whole);
+        self.offset += whole as u64;
+        Ok(())
+    }
+
     /// Turns direct writes off for good, as a refused direct write does.
     #[cfg(test)]
     fn stop_direct(&mut self) {
@@ -294,6 +314,31 @@ mod tests {
             expected.extend_from_slice(&pattern(len, i + 100));
             assert_eq!(std::fs::read(&path).unwrap(), expected, "after chunk {i}");
         }
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn writes_through_the_page_cache_and_direct_mix() {
+        let path = temp_path("mixed");
+        let mut out = DirectFile::new(File::create(&path).unwrap(), 16 * 1024).unwrap();
+        let mut expected = Vec::new();
+        for (i, len) in
+            [3 * BLOCK_BYTES + 100, 50, 2 * BLOCK_BYTES, 7, 5 * BLOCK_BYTES + 1].into_iter().enumerate()
+        {
+            let piece = pattern(len, i);
+            if i % 2 == 0 {
+                out.write_through_page_cache(&piece).unwrap();
+            } else {
+                out.write_all(&piece).unwrap();
+            }
+            expected.extend_from_slice(&piece);
+            assert_eq!(std::fs::read(&path).unwrap(), expected, "after write {i}");
+        }
+        let direct = out.is_direct();
+        out.write_all(&pattern(4 * BLOCK_BYTES, 9)).unwrap();
+        expected.extend_from_slice(&pattern(4 * BLOCK_BYTES, 9));
+        assert_eq!(std::fs::read(&path).unwrap(), expected);
+        assert_eq!(out.is_direct(), direct, "still direct after page-cache writes, where it was");
         std::fs::remove_file(&path).unwrap();
     }
 
