@@ -38,6 +38,8 @@ pub struct DirectFile {
     stage: BlockBuf,
     /// File offset of `stage`'s first byte: a multiple of `BLOCK_BYTES` while direct.
     offset: u64,
+    /// The most bytes staged before they are written (`stage` grows to it only if needed).
+    stage_limit: usize,
 }
 
 impl DirectFile {
@@ -47,8 +49,11 @@ impl DirectFile {
         let offset = file.stream_position()?;
         let direct =
             file.metadata()?.is_file() && offset % BLOCK_BYTES as u64 == 0 && set_direct(&file, true);
-        let stage = BlockBuf::with_capacity(if direct { stage_bytes.max(BLOCK_BYTES) } else { 0 });
-        Ok(DirectFile { file, direct, stage, offset })
+        // One block: a partial last block is all that is staged unless pieces arrive unaligned
+        // in memory; the stage grows for those.
+        let stage = BlockBuf::with_capacity(if direct { BLOCK_BYTES } else { 0 });
+        let stage_limit = stage_bytes.div_ceil(BLOCK_BYTES).max(1) * BLOCK_BYTES;
+        Ok(DirectFile { file, direct, stage, offset, stage_limit })
     }
 
     /// Whether bytes are still written direct (false once the file system refused).
@@ -121,10 +126,10 @@ impl Write for DirectFile {
             rest = &rest[whole..];
         }
         while self.direct && !rest.is_empty() {
-            let n = rest.len().min(self.stage.capacity() - self.stage.len());
+            let n = rest.len().min(self.stage_limit - self.stage.len());
             self.stage.extend_from_slice(&rest[..n]);
             rest = &rest[n..];
-            if self.stage.len() == self.stage.capacity() {
+            if self.stage.len() >= self.stage_limit {
                 self.write_staged_blocks()?;
             }
         }
@@ -198,8 +203,8 @@ struct Block([u8; BLOCK_BYTES]);
 const _: () =
     assert!(std::mem::size_of::<Block>() == BLOCK_BYTES && std::mem::align_of::<Block>() == BLOCK_BYTES);
 
-/// `n` zeroed blocks, from zeroed memory (fresh pages: no writing of zeroes, which `vec!` does
-/// for a type it does not know to be all zeroes: a 1 MiB memset per chunk).
+/// `n` zeroed blocks. (The allocator zeroes memory aligned beyond 16 bytes by writing it: a
+/// buffer costs a memset of its size, so buffers start small and grow as they are used.)
 fn zeroed_blocks(n: usize) -> Vec<Block> {
     <Block as FromZeros>::new_vec_zeroed(n).unwrap_or_else(|_| {
         std::alloc::handle_alloc_error(
