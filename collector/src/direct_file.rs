@@ -92,16 +92,27 @@ impl DirectFile {
         if !self.direct {
             return self.write_all(bytes);
         }
-        self.stage.extend_from_slice(bytes);
+        let staged = self.stage.len() as u64;
         set_direct(&self.file, false);
-        let written = self.file.write_all_at(self.stage.as_slice(), self.offset);
+        let mut written = self.file.write_all_at(self.stage.as_slice(), self.offset);
+        if written.is_ok() {
+            written = self.file.write_all_at(bytes, self.offset + staged);
+        }
         if !set_direct(&self.file, true) {
             self.direct = false;
         }
         written?;
-        let whole = self.stage.len() / BLOCK_BYTES * BLOCK_BYTES;
-        self.stage.remove_front(whole);
-        self.offset += whole as u64;
+        // Only the partial last block is kept (copied), not the bytes written.
+        let end = self.offset + staged + bytes.len() as u64;
+        let block_start = end / BLOCK_BYTES as u64 * BLOCK_BYTES as u64;
+        if block_start >= self.offset + staged {
+            self.stage.clear();
+            self.stage.extend_from_slice(&bytes[(block_start - self.offset - staged) as usize..]);
+        } else {
+            self.stage.extend_from_slice(bytes);
+            self.stage.remove_front((block_start - self.offset) as usize);
+        }
+        self.offset = block_start;
         Ok(())
     }
 
