@@ -71,26 +71,19 @@ impl DirectFile {
         Ok(())
     }
 
-    /// Writes the staged partial block through the page cache, so that the file holds every
-    /// byte written so far; the block stays staged, to be written direct once complete.
-    fn write_partial_block(&mut self) -> io::Result<()> {
-        if self.stage.is_empty() {
-            return Ok(());
-        }
-        set_direct(&self.file, false);
-        let written = self.file.write_all_at(self.stage.as_slice(), self.offset);
-        if !set_direct(&self.file, true) {
-            self.direct = false;
-        }
-        written
-    }
-
     /// Writes `bytes` through the page cache, which takes them without waiting for the device
     /// (for a writer fallen behind); later writes go direct again. The partial last block
     /// stays staged (it is in the file already), so direct writes stay aligned.
     pub fn write_through_page_cache(&mut self, bytes: &[u8]) -> io::Result<()> {
-        if !self.direct {
-            return self.write_all(bytes);
+        if self.direct { self.write_cached(bytes) } else { self.write_all(bytes) }
+    }
+
+    /// While direct: writes what is staged and then `bytes` through the page cache, and keeps
+    /// only the partial last block staged (copied), to be written direct once complete. With
+    /// no `bytes`, this is what makes a write's partial last block readable at once.
+    fn write_cached(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.stage.is_empty() && bytes.is_empty() {
+            return Ok(());
         }
         let staged = self.stage.len() as u64;
         set_direct(&self.file, false);
@@ -102,7 +95,6 @@ impl DirectFile {
             self.direct = false;
         }
         written?;
-        // Only the partial last block is kept (copied), not the bytes written.
         let end = self.offset + staged + bytes.len() as u64;
         let block_start = end / BLOCK_BYTES as u64 * BLOCK_BYTES as u64;
         if block_start >= self.offset + staged {
@@ -146,7 +138,7 @@ impl Write for DirectFile {
         }
         if self.direct {
             self.write_staged_blocks()?;
-            self.write_partial_block()?;
+            self.write_cached(&[])?;
         } else {
             // Bytes still staged when direct writes were refused (written through the page
             // cache already or not: again does no harm), then the rest.
