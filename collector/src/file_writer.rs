@@ -39,16 +39,14 @@ const FIRST_CHUNK_BYTES: usize = 64 << 10;
 const QUEUED_CHUNKS: usize = 64;
 /// Chunks waiting beyond which the writer writes through the page cache.
 const BEHIND_CHUNKS: usize = 4;
-/// The least a full chunk holds (cut at a block boundary); smaller ones are flushes, written
-/// through the page cache.
-const FULL_CHUNK_BYTES: usize = CHUNK_BYTES - BLOCK_BYTES;
 /// Emptied chunks kept for reuse.
 const SPARE_CHUNKS: usize = 16;
 
 /// A [`Write`] whose bytes a background thread writes to a file, in order.
 pub struct BackgroundFile {
     chunk: BlockBuf,
-    to_writer: Option<SyncSender<BlockBuf>>,
+    /// Chunks for the writer, each with whether it is full (not a flush's partial one).
+    to_writer: Option<SyncSender<(BlockBuf, bool)>>,
     /// Emptied chunks coming back for reuse (the queue then costs no allocations).
     spare: Receiver<BlockBuf>,
     writer: Option<JoinHandle<io::Result<()>>>,
@@ -80,16 +78,16 @@ impl BackgroundFile {
     }
 
     fn with_sink<S: ChunkSink + Send + 'static>(mut sink: S) -> io::Result<BackgroundFile> {
-        let (to_writer, chunks) = sync_channel::<BlockBuf>(QUEUED_CHUNKS);
+        let (to_writer, chunks) = sync_channel::<(BlockBuf, bool)>(QUEUED_CHUNKS);
         let (give_back, spare) = sync_channel::<BlockBuf>(SPARE_CHUNKS);
         let backlog = Arc::new(AtomicUsize::new(0));
         let behind = Arc::clone(&backlog);
         let writer = std::thread::Builder::new().name("mlprof-writer".into()).spawn(move || {
-            for mut chunk in chunks {
+            for (mut chunk, full) in chunks {
                 // Partial chunks (flushes) too: a direct write costs the writer a device round
                 // trip (~0.3 ms of CPU each, measured at 1,000 calls/s) and rewriting the
                 // partial block it leaves, the page cache a copy; direct pays for full chunks.
-                if behind.load(Ordering::Relaxed) > BEHIND_CHUNKS || chunk.len() < FULL_CHUNK_BYTES {
+                if !full || behind.load(Ordering::Relaxed) > BEHIND_CHUNKS {
                     sink.write_without_waiting(chunk.as_slice())?;
                 } else {
                     sink.write_all(chunk.as_slice())?;
@@ -123,9 +121,9 @@ impl BackgroundFile {
         next.extend_from_slice(&self.chunk.as_slice()[self.chunk.len() - keep..]);
         self.chunk.truncate(self.chunk.len() - keep);
         self.handed += self.chunk.len() as u64;
-        let full = std::mem::replace(&mut self.chunk, next);
+        let chunk = std::mem::replace(&mut self.chunk, next);
         self.backlog.fetch_add(1, Ordering::Relaxed);
-        let sent = self.to_writer.as_ref().map(|queue| queue.send(full).is_ok());
+        let sent = self.to_writer.as_ref().map(|queue| queue.send((chunk, full)).is_ok());
         match sent {
             Some(true) => Ok(()),
             // The writer stopped (its write failed) or the file was closed.
