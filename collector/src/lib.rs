@@ -5,10 +5,8 @@
 //! calls it, and so does the `mlprof-collect` of the Python wheel (crate `wheel/`), which then
 //! reuses this crate as compiled by `cargo build --release` instead of compiling it again.
 
-mod direct_file;
 mod drain;
 mod energy;
-mod file_writer;
 mod launch;
 mod node;
 mod segment;
@@ -20,11 +18,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use mlprof_filewrite::BackgroundFile;
 use mlprof_format::ring::{RING_ABI_VERSION, RingGeometry, is_valid_session_name, session_shm_name};
 use mlprof_format::runfile::{RunInfo, RunWriter};
 
 use crate::drain::{Drainer, Totals};
-use crate::file_writer::BackgroundFile;
 use crate::segment::Segment;
 use crate::timebase::Timebase;
 

@@ -6,12 +6,13 @@
 //! as compiled by `cargo build --release` instead of compiling it again.
 
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+use mlprof_filewrite::BackgroundFile;
 use mlprof_report::convert::{ConvertError, Kinds, Options, Outcome, Progress};
 use mlprof_report::diff::{Diff, RunFigures};
 use mlprof_report::run::RunMeta;
@@ -476,8 +477,10 @@ fn convert(input: &Path, request: ConvertRequest) -> Result<(), String> {
     };
     let create = |index: usize| {
         let path = path_of(index);
+        // Written by a thread of its own, past the page cache where it can: through the page
+        // cache the kernel's copying and writeback of a trace cost more CPU than encoding it.
         File::create(&path)
-            .map(|f| BufWriter::with_capacity(1 << 20, f))
+            .and_then(BackgroundFile::new)
             .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())))
     };
     let mut every_second = EverySecond::new(request.progress);
@@ -495,7 +498,7 @@ fn convert(input: &Path, request: ConvertRequest) -> Result<(), String> {
             input,
             &options,
             &mut |i| ChromeWriter::new(create(i)?, meta.info.start_mono_ns),
-            &mut |_, w| w.finish().map(drop),
+            &mut |_, w| w.finish().and_then(BackgroundFile::close),
             &mut report,
         ),
         TraceFormat::Perfetto => mlprof_report::convert::convert(
@@ -506,7 +509,7 @@ fn convert(input: &Path, request: ConvertRequest) -> Result<(), String> {
             &mut |i, w| {
                 clamped.resize(clamped.len().max(i + 1), 0);
                 clamped[i] = w.stats().clamped;
-                w.finish().map(drop)
+                w.finish().and_then(BackgroundFile::close)
             },
             &mut report,
         ),

@@ -8,6 +8,7 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use mlprof_filewrite::BackgroundFile;
 use mlprof_format::func::{AGG_SLOTS, Func, agg_slot_meaning};
 use mlprof_format::rank::{RankInfo, RankRecord};
 use mlprof_format::record::{
@@ -21,7 +22,6 @@ use mlprof_format::runfile::{
     AggregateSample, DropSample, ProcessExit, ProcessInfo, RunEnd, RunWriter, SymbolInfo, ThreadInfo,
 };
 
-use crate::file_writer::BackgroundFile;
 use crate::segment::Segment;
 use crate::timebase::Timebase;
 

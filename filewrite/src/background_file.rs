@@ -1,13 +1,15 @@
-//! The run file, written by a thread of its own, so that a drain pass never waits on the disk.
+//! A file written by a thread of its own, so that its producer never waits on the disk: the
+//! collector's drain passes (a lane fills in milliseconds at a burst's rate), the converter's
+//! event loop.
 //!
 //! At a million records a second the collector writes 64 MB/s, and ext4 throttles a writer
 //! that dirties pages faster than writeback cleans them: `write` calls of the drain thread were
 //! seen blocking up to 68 ms (26 of 301 over 10 ms in a 5 s run, 1.1 s in all), long enough for
-//! a producer's lane to fill and drop. Here the drain thread only copies frames into 1 MiB
-//! chunks and hands full chunks to the `mlprof-writer` thread through a bounded queue; when the
-//! disk falls 64 chunks behind, handing over waits, as writing did before, so memory stays
-//! bounded. `flush` hands the partial chunk over without waiting for the disk: the file's
-//! prefix is readable a moment later (the drainer flushes once a second), and `close` writes
+//! a producer's lane to fill and drop. Here the producer only copies bytes into 1 MiB chunks
+//! and hands full chunks to the `mlprof-writer` thread through a bounded queue; when the disk
+//! falls 64 chunks behind, handing over waits, as writing did before, so memory stays bounded.
+//! `flush` hands the partial chunk over without waiting for the disk: the file's prefix is
+//! readable a moment later (the collector flushes once a second), and `close` writes
 //! everything and reports the first error.
 //!
 //! The writer thread writes the file direct, past the page cache (`direct_file`), so full
@@ -94,7 +96,7 @@ impl BackgroundFile {
                 }
                 behind.fetch_sub(1, Ordering::Relaxed);
                 chunk.clear();
-                // Full when the drain thread has enough spares: the chunk is simply freed.
+                // Full when the producer has enough spares: the chunk is simply freed.
                 let _ = give_back.try_send(chunk);
             }
             sink.flush()
@@ -127,7 +129,7 @@ impl BackgroundFile {
         match sent {
             Some(true) => Ok(()),
             // The writer stopped (its write failed) or the file was closed.
-            _ => Err(self.stop_writer().err().unwrap_or_else(|| io::Error::other("the run file was closed"))),
+            _ => Err(self.stop_writer().err().unwrap_or_else(|| io::Error::other("the file was closed"))),
         }
     }
 
@@ -137,7 +139,7 @@ impl BackgroundFile {
         match self.writer.take().map(JoinHandle::join) {
             None => Ok(()),
             Some(Ok(result)) => result,
-            Some(Err(_)) => Err(io::Error::other("the run file's writer thread panicked")),
+            Some(Err(_)) => Err(io::Error::other("the file's writer thread panicked")),
         }
     }
 

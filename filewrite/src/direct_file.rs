@@ -1,7 +1,7 @@
 //! Sequential writes that bypass the page cache (`O_DIRECT`) where the file system allows it.
 //!
-//! At a million records a second the run file grows by 64 MB/s. Written through the page
-//! cache, that cost the writer thread ~40 ns of kernel CPU per record (`perf record -e
+//! At a million records a second the collector's run file grows by 64 MB/s. Written through
+//! the page cache, that cost the writer thread ~40 ns of kernel CPU per record (`perf record -e
 //! cpu-clock`: copying into pages, ext4's delayed allocation, dirty accounting, writeback
 //! submitted from its own context), a third of everything recording cost at that rate; and
 //! it filled the page cache with a file nobody reads before the run ends, evicting the job's
