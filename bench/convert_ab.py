@@ -8,7 +8,8 @@ Each round converts every run with both binaries, in an order that alternates ro
 (so drift on a loaded machine falls on both), through `/usr/bin/time` (wall, user+system CPU,
 peak RSS). Prints, per run and binary, the median of each with its distribution-free 95%
 confidence interval (order statistics of the binomial(n, 1/2); with 6 rounds that is the
-range of all 6, 96.9%), events per CPU second (the one-core rate: conversion is one thread),
+range of all 6, 96.9%), events per CPU second (the one-core rate: all the CPU the process
+used, its trace-writing thread included, as if it all ran on one core),
 and the trace's bytes per event. User and system CPU are also given apart: system time (the
 kernel copying the run in and the trace out, page-cache writeback) varies most with the
 other load on a shared machine. EVENTS is the run's event count (synth_run prints it);

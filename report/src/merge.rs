@@ -50,6 +50,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use mlprof_filewrite::BackgroundFile;
 use mlprof_format::energy::{EnergyDevice, EnergyNote, EnergySample};
 use mlprof_format::func::{Class, Func};
 use mlprof_format::record::{Event, GpuCall, IttSpan};
@@ -366,7 +367,7 @@ struct Input {
 /// next events frame or its end.
 fn advance(
     input: &mut Input,
-    out: &mut RunWriter,
+    out: &mut RunWriter<BackgroundFile>,
     strings: &mut HashSet<u64>,
     path: &Path,
 ) -> Result<(), String> {
@@ -532,8 +533,20 @@ pub fn merge(inputs: &[PathBuf], output: &Path) -> Result<MergeOutcome, String> 
         lane_count: scans.iter().map(|s| s.info.lane_count).sum(),
         lane_capacity: ref_info.lane_capacity,
     };
-    let mut out =
-        RunWriter::create(output, &info).map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+    // Written by a thread of its own, past the page cache where it can (a merged run is the
+    // size of all its nodes' runs; see mlprof-filewrite).
+    let mut out = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(output)
+            .and_then(BackgroundFile::new)
+            .and_then(|file| RunWriter::new(file, &info))
+            .map_err(|e| format!("cannot write {}: {e}", output.display()))?
+    };
     let write_err = |e: std::io::Error| format!("writing {}: {e}", output.display());
     for node in &nodes {
         out.write_node(node).map_err(write_err)?;
@@ -589,7 +602,7 @@ pub fn merge(inputs: &[PathBuf], output: &Path) -> Result<MergeOutcome, String> 
         }
     }
     let dropped = inputs.iter().filter_map(|i| i.end.as_ref()).map(|e| e.dropped).sum();
-    out.finish(&RunEnd { end_ns, events, dropped }).map_err(write_err)?;
+    out.finish(&RunEnd { end_ns, events, dropped }).and_then(BackgroundFile::close).map_err(write_err)?;
     Ok(MergeOutcome { nodes, events, processes: scans.iter().map(|s| s.processes).sum(), warnings })
 }
 
