@@ -40,20 +40,23 @@ pub struct DirectFile {
     offset: u64,
     /// The most bytes staged before they are written (`stage` grows to it only if needed).
     stage_limit: usize,
+    /// A regular file, written at `offset`; anything else (a pipe, a terminal, /dev/null) is
+    /// written where it stands, never direct: a pipe has no offset to write at.
+    regular: bool,
 }
 
 impl DirectFile {
     /// Wraps `file`, turning direct writes on when the file allows them; `stage_bytes`
     /// (rounded up to whole blocks) is the most copied and written direct at once.
     pub fn new(mut file: File, stage_bytes: usize) -> io::Result<DirectFile> {
-        let offset = file.stream_position()?;
-        let direct =
-            file.metadata()?.is_file() && offset % BLOCK_BYTES as u64 == 0 && set_direct(&file, true);
+        let regular = file.metadata()?.is_file();
+        let offset = if regular { file.stream_position()? } else { 0 };
+        let direct = regular && offset % BLOCK_BYTES as u64 == 0 && set_direct(&file, true);
         // One block: a partial last block is all that is staged unless pieces arrive unaligned
         // in memory; the stage grows for those.
         let stage = BlockBuf::with_capacity(if direct { BLOCK_BYTES } else { 0 });
         let stage_limit = stage_bytes.div_ceil(BLOCK_BYTES).max(1) * BLOCK_BYTES;
-        Ok(DirectFile { file, direct, stage, offset, stage_limit })
+        Ok(DirectFile { file, direct, stage, offset, stage_limit, regular })
     }
 
     /// Whether bytes are still written direct (false once the file system refused).
@@ -142,11 +145,16 @@ impl Write for DirectFile {
         } else {
             // Bytes still staged when direct writes were refused (written through the page
             // cache already or not: again does no harm), then the rest.
-            self.file.write_all_at(self.stage.as_slice(), self.offset)?;
-            self.offset += self.stage.len() as u64;
-            self.stage.clear();
-            self.file.write_all_at(rest, self.offset)?;
-            self.offset += rest.len() as u64;
+            if self.regular {
+                self.file.write_all_at(self.stage.as_slice(), self.offset)?;
+                self.offset += self.stage.len() as u64;
+                self.stage.clear();
+                self.file.write_all_at(rest, self.offset)?;
+                self.offset += rest.len() as u64;
+            } else {
+                // Never direct, so nothing was staged.
+                self.file.write_all(rest)?;
+            }
         }
         Ok(bytes.len())
     }
@@ -393,6 +401,25 @@ mod tests {
         let mut out = DirectFile::new(null, 8192).unwrap();
         assert!(!out.is_direct());
         out.write_all(&pattern(10_000, 2)).unwrap();
+    }
+
+    #[test]
+    fn a_pipe_gets_every_byte_in_order() {
+        let (read_end, write_end) = std::io::pipe().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            std::io::Read::read_to_end(&mut { read_end }, &mut got).unwrap();
+            got
+        });
+        // A pipe has no offset: positioned writes fail there (ESPIPE), plain ones do not.
+        let mut out = DirectFile::new(File::from(std::os::fd::OwnedFd::from(write_end)), 8192).unwrap();
+        let mut expected = Vec::new();
+        for (i, len) in [5, 4096, 70_000, 1].into_iter().enumerate() {
+            out.write_all(&pattern(len, i)).unwrap();
+            expected.extend_from_slice(&pattern(len, i));
+        }
+        drop(out);
+        assert_eq!(reader.join().unwrap(), expected);
     }
 
     #[test]

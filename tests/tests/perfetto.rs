@@ -133,6 +133,18 @@ fn io_programs_convert_completely_and_compactly() {
         assert!(per_slice < 64.0, "{}: {per_slice:.1} bytes per slice", trace.display());
     }
 
+    // Into a pipe (`-o /dev/stdout | ...`): no offsets, no direct writes; the same bytes.
+    let mut c = Command::new("sh");
+    clean_env(&mut c).arg("-c").arg(format!(
+        "'{}' convert '{}' -o /dev/stdout | cat > '{}'",
+        bins().mlprof.display(),
+        s(&run),
+        s(&dir.join("piped.pftrace"))
+    ));
+    let out = output_with_timeout(c, limit());
+    assert!(out.status.success(), "convert into a pipe failed\n{}", describe(&out));
+    assert_eq!(std::fs::read(dir.join("piped.pftrace")).unwrap(), std::fs::read(&pf).unwrap());
+
     // --compress: the same content, smaller.
     let packed = dir.join("packed.pftrace");
     mlprof(&["convert", &s(&run), "-o", &s(&packed), "--compress"]);
