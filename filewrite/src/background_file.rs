@@ -48,14 +48,32 @@ const SPARE_CHUNKS: usize = 16;
 pub struct BackgroundFile {
     chunk: BlockBuf,
     /// Chunks for the writer, each with whether it is full (not a flush's partial one).
-    to_writer: Option<SyncSender<(BlockBuf, bool)>>,
+    to_writer: Option<SyncSender<(Chunk, bool)>>,
     /// Emptied chunks coming back for reuse (the queue then costs no allocations).
     spare: Receiver<BlockBuf>,
+    /// Emptied buffers of [`BackgroundFile::write_owned`] coming back for reuse.
+    spare_owned: Receiver<Vec<u8>>,
     writer: Option<JoinHandle<io::Result<()>>>,
     /// Bytes handed over so far: where the current chunk starts in the file.
     handed: u64,
     /// Chunks handed over and not yet written.
     backlog: Arc<AtomicUsize>,
+}
+
+/// Bytes for the writer thread: a chunk copied into block-aligned memory, or a caller's own
+/// buffer whose bytes `start..end` are whole blocks, block-aligned in memory.
+enum Chunk {
+    Blocks(BlockBuf),
+    Owned { bytes: Vec<u8>, start: usize, end: usize },
+}
+
+impl Chunk {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Chunk::Blocks(blocks) => blocks.as_slice(),
+            Chunk::Owned { bytes, start, end } => &bytes[*start..*end],
+        }
+    }
 }
 
 /// Where the writer thread puts chunks: in order, each either the usual way or (when the
@@ -80,12 +98,13 @@ impl BackgroundFile {
     }
 
     fn with_sink<S: ChunkSink + Send + 'static>(mut sink: S) -> io::Result<BackgroundFile> {
-        let (to_writer, chunks) = sync_channel::<(BlockBuf, bool)>(QUEUED_CHUNKS);
+        let (to_writer, chunks) = sync_channel::<(Chunk, bool)>(QUEUED_CHUNKS);
         let (give_back, spare) = sync_channel::<BlockBuf>(SPARE_CHUNKS);
+        let (give_back_owned, spare_owned) = sync_channel::<Vec<u8>>(SPARE_CHUNKS);
         let backlog = Arc::new(AtomicUsize::new(0));
         let behind = Arc::clone(&backlog);
         let writer = std::thread::Builder::new().name("mlprof-writer".into()).spawn(move || {
-            for (mut chunk, full) in chunks {
+            for (chunk, full) in chunks {
                 // Partial chunks (flushes) too: a direct write costs the writer a device round
                 // trip (~0.3 ms of CPU each, measured at 1,000 calls/s) and rewriting the
                 // partial block it leaves, the page cache a copy; direct pays for full chunks.
@@ -95,9 +114,17 @@ impl BackgroundFile {
                     sink.write_all(chunk.as_slice())?;
                 }
                 behind.fetch_sub(1, Ordering::Relaxed);
-                chunk.clear();
                 // Full when the producer has enough spares: the chunk is simply freed.
-                let _ = give_back.try_send(chunk);
+                match chunk {
+                    Chunk::Blocks(mut blocks) => {
+                        blocks.clear();
+                        let _ = give_back.try_send(blocks);
+                    }
+                    Chunk::Owned { mut bytes, .. } => {
+                        bytes.clear();
+                        let _ = give_back_owned.try_send(bytes);
+                    }
+                }
             }
             sink.flush()
         })?;
@@ -105,6 +132,7 @@ impl BackgroundFile {
             chunk: BlockBuf::with_capacity(FIRST_CHUNK_BYTES),
             to_writer: Some(to_writer),
             spare,
+            spare_owned,
             writer: Some(writer),
             handed: 0,
             backlog,
@@ -124,6 +152,11 @@ impl BackgroundFile {
         self.chunk.truncate(self.chunk.len() - keep);
         self.handed += self.chunk.len() as u64;
         let chunk = std::mem::replace(&mut self.chunk, next);
+        self.send(Chunk::Blocks(chunk), full)
+    }
+
+    /// Queues `chunk` for the writer thread (waits only while the queue is full).
+    fn send(&mut self, chunk: Chunk, full: bool) -> io::Result<()> {
         self.backlog.fetch_add(1, Ordering::Relaxed);
         let sent = self.to_writer.as_ref().map(|queue| queue.send((chunk, full)).is_ok());
         match sent {
@@ -131,6 +164,53 @@ impl BackgroundFile {
             // The writer stopped (its write failed) or the file was closed.
             _ => Err(self.stop_writer().err().unwrap_or_else(|| io::Error::other("the file was closed"))),
         }
+    }
+
+    /// Writes `buf[*start..]`, leaving the bytes after its last whole block of the file (less
+    /// than a block) in `buf` from `*start` on, where the caller appends what comes next. The
+    /// whole blocks go to the writer thread in `buf` itself, without a copy, which `buf` is
+    /// swapped for an emptied buffer of the same room: the bytes left over are moved there, to
+    /// an offset (`*start`) at which the next call's bytes start block-aligned in memory.
+    ///
+    /// A producer that builds its output in a `Vec<u8>` of a megabyte or so and hands it over
+    /// with this saves the copy [`Write::write`] makes (at 600 MB/s of trace, a tenth of a
+    /// conversion's CPU). The first call, and any after bytes arrived through `write` or the
+    /// caller's buffer moved, copies (as `write` does) and sets `*start` for the next.
+    pub fn write_owned(&mut self, buf: &mut Vec<u8>, start: &mut usize) -> io::Result<()> {
+        let from = (*start).min(buf.len());
+        let aligned = self.chunk.is_empty()
+            && self.handed.is_multiple_of(BLOCK_BYTES as u64)
+            && (buf.as_ptr().addr() + from).is_multiple_of(BLOCK_BYTES);
+        let whole = if aligned { (buf.len() - from) / BLOCK_BYTES * BLOCK_BYTES } else { 0 };
+        let (taken, next) = if whole > 0 {
+            let next = self.spare_owned.try_recv().unwrap_or_default();
+            let taken = std::mem::replace(buf, next);
+            (Some(taken), from + whole)
+        } else {
+            // Through the chunk: its whole blocks are handed over, the rest comes back below.
+            self.chunk.extend_from_slice(&buf[from..]);
+            buf.truncate(from);
+            self.hand_over(true)?;
+            (None, 0)
+        };
+        // `buf` is now empty or emptied: room for the leftover bytes at an aligned offset.
+        buf.clear();
+        buf.reserve(taken.as_ref().map_or(0, Vec::capacity).max(BLOCK_BYTES * 2));
+        let pad = buf.as_ptr().addr().next_multiple_of(BLOCK_BYTES) - buf.as_ptr().addr();
+        buf.resize(pad, 0);
+        match &taken {
+            Some(taken) => buf.extend_from_slice(&taken[next..]),
+            None => {
+                buf.extend_from_slice(self.chunk.as_slice());
+                self.chunk.clear();
+            }
+        }
+        *start = pad;
+        if let Some(bytes) = taken {
+            self.handed += whole as u64;
+            self.send(Chunk::Owned { bytes, start: from, end: from + whole }, true)?;
+        }
+        Ok(())
     }
 
     /// Closes the queue and waits for the writer: its first error, if any.
@@ -326,6 +406,40 @@ mod tests {
         let error = error.or_else(|| file.close().err()).expect("the disk-full error was lost");
         assert_eq!(error.kind(), io::ErrorKind::StorageFull);
         assert!(sink.bytes.lock().unwrap().len() <= 3 * CHUNK_BYTES);
+    }
+
+    #[test]
+    fn owned_buffers_arrive_in_order_and_after_the_first_without_a_copy() {
+        let sink = Sink::default();
+        let mut file = BackgroundFile::with_sink(sink.clone()).unwrap();
+        let mut expected = Vec::new();
+        let (mut buf, mut start) = (Vec::with_capacity(CHUNK_BYTES + 8192), 0);
+        for i in 0..400usize {
+            // Appended after what the last call left, as a trace writer's buffer is.
+            let piece: Vec<u8> = (0..(i * 7919 % 300_000)).map(|j| (i * 31 + j) as u8).collect();
+            buf.extend_from_slice(&piece);
+            expected.extend_from_slice(&piece);
+            if i % 3 == 0 {
+                let copied = !file.chunk.is_empty()
+                    || !file.handed.is_multiple_of(BLOCK_BYTES as u64)
+                    || !(buf.as_ptr().addr() + start).is_multiple_of(BLOCK_BYTES);
+                assert_eq!(copied, i == 0 || i == 102, "call {i}");
+                file.write_owned(&mut buf, &mut start).unwrap();
+                assert!(buf.len() - start < BLOCK_BYTES, "{} bytes left over", buf.len() - start);
+                assert!(file.chunk.is_empty());
+            }
+            if i == 99 {
+                // Bytes through `write` and a flush in between: the next call copies, once.
+                file.write_all(&buf[start..]).unwrap();
+                buf.truncate(start);
+                file.write_all(b"written").unwrap();
+                expected.extend_from_slice(b"written");
+                file.flush().unwrap();
+            }
+        }
+        file.write_all(&buf[start..]).unwrap();
+        file.close().unwrap();
+        assert_eq!(sink.bytes.lock().unwrap().as_slice(), expected.as_slice());
     }
 
     #[test]

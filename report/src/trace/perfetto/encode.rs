@@ -130,7 +130,7 @@ impl Interned {
     }
 }
 
-impl<W: Write> PerfettoWriter<W> {
+impl<W: Write + 'static> PerfettoWriter<W> {
     /// The annotation-name id of `key`.
     #[inline(always)]
     pub(super) fn annotation_id(&mut self, key: &'static str) -> u32 {

@@ -113,13 +113,14 @@ pub struct PerfettoWriter<W: Write> {
     stats: Stats,
 }
 
-impl<W: Write> PerfettoWriter<W> {
+impl<W: Write + 'static> PerfettoWriter<W> {
     /// Starts the trace: the metadata sequence and the trace clock. `compress`: write
     /// zlib-deflated `compressed_packets` batches.
     pub fn new(out: W, compress: bool) -> io::Result<Self> {
         let mut output = Output {
             out,
             buf: Vec::with_capacity(WRITE_BATCH + (64 << 10)),
+            start: 0,
             compress: compress.then(flate2::Compression::default),
             written: 0,
         };
@@ -163,7 +164,7 @@ impl<W: Write> PerfettoWriter<W> {
     /// Bytes of trace output so far (compressed size with `compress`), not counting what is
     /// still held back.
     pub fn bytes_written(&self) -> u64 {
-        self.output.written + self.output.buf.len() as u64
+        self.output.written + self.output.pending() as u64
     }
 
     fn uuid(&mut self) -> u64 {
@@ -177,7 +178,7 @@ impl<W: Write> PerfettoWriter<W> {
     }
 }
 
-impl<W: Write> TraceWriter for PerfettoWriter<W> {
+impl<W: Write + 'static> TraceWriter for PerfettoWriter<W> {
     type Output = W;
 
     fn intern(&mut self, text: &str) -> StringHandle {

@@ -54,7 +54,7 @@ pub(super) struct Sequence {
     pub(super) templates: Vec<Template>,
 }
 
-impl<W: Write> PerfettoWriter<W> {
+impl<W: Write + 'static> PerfettoWriter<W> {
     /// Writes the complete trees of a sequence's forest (its `ready` prefix) and keeps the rest.
     pub(super) fn write_ready(&mut self, index: usize) {
         let seq = &mut self.sequences[index];

@@ -1,7 +1,10 @@
 //! The packet stream: packets framed into a buffer, written plain or as zlib-deflated
 //! `compressed_packets` batches; timestamps and length fields of thread packets.
 
+use std::any::Any;
 use std::io::{self, Write};
+
+use mlprof_filewrite::BackgroundFile;
 
 use super::field::*;
 use super::order::END_HEAD;
@@ -15,33 +18,58 @@ pub(super) const WRITE_BATCH: usize = 1 << 20;
 /// The packet stream: plain or in compressed batches.
 pub(super) struct Output<W: Write> {
     pub(super) out: W,
-    /// Serialized `Trace.packet` fields not yet written.
+    /// Serialized `Trace.packet` fields not yet written, from `start` on.
     pub(super) buf: Vec<u8>,
+    /// Where the output in `buf` starts: a `BackgroundFile` takes full batches as they are
+    /// and gives back a buffer whose bytes from here on start block-aligned in memory.
+    pub(super) start: usize,
     pub(super) compress: Option<flate2::Compression>,
     /// Bytes written to `out`.
     pub(super) written: u64,
 }
 
-impl<W: Write> Output<W> {
-    /// Writes or compresses what is gathered once a batch is full.
+impl<W: Write + 'static> Output<W> {
+    /// Bytes gathered and not yet written.
+    #[inline]
+    pub(super) fn pending(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// Writes or compresses what is gathered once a batch is full. A `BackgroundFile` (what
+    /// `mlprof convert` writes to) takes the batch's whole blocks without a copy and leaves
+    /// the rest (under 4 KiB) gathered; any other `Write` is given a copy, as `Write` wants.
+    /// (Found by type, not by a trait every output would have to implement: one method of one
+    /// type, for the one output it pays on.)
     #[inline]
     pub(super) fn maybe_flush(&mut self) -> io::Result<()> {
         let limit = if self.compress.is_some() { COMPRESS_BATCH } else { WRITE_BATCH };
-        if self.buf.len() >= limit { self.flush() } else { Ok(()) }
+        if self.pending() < limit {
+            return Ok(());
+        }
+        let before = self.pending();
+        if self.compress.is_none()
+            && let Some(file) = (&mut self.out as &mut dyn Any).downcast_mut::<BackgroundFile>()
+        {
+            file.write_owned(&mut self.buf, &mut self.start)?;
+            self.written += (before - self.pending()) as u64;
+            return Ok(());
+        }
+        self.flush()
     }
 
+    /// Writes or compresses everything gathered.
     pub(super) fn flush(&mut self) -> io::Result<()> {
-        if self.buf.is_empty() {
+        if self.pending() == 0 {
             return Ok(());
         }
         match self.compress {
             None => {
-                self.out.write_all(&self.buf)?;
-                self.written += self.buf.len() as u64;
+                self.out.write_all(&self.buf[self.start..])?;
+                self.written += self.pending() as u64;
             }
             Some(level) => {
-                let mut z = flate2::write::ZlibEncoder::new(Vec::with_capacity(self.buf.len() / 4), level);
-                z.write_all(&self.buf)?;
+                let mut z = flate2::write::ZlibEncoder::new(Vec::with_capacity(self.pending() / 4), level);
+                z.write_all(&self.buf[self.start..])?;
                 let deflated = z.finish()?;
                 let mut packet = Vec::with_capacity(deflated.len() + 16);
                 put_bytes(&mut packet, PACKET_COMPRESSED, &deflated);
@@ -51,7 +79,7 @@ impl<W: Write> Output<W> {
                 self.written += framed.len() as u64;
             }
         }
-        self.buf.clear();
+        self.buf.truncate(self.start);
         Ok(())
     }
 
@@ -154,4 +182,42 @@ pub(super) fn widen_length(buf: &mut Vec<u8>, at: usize, len: usize) {
     }
     bytes[n] = value as u8;
     buf.splice(at..at + 1, bytes[..=n].iter().copied());
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use mlprof_filewrite::BackgroundFile;
+
+    use crate::trace::perfetto::PerfettoWriter;
+    use crate::trace::{ArgValue, Slice, TraceWriter};
+
+    /// Slices enough for many batches, on three threads.
+    fn write_trace<W: Write + 'static>(out: W) -> W {
+        let mut w = PerfettoWriter::new(out, false).unwrap();
+        let process = w.process(7, Some("p")).unwrap();
+        let threads: Vec<_> = (0..3).map(|t| w.thread(process, 100 + t, None).unwrap()).collect();
+        let (name, category) = (TraceWriter::intern(&mut w, "write"), TraceWriter::intern(&mut w, "io"));
+        for i in 0..200_000u64 {
+            let args = [("fd", ArgValue::Int(i as i64 % 9)), ("bytes", ArgValue::UInt(i * 13))];
+            let slice =
+                Slice { start_ns: 1_000 * i, dur_ns: 500, name, category, args: &args, outermost: true };
+            w.slice(threads[i as usize % 3], &slice).unwrap();
+        }
+        w.finish().unwrap()
+    }
+
+    #[test]
+    fn a_background_file_gets_the_same_bytes_as_any_other_output() {
+        let expected = write_trace(Vec::new());
+        assert!(expected.len() > 4 << 20, "{} bytes: too few batches to test", expected.len());
+        let path =
+            std::env::current_exe().unwrap().with_file_name(format!("owned-{}.pftrace", std::process::id()));
+        let file = BackgroundFile::new(std::fs::File::create(&path).unwrap()).unwrap();
+        write_trace(file).close().unwrap();
+        let written = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(written == expected, "{} bytes written, {} expected", written.len(), expected.len());
+    }
 }
