@@ -25,7 +25,7 @@ pub use frames::{
     FRAME_RUN_INFO, FRAME_STRING, FRAME_SYMBOL, FRAME_THREAD, Frame, MAX_FRAME_BYTES, NodeInfo, ProcessExit,
     ProcessInfo, RunEnd, RunInfo, SymbolInfo, ThreadInfo,
 };
-pub use reader::{Error, RunReader};
+pub use reader::{Error, InPlace, RunReader};
 pub use writer::RunWriter;
 
 /// The first 8 bytes of every run file.
@@ -50,6 +50,7 @@ fn padding_for(len: u32) -> usize {
 mod tests {
     use super::*;
     use crate::record::Event;
+    use zerocopy::IntoBytes;
 
     fn sample_file() -> Vec<u8> {
         let info = RunInfo { host: "h".into(), session: "s".into(), ..Default::default() };
@@ -93,6 +94,56 @@ mod tests {
         }
         assert_eq!(saw, ["info h", "str 42 /tmp/x", "proc 10", "events 100 last 99", "end 100"]);
         assert!(r.complete() && !r.truncated());
+    }
+
+    /// Every frame and event, read in place from `bytes` (and how many events were in place).
+    fn read_in_place(bytes: &[u8]) -> Result<(Vec<Event>, usize, bool, bool), Error> {
+        let mut r = RunReader::new(bytes)?;
+        let (mut events, mut in_place) = (Vec::new(), 0);
+        while let Some(frame) = r.next_frame_in_place()? {
+            match frame {
+                InPlace::Events(e) => {
+                    events.extend_from_slice(e);
+                    in_place += e.len();
+                }
+                InPlace::Frame(Frame::Events(e)) => events.extend_from_slice(e),
+                InPlace::Frame(_) => {}
+            }
+        }
+        Ok((events, in_place, r.truncated(), r.complete()))
+    }
+
+    #[test]
+    fn events_read_in_place_are_those_read_by_copy_and_cuts_read_the_same() {
+        let bytes = sample_file();
+        // 8-byte aligned memory: the records are viewed where they lie.
+        let aligned: Vec<u64> = bytes
+            .chunks(8)
+            .map(|c| {
+                let mut word = [0u8; 8];
+                word[..c.len()].copy_from_slice(c);
+                u64::from_le_bytes(word)
+            })
+            .collect();
+        let aligned = &aligned.as_bytes()[..bytes.len()];
+        let (events, in_place, truncated, complete) = read_in_place(aligned).unwrap();
+        assert_eq!((events.len(), in_place, truncated, complete), (100, 100, false, true));
+        assert_eq!(events[99].arg, 99);
+        // Misaligned memory: copied instead, the same records.
+        let mut shifted = vec![0u8; bytes.len() + 1];
+        shifted[1..].copy_from_slice(aligned);
+        let (copied, in_place, ..) = read_in_place(&shifted[1..]).unwrap();
+        assert_eq!((copied == events, in_place), (true, 0));
+        // A cut anywhere reads what `next_frame` reads.
+        for cut in 16..bytes.len() {
+            let (events, _, truncated, complete) = read_in_place(&aligned[..cut]).unwrap();
+            let (expected, expected_truncated, expected_complete, _) = read_all(&bytes[..cut]).unwrap();
+            assert_eq!(
+                (events.len(), truncated, complete),
+                (expected, expected_truncated, expected_complete),
+                "cut {cut}"
+            );
+        }
     }
 
     #[test]

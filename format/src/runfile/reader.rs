@@ -6,7 +6,7 @@ use std::io::{self, BufReader, Read};
 use std::path::Path;
 
 use serde::Deserialize;
-use zerocopy::IntoBytes;
+use zerocopy::{FromBytes, IntoBytes};
 
 use super::frames::{
     FRAME_AGGREGATES, FRAME_DROPS, FRAME_END, FRAME_ENERGY_DEVICE, FRAME_ENERGY_NOTE, FRAME_ENERGY_SAMPLES,
@@ -364,6 +364,43 @@ impl<R: Read> RunReader<R> {
         // A multiple of 64 bytes needs no padding.
         self.offset += 8 + len as u64;
         Ok(Some(Frame::Events(&self.events)))
+    }
+}
+
+/// A frame of a run file held in memory: an events frame as a slice of that memory.
+#[derive(Debug)]
+pub enum InPlace<'r, 'a> {
+    /// The records of an events frame, where they lie in the input (not copied).
+    Events(&'a [Event]),
+    /// Any other frame (and an events frame that could not be viewed in place).
+    Frame(Frame<'r>),
+}
+
+impl<'a> RunReader<&'a [u8]> {
+    /// [`RunReader::next_frame`] for a run file in memory (mapped, typically): an events
+    /// frame's records are returned as a slice of the input itself, which outlives the reader's
+    /// borrow, instead of copied into the reader's buffer. Frames that cannot be viewed there
+    /// (a records frame not 8-byte aligned in memory, one cut short, a corrupt length) go
+    /// through [`RunReader::next_frame`], with its checks and warnings.
+    pub fn next_frame_in_place(&mut self) -> Result<Option<InPlace<'_, 'a>>, Error> {
+        let input: &'a [u8] = self.input;
+        if !self.truncated
+            && !self.skip_events
+            && let Some(head) = input.first_chunk::<8>()
+            && u16::from_le_bytes([head[0], head[1]]) == FRAME_EVENTS
+        {
+            let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+            let payload = input
+                .get(8..8 + len as usize)
+                .filter(|_| len <= MAX_FRAME_BYTES && (len as usize).is_multiple_of(RECORD_BYTES));
+            if let Some(Ok(events)) = payload.map(<[Event]>::ref_from_bytes) {
+                // A multiple of 64 bytes needs no padding.
+                self.input = &input[8 + len as usize..];
+                self.offset += 8 + len as u64;
+                return Ok(Some(InPlace::Events(events)));
+            }
+        }
+        Ok(self.next_frame()?.map(InPlace::Frame))
     }
 }
 

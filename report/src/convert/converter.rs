@@ -208,17 +208,17 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
     }
 
     /// Converts a frame read ahead; an events buffer goes back to `spare`.
-    pub(super) fn item(
+    pub(super) fn item<'m>(
         &mut self,
-        item: Item,
+        item: Item<'m>,
         outcome: &mut Outcome,
         open: &mut dyn FnMut(usize) -> io::Result<W>,
         close: &mut dyn FnMut(usize, W) -> io::Result<()>,
-        spare: &mut Vec<Batch>,
+        spare: &mut Vec<Batch<'m>>,
     ) -> Result<(), Stop> {
         match item {
             Item::Events(batch) => {
-                self.events(&batch.events, Some(&batch.paths), outcome, open, close)?;
+                self.events(batch.records(), Some(&batch.paths), outcome, open, close)?;
                 // Its records are not cleared: the reader overwrites them with the next frame's.
                 spare.push(batch);
             }

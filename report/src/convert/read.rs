@@ -7,12 +7,12 @@ use std::path::Path;
 
 use mlprof_format::energy::{EnergyDevice, EnergySample};
 use mlprof_format::record::Event;
-use mlprof_format::runfile::{AggregateSample, DropSample, Frame};
+use mlprof_format::runfile::{AggregateSample, DropSample, Frame, InPlace, RunReader};
 use rustc_hash::FxHashSet;
 
 use super::converter::Converter;
 use super::{ConvertError, Options, Outcome, Progress, Stop};
-use crate::run::{self, FdIntervals, PathIndex, RunMeta};
+use crate::run::{self, FdIntervals, Mapping, PathIndex, RunMeta};
 use crate::trace::TraceWriter;
 
 /// What the events tell about the run: which file each fd named, which threads have spans.
@@ -24,8 +24,8 @@ pub(super) struct Learned {
 }
 
 /// A frame read ahead, waiting for its turn.
-pub(super) enum Item {
-    Events(Batch),
+pub(super) enum Item<'m> {
+    Events(Batch<'m>),
     Aggregates(Vec<AggregateSample>),
     Drops(Vec<DropSample>),
     EnergyDevice(EnergyDevice),
@@ -34,12 +34,54 @@ pub(super) enum Item {
 
 /// Events read ahead, and what noting them looked up already.
 #[derive(Default)]
-pub(super) struct Batch {
+pub(super) struct Batch<'m> {
+    /// The records, when copied (a buffer of the reader's, kept for reuse either way)...
     pub(super) events: Vec<Event>,
+    /// ...or where they lie in the mapped run file.
+    pub(super) in_place: Option<&'m [Event]>,
     /// The path index of each call that names a path (in order; `None`: not indexed when
     /// the call was read ahead): the lookup in a table of every path, a cache miss, done once
     /// instead of twice.
     pub(super) paths: Vec<Option<PathIndex>>,
+}
+
+impl Batch<'_> {
+    /// The batch's records.
+    pub(super) fn records(&self) -> &[Event] {
+        self.in_place.unwrap_or(&self.events)
+    }
+}
+
+/// The run file's frames: read from the file into the reader's buffers, or (where the file
+/// can be mapped) events viewed where they lie.
+enum Source<'m> {
+    Copied(RunReader),
+    Mapped(RunReader<&'m [u8]>),
+}
+
+impl<'m> Source<'m> {
+    fn next(&mut self) -> Result<Option<InPlace<'_, 'm>>, mlprof_format::runfile::Error> {
+        match self {
+            Source::Copied(reader) => Ok(reader.next_frame()?.map(InPlace::Frame)),
+            Source::Mapped(reader) => reader.next_frame_in_place(),
+        }
+    }
+
+    fn offset(&self) -> u64 {
+        match self {
+            Source::Copied(reader) => reader.offset(),
+            Source::Mapped(reader) => reader.offset(),
+        }
+    }
+
+    /// The records of the events frame just read, for a batch that waits (see
+    /// `RunReader::take_events`).
+    fn take_events(&mut self, replacement: Vec<Event>) -> Vec<Event> {
+        match self {
+            Source::Copied(reader) => reader.take_events(replacement),
+            Source::Mapped(reader) => reader.take_events(replacement),
+        }
+    }
 }
 
 pub(super) fn convert_with<W: TraceWriter>(
@@ -54,15 +96,54 @@ pub(super) fn convert_with<W: TraceWriter>(
     let total_bytes = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0);
     let mut converter = Converter::new(meta, options, open(0)?, learned);
     converter.declare_named_tracks()?;
-    let mut reader = run::open(input).map_err(|e| Stop::Error(ConvertError::Read(e)))?;
+    let mapping = Mapping::open(input);
+    let mut reader = match &mapping {
+        Some(mapping) => RunReader::new(mapping.bytes()).map(Source::Mapped).map_err(|e| e.to_string()),
+        None => run::open(input).map(Source::Copied),
+    }
+    .map_err(|e| Stop::Error(ConvertError::Read(format!("{}: {e}", input.display()))))?;
     let mut outcome = Outcome { parts: 1, ..Outcome::default() };
     let mut window = VecDeque::new();
-    let mut spare: Vec<Batch> = Vec::new();
+    let mut spare: Vec<Batch<'_>> = Vec::new();
     // Events in `window`.
     let mut ahead = 0;
     loop {
-        let frame = match reader.next_frame() {
-            Ok(Some(frame)) => frame,
+        let frame = match reader.next() {
+            Ok(Some(InPlace::Frame(frame))) => frame,
+            // Records viewed where they lie in the mapped file: held in the window as they are.
+            Ok(Some(InPlace::Events(events))) if converter.streaming => {
+                let Batch { events: buffer, mut paths, .. } = spare.pop().unwrap_or_default();
+                paths.clear();
+                converter.observe(events, &mut paths);
+                ahead += events.len();
+                window.push_back(Item::Events(Batch { events: buffer, in_place: Some(events), paths }));
+                if convert_ahead(
+                    &mut converter,
+                    &mut window,
+                    &mut ahead,
+                    &mut spare,
+                    &mapping,
+                    &mut outcome,
+                    open,
+                    close,
+                    0,
+                )? {
+                    on_progress(&Progress {
+                        events: outcome.events,
+                        bytes_read: reader.offset(),
+                        total_bytes,
+                    });
+                }
+                continue;
+            }
+            Ok(Some(InPlace::Events(events))) => {
+                converter.events(events, None, &mut outcome, open, close)?;
+                if let Some(mapping) = &mapping {
+                    mapping.release_through(events);
+                }
+                on_progress(&Progress { events: outcome.events, bytes_read: reader.offset(), total_bytes });
+                continue;
+            }
             Ok(None) => break,
             Err(e) => {
                 outcome
@@ -73,14 +154,14 @@ pub(super) fn convert_with<W: TraceWriter>(
         };
         let item = match frame {
             Frame::Events(batch) if converter.streaming => {
-                let Batch { events: buffer, mut paths } = spare.pop().unwrap_or_default();
+                let Batch { events: buffer, mut paths, .. } = spare.pop().unwrap_or_default();
                 paths.clear();
                 converter.observe(batch, &mut paths);
                 // The reader's buffer itself waits in the window (no copy); a spare one
                 // replaces it.
                 let events = reader.take_events(buffer);
                 ahead += events.len();
-                Item::Events(Batch { events, paths })
+                Item::Events(Batch { events, in_place: None, paths })
             }
             Frame::Events(batch) => {
                 converter.events(batch, None, &mut outcome, open, close)?;
@@ -98,22 +179,75 @@ pub(super) fn convert_with<W: TraceWriter>(
             continue;
         }
         window.push_back(item);
-        while ahead > converter.lookahead
-            && let Some(item) = window.pop_front()
-        {
-            if let Item::Events(batch) = &item {
-                ahead -= batch.events.len();
-            }
-            converter.item(item, &mut outcome, open, close, &mut spare)?;
+        if convert_ahead(
+            &mut converter,
+            &mut window,
+            &mut ahead,
+            &mut spare,
+            &mapping,
+            &mut outcome,
+            open,
+            close,
+            0,
+        )? {
             on_progress(&Progress { events: outcome.events, bytes_read: reader.offset(), total_bytes });
         }
     }
-    while let Some(item) = window.pop_front() {
-        converter.item(item, &mut outcome, open, close, &mut spare)?;
-    }
+    let everything = usize::MAX;
+    convert_ahead(
+        &mut converter,
+        &mut window,
+        &mut ahead,
+        &mut spare,
+        &mapping,
+        &mut outcome,
+        open,
+        close,
+        everything,
+    )?;
     converter.exact()?;
     on_progress(&Progress { events: outcome.events, bytes_read: reader.offset(), total_bytes });
     let Converter { out, .. } = converter;
     close(outcome.parts - 1, out)?;
     Ok(outcome)
+}
+
+/// Converts the window's items from the front while it holds more events than the
+/// look-ahead, and `more` items past that (`usize::MAX`: all of them, at the end); releases
+/// the mapped pages of the batches done. Whether it converted any.
+#[allow(clippy::too_many_arguments)]
+fn convert_ahead<'m, W: TraceWriter>(
+    converter: &mut Converter<'_, W>,
+    window: &mut VecDeque<Item<'m>>,
+    ahead: &mut usize,
+    spare: &mut Vec<Batch<'m>>,
+    mapping: &Option<Mapping>,
+    outcome: &mut Outcome,
+    open: &mut dyn FnMut(usize) -> io::Result<W>,
+    close: &mut dyn FnMut(usize, W) -> io::Result<()>,
+    mut more: usize,
+) -> Result<bool, Stop> {
+    let mut converted = false;
+    loop {
+        if *ahead <= converter.lookahead {
+            if more == 0 {
+                break;
+            }
+            more -= 1;
+        }
+        let Some(item) = window.pop_front() else { break };
+        let done = match &item {
+            Item::Events(batch) => {
+                *ahead -= batch.records().len();
+                batch.in_place
+            }
+            _ => None,
+        };
+        converter.item(item, outcome, open, close, spare)?;
+        converted = true;
+        if let (Some(mapping), Some(done)) = (mapping, done) {
+            mapping.release_through(done);
+        }
+    }
+    Ok(converted)
 }

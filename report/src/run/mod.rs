@@ -3,11 +3,13 @@
 
 mod calls;
 mod fds;
+mod mapped;
 mod path_table;
 mod ranks;
 
 pub use calls::{bytes_moved, demangle, nccl_datatype_bytes, nccl_datatype_name, nccl_op_name};
 pub use fds::{FdCache, FdIntervals, KEEP_NS, PathIndex};
+pub use mapped::Mapping;
 
 use std::collections::HashMap;
 use std::path::Path;
