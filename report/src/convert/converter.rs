@@ -13,6 +13,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::read::{Batch, Item, Learned};
 use super::{Options, Outcome, Stop, calls, itt};
 use crate::energy::tracks::EnergyTracks;
+use crate::prefetch::prefetch;
 use crate::run::{FdCache, FdIntervals, PathIndex, RunMeta};
 use crate::trace::{
     CounterHandle, CounterUnit, CounterValue, ProcessHandle, StringHandle, ThreadHandle, TraceWriter,
@@ -52,6 +53,10 @@ static KIND_TABLE: [Option<Kind>; KINDS] = {
     }
     table
 };
+
+/// Records between the one [`Converter::observe`] reads and the one it asks the cache for:
+/// a page (64 records of 64 bytes), ~2 µs of work ahead, which covers a read from memory.
+const RECORDS_AHEAD: usize = 64;
 
 /// What a record's kind says, if it is a function this build knows.
 #[inline]
@@ -176,6 +181,12 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
     pub(super) fn observe(&mut self, batch: &[Event], paths: &mut Vec<Option<PathIndex>>) {
         let mut last = None;
         for (at, event) in batch.iter().enumerate() {
+            // Records read where they lie in the mapped run are not in the cache (no copy
+            // brought them there), and the hardware's prefetch stops at page boundaries: the
+            // reads below would wait on memory for each record. Asked for a page ahead.
+            if let Some(far) = batch.get(at + RECORDS_AHEAD) {
+                prefetch(far);
+            }
             // A path's index is a cache miss over a run's paths: asked for ahead.
             if let Some(ahead) =
                 batch.get(at + 16).filter(|e| kind_of(e.kind).is_some_and(|k| k.names_path(e)))
