@@ -543,7 +543,7 @@ pub fn merge(inputs: &[PathBuf], output: &Path) -> Result<MergeOutcome, String> 
             .truncate(true)
             .mode(0o600)
             .open(output)
-            .and_then(BackgroundFile::new)
+            .and_then(BackgroundFile::paced)
             .and_then(|file| RunWriter::new(file, &info))
             .map_err(|e| format!("cannot write {}: {e}", output.display()))?
     };

@@ -480,7 +480,7 @@ fn convert(input: &Path, request: ConvertRequest) -> Result<(), String> {
         // Written by a thread of its own, past the page cache where it can: through the page
         // cache the kernel's copying and writeback of a trace cost more CPU than encoding it.
         File::create(&path)
-            .and_then(BackgroundFile::new)
+            .and_then(BackgroundFile::paced)
             .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())))
     };
     let mut every_second = EverySecond::new(request.progress);
