@@ -6,7 +6,7 @@
 //! collector only ever appends to a run file, so what is mapped does not change under the
 //! reader. (A file truncated by someone else while it is read would end the process with
 //! SIGBUS: the price of any mapped reader, and why this one is used for conversions only.)
-//! Pages read are released as the conversion moves on ([`Mapping::release_before`]), so the
+//! Pages read are released as the conversion moves on ([`Mapping::release_through`]), so the
 //! process's resident memory stays that of its look-ahead window, not of the file.
 
 use std::cell::Cell;
@@ -17,6 +17,10 @@ use rustix::mm::{Advice, MapFlags, ProtFlags, madvise, mmap, munmap};
 
 /// Bytes released at once: one `madvise` per this much of the file read.
 const RELEASE_BYTES: usize = 8 << 20;
+/// What released stretches are cut at: a multiple of every page size Linux has (4, 16 and
+/// 64 KiB), so no page size need be asked for (rustix's `page_size` reads the auxiliary vector
+/// its own way, which valgrind's does not survive).
+const RELEASE_ALIGN: usize = 64 << 10;
 
 /// A whole file, mapped read-only.
 pub struct Mapping {
@@ -59,15 +63,15 @@ impl Mapping {
     /// stays cached by the kernel, the process stops holding it. The caller reads nothing
     /// before the end of `read` again (reading it would only fault the pages in again).
     pub fn release_through<T>(&self, read: &[T]) {
-        let page = rustix::param::page_size();
-        let end =
-            (read.as_ptr_range().end.addr()).saturating_sub(self.base.addr()).min(self.len) / page * page;
+        let end = read.as_ptr_range().end.addr().saturating_sub(self.base.addr()).min(self.len);
+        let end = end / RELEASE_ALIGN * RELEASE_ALIGN;
         let released = self.released.get();
         if end < released + RELEASE_BYTES {
             return;
         }
-        // Safety: pages inside the mapping (`released` and `end` are page multiples within
-        // `len`) that the caller will not read again; on a private read-only file mapping,
+        // Safety: pages inside the mapping (`released` and `end` are multiples of
+        // RELEASE_ALIGN, hence of the page size, within `len`; `base` is page-aligned) that
+        // the caller will not read again; on a private read-only file mapping,
         // MADV_DONTNEED only drops them from the page tables, and a later read of them would
         // fault them in from the file again, with the same bytes: slices of them stay valid.
         let _ = unsafe { madvise(self.base.byte_add(released), end - released, Advice::LinuxDontNeed) };
