@@ -108,42 +108,8 @@ pub(super) fn convert_with<W: TraceWriter>(
     // Events in `window`.
     let mut ahead = 0;
     loop {
-        let frame = match reader.next() {
-            Ok(Some(InPlace::Frame(frame))) => frame,
-            // Records viewed where they lie in the mapped file: held in the window as they are.
-            Ok(Some(InPlace::Events(events))) if converter.streaming => {
-                let Batch { events: buffer, mut paths, .. } = spare.pop().unwrap_or_default();
-                paths.clear();
-                converter.observe(events, &mut paths);
-                ahead += events.len();
-                window.push_back(Item::Events(Batch { events: buffer, in_place: Some(events), paths }));
-                if convert_ahead(
-                    &mut converter,
-                    &mut window,
-                    &mut ahead,
-                    &mut spare,
-                    &mapping,
-                    &mut outcome,
-                    open,
-                    close,
-                    0,
-                )? {
-                    on_progress(&Progress {
-                        events: outcome.events,
-                        bytes_read: reader.offset(),
-                        total_bytes,
-                    });
-                }
-                continue;
-            }
-            Ok(Some(InPlace::Events(events))) => {
-                converter.events(events, None, &mut outcome, open, close)?;
-                if let Some(mapping) = &mapping {
-                    mapping.release_through(events);
-                }
-                on_progress(&Progress { events: outcome.events, bytes_read: reader.offset(), total_bytes });
-                continue;
-            }
+        let next = match reader.next() {
+            Ok(Some(next)) => next,
             Ok(None) => break,
             Err(e) => {
                 outcome
@@ -152,27 +118,35 @@ pub(super) fn convert_with<W: TraceWriter>(
                 break;
             }
         };
-        let item = match frame {
-            Frame::Events(batch) if converter.streaming => {
-                let Batch { events: buffer, mut paths, .. } = spare.pop().unwrap_or_default();
-                paths.clear();
-                converter.observe(batch, &mut paths);
-                // The reader's buffer itself waits in the window (no copy); a spare one
-                // replaces it.
-                let events = reader.take_events(buffer);
-                ahead += events.len();
-                Item::Events(Batch { events, in_place: None, paths })
+        let item = match next {
+            // Records viewed where they lie in the mapped file: the batch holds them as they are.
+            InPlace::Events(records) if converter.streaming => {
+                let mut batch = note_ahead(&mut converter, &mut spare, &mut ahead, records);
+                batch.in_place = Some(records);
+                Item::Events(batch)
             }
-            Frame::Events(batch) => {
-                converter.events(batch, None, &mut outcome, open, close)?;
+            InPlace::Frame(Frame::Events(records)) if converter.streaming => {
+                let mut batch = note_ahead(&mut converter, &mut spare, &mut ahead, records);
+                // The reader's buffer itself waits in the window (no copy); the spare batch's
+                // buffer replaces it.
+                batch.events = reader.take_events(std::mem::take(&mut batch.events));
+                Item::Events(batch)
+            }
+            InPlace::Events(records) | InPlace::Frame(Frame::Events(records)) => {
+                converter.events(records, None, &mut outcome, open, close)?;
+                if let Some(mapping) = &mapping {
+                    mapping.release_through(records);
+                }
                 on_progress(&Progress { events: outcome.events, bytes_read: reader.offset(), total_bytes });
                 continue;
             }
-            Frame::Aggregates(samples) if options.only.io => Item::Aggregates(samples),
-            Frame::Drops(samples) => Item::Drops(samples),
-            Frame::EnergyDevice(device) if options.only.energy => Item::EnergyDevice(device),
-            Frame::EnergySamples(samples) if options.only.energy => Item::EnergySamples(samples),
-            _ => continue,
+            InPlace::Frame(Frame::Aggregates(samples)) if options.only.io => Item::Aggregates(samples),
+            InPlace::Frame(Frame::Drops(samples)) => Item::Drops(samples),
+            InPlace::Frame(Frame::EnergyDevice(device)) if options.only.energy => Item::EnergyDevice(device),
+            InPlace::Frame(Frame::EnergySamples(samples)) if options.only.energy => {
+                Item::EnergySamples(samples)
+            }
+            InPlace::Frame(_) => continue,
         };
         if !converter.streaming {
             converter.item(item, &mut outcome, open, close, &mut spare)?;
@@ -210,6 +184,22 @@ pub(super) fn convert_with<W: TraceWriter>(
     let Converter { out, .. } = converter;
     close(outcome.parts - 1, out)?;
     Ok(outcome)
+}
+
+/// Notes a batch of records read ahead (its fd changes and spans, the path index of each call
+/// naming a path) into a spare batch, which is to hold them in the window.
+fn note_ahead<'m, W: TraceWriter>(
+    converter: &mut Converter<'_, W>,
+    spare: &mut Vec<Batch<'m>>,
+    ahead: &mut usize,
+    records: &[Event],
+) -> Batch<'m> {
+    let mut batch = spare.pop().unwrap_or_default();
+    batch.paths.clear();
+    batch.in_place = None;
+    converter.observe(records, &mut batch.paths);
+    *ahead += records.len();
+    batch
 }
 
 /// Converts the window's items from the front while it holds more events than the

@@ -63,7 +63,12 @@ impl Mapping {
     /// stays cached by the kernel, the process stops holding it. The caller reads nothing
     /// before the end of `read` again (reading it would only fault the pages in again).
     pub fn release_through<T>(&self, read: &[T]) {
-        let end = read.as_ptr_range().end.addr().saturating_sub(self.base.addr()).min(self.len);
+        let (start, end) = (read.as_ptr_range().start.addr(), read.as_ptr_range().end.addr());
+        if start < self.base.addr() || end > self.base.addr() + self.len {
+            // Not in the mapping (records the reader had to copy): nothing is known read.
+            return;
+        }
+        let end = end - self.base.addr();
         let end = end / RELEASE_ALIGN * RELEASE_ALIGN;
         let released = self.released.get();
         if end < released + RELEASE_BYTES {
@@ -102,6 +107,11 @@ mod tests {
         assert!(bytes == data.as_slice());
         map.release_through(&bytes[..RELEASE_BYTES + 100]);
         map.release_through(&bytes[RELEASE_BYTES..2 * RELEASE_BYTES + 4096 * 3]);
+        let released = map.released.get();
+        assert_eq!(released, (2 * RELEASE_BYTES + 4096 * 3) / RELEASE_ALIGN * RELEASE_ALIGN);
+        // Memory outside the mapping releases nothing.
+        map.release_through(&data[..]);
+        assert_eq!(map.released.get(), released);
         // Released pages are dropped from the process, not from the file.
         assert!(map.bytes() == data.as_slice());
         std::fs::remove_file(&path).unwrap();
