@@ -103,10 +103,8 @@ pub(super) fn convert_with<W: TraceWriter>(
     }
     .map_err(|e| Stop::Error(ConvertError::Read(format!("{}: {e}", input.display()))))?;
     let mut outcome = Outcome { parts: 1, ..Outcome::default() };
-    let mut window = VecDeque::new();
-    let mut spare: Vec<Batch<'_>> = Vec::new();
-    // Events in `window`.
-    let mut ahead = 0;
+    let mut window =
+        Window { items: VecDeque::new(), ahead: 0, spare: Vec::new(), mapping: mapping.as_ref() };
     loop {
         let next = match reader.next() {
             Ok(Some(next)) => next,
@@ -121,12 +119,12 @@ pub(super) fn convert_with<W: TraceWriter>(
         let item = match next {
             // Records viewed where they lie in the mapped file: the batch holds them as they are.
             InPlace::Events(records) if converter.streaming => {
-                let mut batch = note_ahead(&mut converter, &mut spare, &mut ahead, records);
+                let mut batch = window.note(&mut converter, records);
                 batch.in_place = Some(records);
                 Item::Events(batch)
             }
             InPlace::Frame(Frame::Events(records)) if converter.streaming => {
-                let mut batch = note_ahead(&mut converter, &mut spare, &mut ahead, records);
+                let mut batch = window.note(&mut converter, records);
                 // The reader's buffer itself waits in the window (no copy); the spare batch's
                 // buffer replaces it.
                 batch.events = reader.take_events(std::mem::take(&mut batch.events));
@@ -134,7 +132,7 @@ pub(super) fn convert_with<W: TraceWriter>(
             }
             InPlace::Events(records) | InPlace::Frame(Frame::Events(records)) => {
                 converter.events(records, None, &mut outcome, open, close)?;
-                if let Some(mapping) = &mapping {
+                if let Some(mapping) = window.mapping {
                     mapping.release_through(records);
                 }
                 on_progress(&Progress { events: outcome.events, bytes_read: reader.offset(), total_bytes });
@@ -149,36 +147,15 @@ pub(super) fn convert_with<W: TraceWriter>(
             InPlace::Frame(_) => continue,
         };
         if !converter.streaming {
-            converter.item(item, &mut outcome, open, close, &mut spare)?;
+            converter.item(item, &mut outcome, open, close, &mut window.spare)?;
             continue;
         }
-        window.push_back(item);
-        if convert_ahead(
-            &mut converter,
-            &mut window,
-            &mut ahead,
-            &mut spare,
-            &mapping,
-            &mut outcome,
-            open,
-            close,
-            0,
-        )? {
+        window.items.push_back(item);
+        if window.convert(&mut converter, &mut outcome, open, close, false)? {
             on_progress(&Progress { events: outcome.events, bytes_read: reader.offset(), total_bytes });
         }
     }
-    let everything = usize::MAX;
-    convert_ahead(
-        &mut converter,
-        &mut window,
-        &mut ahead,
-        &mut spare,
-        &mapping,
-        &mut outcome,
-        open,
-        close,
-        everything,
-    )?;
+    window.convert(&mut converter, &mut outcome, open, close, true)?;
     converter.exact()?;
     on_progress(&Progress { events: outcome.events, bytes_read: reader.offset(), total_bytes });
     let Converter { out, .. } = converter;
@@ -186,58 +163,55 @@ pub(super) fn convert_with<W: TraceWriter>(
     Ok(outcome)
 }
 
-/// Notes a batch of records read ahead (its fd changes and spans, the path index of each call
-/// naming a path) into a spare batch, which is to hold them in the window.
-fn note_ahead<'m, W: TraceWriter>(
-    converter: &mut Converter<'_, W>,
-    spare: &mut Vec<Batch<'m>>,
-    ahead: &mut usize,
-    records: &[Event],
-) -> Batch<'m> {
-    let mut batch = spare.pop().unwrap_or_default();
-    batch.paths.clear();
-    batch.in_place = None;
-    converter.observe(records, &mut batch.paths);
-    *ahead += records.len();
-    batch
+/// The frames read ahead, in file order, waiting for their turn; and the batches free again.
+struct Window<'m> {
+    items: VecDeque<Item<'m>>,
+    /// Events in `items`.
+    ahead: usize,
+    spare: Vec<Batch<'m>>,
+    /// The mapped run, whose pages are released behind the batches converted.
+    mapping: Option<&'m Mapping>,
 }
 
-/// Converts the window's items from the front while it holds more events than the
-/// look-ahead, and `more` items past that (`usize::MAX`: all of them, at the end); releases
-/// the mapped pages of the batches done. Whether it converted any.
-#[allow(clippy::too_many_arguments)]
-fn convert_ahead<'m, W: TraceWriter>(
-    converter: &mut Converter<'_, W>,
-    window: &mut VecDeque<Item<'m>>,
-    ahead: &mut usize,
-    spare: &mut Vec<Batch<'m>>,
-    mapping: &Option<Mapping>,
-    outcome: &mut Outcome,
-    open: &mut dyn FnMut(usize) -> io::Result<W>,
-    close: &mut dyn FnMut(usize, W) -> io::Result<()>,
-    mut more: usize,
-) -> Result<bool, Stop> {
-    let mut converted = false;
-    loop {
-        if *ahead <= converter.lookahead {
-            if more == 0 {
-                break;
-            }
-            more -= 1;
-        }
-        let Some(item) = window.pop_front() else { break };
-        let done = match &item {
-            Item::Events(batch) => {
-                *ahead -= batch.records().len();
-                batch.in_place
-            }
-            _ => None,
-        };
-        converter.item(item, outcome, open, close, spare)?;
-        converted = true;
-        if let (Some(mapping), Some(done)) = (mapping, done) {
-            mapping.release_through(done);
-        }
+impl<'m> Window<'m> {
+    /// Notes a batch of records read ahead (its fd changes and spans, the path index of each
+    /// call naming a path) into a spare batch, which is to hold them here.
+    fn note<W: TraceWriter>(&mut self, converter: &mut Converter<'_, W>, records: &[Event]) -> Batch<'m> {
+        let mut batch = self.spare.pop().unwrap_or_default();
+        batch.paths.clear();
+        batch.in_place = None;
+        converter.observe(records, &mut batch.paths);
+        self.ahead += records.len();
+        batch
     }
-    Ok(converted)
+
+    /// Converts items from the front while more events than the look-ahead wait (`all`:
+    /// every item, at the end), releasing the mapped pages of the batches done. Whether it
+    /// converted any.
+    fn convert<W: TraceWriter>(
+        &mut self,
+        converter: &mut Converter<'_, W>,
+        outcome: &mut Outcome,
+        open: &mut dyn FnMut(usize) -> io::Result<W>,
+        close: &mut dyn FnMut(usize, W) -> io::Result<()>,
+        all: bool,
+    ) -> Result<bool, Stop> {
+        let mut converted = false;
+        while all || self.ahead > converter.lookahead {
+            let Some(item) = self.items.pop_front() else { break };
+            let done = match &item {
+                Item::Events(batch) => {
+                    self.ahead -= batch.records().len();
+                    batch.in_place
+                }
+                _ => None,
+            };
+            converter.item(item, outcome, open, close, &mut self.spare)?;
+            converted = true;
+            if let (Some(mapping), Some(done)) = (self.mapping, done) {
+                mapping.release_through(done);
+            }
+        }
+        Ok(converted)
+    }
 }
