@@ -67,17 +67,17 @@ pub struct BackgroundFile {
 }
 
 /// Bytes for the writer thread: a chunk copied into block-aligned memory, or a caller's own
-/// buffer whose bytes `start..end` are whole blocks, block-aligned in memory.
+/// buffer whose bytes from `start` on are whole blocks, block-aligned in memory.
 enum Chunk {
     Blocks(BlockBuf),
-    Owned { bytes: Vec<u8>, start: usize, end: usize },
+    Owned { bytes: Vec<u8>, start: usize },
 }
 
 impl Chunk {
     fn as_slice(&self) -> &[u8] {
         match self {
             Chunk::Blocks(blocks) => blocks.as_slice(),
-            Chunk::Owned { bytes, start, end } => &bytes[*start..*end],
+            Chunk::Owned { bytes, start } => &bytes[*start..],
         }
     }
 }
@@ -203,35 +203,21 @@ impl BackgroundFile {
             && self.handed.is_multiple_of(BLOCK_BYTES as u64)
             && (buf.as_ptr().addr() + from).is_multiple_of(BLOCK_BYTES);
         let whole = if aligned { (buf.len() - from) / BLOCK_BYTES * BLOCK_BYTES } else { 0 };
-        let (taken, next) = if whole > 0 {
-            let next = self.spare_owned.try_recv().unwrap_or_default();
-            let taken = std::mem::replace(buf, next);
-            (Some(taken), from + whole)
-        } else {
-            // Through the chunk: its whole blocks are handed over, the rest comes back below.
+        if whole == 0 {
+            // Through the chunk: its whole blocks are handed over, what is left of a block
+            // comes back to the caller's buffer.
             self.chunk.extend_from_slice(&buf[from..]);
-            buf.truncate(from);
             self.hand_over(true)?;
-            (None, 0)
-        };
-        // `buf` is now empty or emptied: room for the leftover bytes at an aligned offset.
-        buf.clear();
-        buf.reserve(taken.as_ref().map_or(0, Vec::capacity).max(BLOCK_BYTES * 2));
-        let pad = buf.as_ptr().addr().next_multiple_of(BLOCK_BYTES) - buf.as_ptr().addr();
-        buf.resize(pad, 0);
-        match &taken {
-            Some(taken) => buf.extend_from_slice(&taken[next..]),
-            None => {
-                buf.extend_from_slice(self.chunk.as_slice());
-                self.chunk.clear();
-            }
+            *start = restart_aligned(buf, self.chunk.as_slice());
+            self.chunk.clear();
+            return Ok(());
         }
-        *start = pad;
-        if let Some(bytes) = taken {
-            self.handed += whole as u64;
-            self.send(Chunk::Owned { bytes, start: from, end: from + whole }, true)?;
-        }
-        Ok(())
+        let mut taken = std::mem::replace(buf, self.spare_owned.try_recv().unwrap_or_default());
+        buf.reserve(taken.capacity());
+        *start = restart_aligned(buf, &taken[from + whole..]);
+        taken.truncate(from + whole);
+        self.handed += whole as u64;
+        self.send(Chunk::Owned { bytes: taken, start: from }, true)
     }
 
     /// Closes the queue and waits for the writer: its first error, if any.
@@ -251,6 +237,18 @@ impl BackgroundFile {
         let written = self.stop_writer();
         handed.and(written)
     }
+}
+
+/// Empties `buf` and puts `leftover` in it at the first offset where the bytes that follow
+/// start block-aligned in memory; returns that offset. (Reserves room for the offset and two
+/// blocks at least, so the address is the one the caller's bytes will have.)
+fn restart_aligned(buf: &mut Vec<u8>, leftover: &[u8]) -> usize {
+    buf.clear();
+    buf.reserve(BLOCK_BYTES * 2 + leftover.len());
+    let pad = buf.as_ptr().addr().next_multiple_of(BLOCK_BYTES) - buf.as_ptr().addr();
+    buf.resize(pad, 0);
+    buf.extend_from_slice(leftover);
+    pad
 }
 
 impl Write for BackgroundFile {
