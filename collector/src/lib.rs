@@ -397,7 +397,7 @@ fn report(args: &Args, totals: &Totals, elapsed: Duration) {
 }
 
 /// The run file (private to the user: it names files and command lines), written by a thread
-/// of its own (`file_writer`). It is locked (`flock`) while this collector writes it, so that a
+/// of its own (`mlprof_filewrite::BackgroundFile`). It is locked (`flock`) while this collector writes it, so that a
 /// second collector given the same `--out` refuses rather than mixing its records into it.
 fn create_run_file(path: &std::path::Path, info: &RunInfo) -> std::io::Result<RunWriter<BackgroundFile>> {
     let file = open_exclusive(path)?;

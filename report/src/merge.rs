@@ -56,6 +56,7 @@ use mlprof_format::func::{Class, Func};
 use mlprof_format::record::{Event, GpuCall, IttSpan};
 use mlprof_format::runfile::{
     AggregateSample, DropSample, Frame, NodeInfo, ProcessInfo, RunEnd, RunInfo, RunReader, RunWriter,
+    create_run_file,
 };
 use mlprof_format::string_id;
 
@@ -535,18 +536,10 @@ pub fn merge(inputs: &[PathBuf], output: &Path) -> Result<MergeOutcome, String> 
     };
     // Written by a thread of its own, past the page cache where it can (a merged run is the
     // size of all its nodes' runs; see mlprof-filewrite).
-    let mut out = {
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(output)
-            .and_then(BackgroundFile::paced)
-            .and_then(|file| RunWriter::new(file, &info))
-            .map_err(|e| format!("cannot write {}: {e}", output.display()))?
-    };
+    let mut out = create_run_file(output)
+        .and_then(BackgroundFile::paced)
+        .and_then(|file| RunWriter::new(file, &info))
+        .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
     let write_err = |e: std::io::Error| format!("writing {}: {e}", output.display());
     for node in &nodes {
         out.write_node(node).map_err(write_err)?;

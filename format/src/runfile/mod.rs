@@ -26,7 +26,7 @@ pub use frames::{
     ProcessInfo, RunEnd, RunInfo, SymbolInfo, ThreadInfo,
 };
 pub use reader::{Error, InPlace, RunReader};
-pub use writer::RunWriter;
+pub use writer::{RunWriter, create_run_file};
 
 /// The first 8 bytes of every run file.
 pub const FILE_MAGIC: [u8; 8] = *b"MLPROFRB";

@@ -26,14 +26,18 @@ pub struct RunWriter<W: Write = BufWriter<File>> {
     scratch: Vec<u8>,
 }
 
+/// Creates (or truncates) `path` for a run file; a new file is private to the user (0600): a
+/// run names the user's files and command lines. For a writer other than
+/// [`RunWriter::create`]'s (one that writes the file on a thread of its own).
+pub fn create_run_file(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)
+}
+
 impl RunWriter<BufWriter<File>> {
-    /// Creates (or truncates) `path`; a new file is private to the user (0600): it names the
-    /// user's files and command lines.
+    /// Creates (or truncates) `path` ([`create_run_file`]) and writes its header.
     pub fn create(path: &Path, info: &RunInfo) -> io::Result<Self> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file =
-            std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
-        RunWriter::new(BufWriter::with_capacity(1 << 20, file), info)
+        RunWriter::new(BufWriter::with_capacity(1 << 20, create_run_file(path)?), info)
     }
 }
 
