@@ -7,6 +7,7 @@
 use libfuzzer_sys::fuzz_target;
 use mlprof_format::record::Event;
 use mlprof_format::runfile::{Frame, InPlace, RunReader};
+use zerocopy::IntoBytes;
 
 fn walk(data: &[u8], skip_events: bool) {
     let Ok(mut reader) = RunReader::new(data) else { return };
@@ -56,15 +57,8 @@ fuzz_target!(|data: &[u8]| {
     walk(data, false);
     walk(data, true);
     // In place needs records 8-byte aligned in memory; the fuzzer's input may not be.
-    let aligned: Vec<u64> = data
-        .chunks(8)
-        .map(|c| {
-            let mut word = [0u8; 8];
-            word[..c.len()].copy_from_slice(c);
-            u64::from_le_bytes(word)
-        })
-        .collect();
-    // Safety: a Vec<u64> of `data.len().div_ceil(8)` words holds at least `data.len()` bytes.
-    let aligned = unsafe { std::slice::from_raw_parts(aligned.as_ptr().cast::<u8>(), data.len()) };
+    let mut words = vec![0u64; data.len().div_ceil(8)];
+    words.as_mut_bytes()[..data.len()].copy_from_slice(data);
+    let aligned = &words.as_bytes()[..data.len()];
     assert!(events(aligned, true) == events(aligned, false), "in place read other events than by copy");
 });

@@ -117,15 +117,9 @@ mod tests {
     fn events_read_in_place_are_those_read_by_copy_and_cuts_read_the_same() {
         let bytes = sample_file();
         // 8-byte aligned memory: the records are viewed where they lie.
-        let aligned: Vec<u64> = bytes
-            .chunks(8)
-            .map(|c| {
-                let mut word = [0u8; 8];
-                word[..c.len()].copy_from_slice(c);
-                u64::from_le_bytes(word)
-            })
-            .collect();
-        let aligned = &aligned.as_bytes()[..bytes.len()];
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        words.as_mut_bytes()[..bytes.len()].copy_from_slice(&bytes);
+        let aligned = &words.as_bytes()[..bytes.len()];
         let (events, in_place, truncated, complete) = read_in_place(aligned).unwrap();
         assert_eq!((events.len(), in_place, truncated, complete), (100, 100, false, true));
         assert_eq!(events[99].arg, 99);
