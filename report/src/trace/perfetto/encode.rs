@@ -1,7 +1,7 @@
 //! Encoding events: interned tables and per-sequence iid sets, annotation keys, and the
 //! TrackEvent body of a slice or instant (interning what it names first).
 
-use std::io::Write;
+use super::TraceOutput;
 
 use super::PerfettoWriter;
 use super::field::*;
@@ -130,7 +130,7 @@ impl Interned {
     }
 }
 
-impl<W: Write + 'static> PerfettoWriter<W> {
+impl<W: TraceOutput> PerfettoWriter<W> {
     /// The annotation-name id of `key`.
     #[inline(always)]
     pub(super) fn annotation_id(&mut self, key: &'static str) -> u32 {

@@ -50,7 +50,7 @@ pub mod field;
 mod order;
 mod output;
 
-use std::io::{self, Write};
+use std::io;
 
 use rustc_hash::FxHashMap;
 
@@ -62,6 +62,7 @@ use super::{
 use encode::{ANNOTATION_CACHE_SLOTS, Interned, Table};
 use field::*;
 use order::Sequence;
+pub use output::TraceOutput;
 use output::{Output, WRITE_BATCH};
 
 const METADATA_SEQUENCE: u32 = 1;
@@ -79,7 +80,7 @@ pub struct Stats {
 }
 
 /// Perfetto TrackEvent protobuf output. See the module documentation for the layout.
-pub struct PerfettoWriter<W: Write> {
+pub struct PerfettoWriter<W: TraceOutput> {
     output: Output<W>,
     strings: Vec<Box<str>>,
     /// Annotation keys, by the address and length of their `&'static str` (one hash of two
@@ -113,7 +114,7 @@ pub struct PerfettoWriter<W: Write> {
     stats: Stats,
 }
 
-impl<W: Write + 'static> PerfettoWriter<W> {
+impl<W: TraceOutput> PerfettoWriter<W> {
     /// Starts the trace: the metadata sequence and the trace clock. `compress`: write
     /// zlib-deflated `compressed_packets` batches.
     pub fn new(out: W, compress: bool) -> io::Result<Self> {
@@ -178,7 +179,7 @@ impl<W: Write + 'static> PerfettoWriter<W> {
     }
 }
 
-impl<W: Write + 'static> TraceWriter for PerfettoWriter<W> {
+impl<W: TraceOutput> TraceWriter for PerfettoWriter<W> {
     type Output = W;
 
     fn intern(&mut self, text: &str) -> StringHandle {

@@ -1,7 +1,9 @@
 //! Order: each thread's forest of slices held back until they can go out in BEGIN/END
 //! order (see the module documentation of `perfetto`), and the slices written directly.
 
-use std::io::{self, Write};
+use std::io;
+
+use super::TraceOutput;
 
 use super::encode::Template;
 use super::field::*;
@@ -54,7 +56,7 @@ pub(super) struct Sequence {
     pub(super) templates: Vec<Template>,
 }
 
-impl<W: Write + 'static> PerfettoWriter<W> {
+impl<W: TraceOutput> PerfettoWriter<W> {
     /// Writes the complete trees of a sequence's forest (its `ready` prefix) and keeps the rest.
     pub(super) fn write_ready(&mut self, index: usize) {
         let seq = &mut self.sequences[index];

@@ -1,8 +1,8 @@
 //! The packet stream: packets framed into a buffer, written plain or as zlib-deflated
 //! `compressed_packets` batches; timestamps and length fields of thread packets.
 
-use std::any::Any;
-use std::io::{self, Write};
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
 
 use mlprof_filewrite::BackgroundFile;
 
@@ -15,8 +15,32 @@ pub(super) const COMPRESS_BATCH: usize = 400 << 10;
 /// Bytes gathered before an uncompressed write.
 pub(super) const WRITE_BATCH: usize = 1 << 20;
 
+/// Where a Perfetto trace goes: any of these `Write`s, each of which takes the writer's full
+/// batches the way it can. `BackgroundFile` (what `mlprof convert` writes to) takes a batch's
+/// whole blocks in the writer's own buffer, without a copy, and leaves the rest (under a block)
+/// in it; the others are given a copy, as `Write` wants.
+pub trait TraceOutput: Write {
+    /// Writes `buf[*start..]`, or all but a tail that stays in `buf` from `*start` on (which
+    /// the implementation may move, with the buffer); the writer appends what comes next.
+    fn write_batch(&mut self, buf: &mut Vec<u8>, start: &mut usize) -> io::Result<()> {
+        self.write_all(&buf[*start..])?;
+        buf.truncate(*start);
+        Ok(())
+    }
+}
+
+impl TraceOutput for BackgroundFile {
+    fn write_batch(&mut self, buf: &mut Vec<u8>, start: &mut usize) -> io::Result<()> {
+        self.write_owned(buf, start)
+    }
+}
+
+impl TraceOutput for Vec<u8> {}
+impl TraceOutput for File {}
+impl<W: Write> TraceOutput for BufWriter<W> {}
+
 /// The packet stream: plain or in compressed batches.
-pub(super) struct Output<W: Write> {
+pub(super) struct Output<W: TraceOutput> {
     pub(super) out: W,
     /// Serialized `Trace.packet` fields not yet written, from `start` on.
     pub(super) buf: Vec<u8>,
@@ -28,33 +52,28 @@ pub(super) struct Output<W: Write> {
     pub(super) written: u64,
 }
 
-impl<W: Write + 'static> Output<W> {
+impl<W: TraceOutput> Output<W> {
     /// Bytes gathered and not yet written.
     #[inline]
     pub(super) fn pending(&self) -> usize {
         self.buf.len() - self.start
     }
 
-    /// Writes or compresses what is gathered once a batch is full. A `BackgroundFile` (what
-    /// `mlprof convert` writes to) takes the batch's whole blocks without a copy and leaves
-    /// the rest (under 4 KiB) gathered; any other `Write` is given a copy, as `Write` wants.
-    /// (Found by type, not by a trait every output would have to implement: one method of one
-    /// type, for the one output it pays on.)
+    /// Writes or compresses what is gathered once a batch is full (see
+    /// [`TraceOutput::write_batch`] for what a plain batch leaves gathered).
     #[inline]
     pub(super) fn maybe_flush(&mut self) -> io::Result<()> {
         let limit = if self.compress.is_some() { COMPRESS_BATCH } else { WRITE_BATCH };
         if self.pending() < limit {
             return Ok(());
         }
-        let before = self.pending();
-        if self.compress.is_none()
-            && let Some(file) = (&mut self.out as &mut dyn Any).downcast_mut::<BackgroundFile>()
-        {
-            file.write_owned(&mut self.buf, &mut self.start)?;
-            self.written += (before - self.pending()) as u64;
-            return Ok(());
+        if self.compress.is_some() {
+            return self.flush();
         }
-        self.flush()
+        let before = self.pending();
+        self.out.write_batch(&mut self.buf, &mut self.start)?;
+        self.written += (before - self.pending()) as u64;
+        Ok(())
     }
 
     /// Writes or compresses everything gathered.
@@ -186,15 +205,14 @@ pub(super) fn widen_length(buf: &mut Vec<u8>, at: usize, len: usize) {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
-
     use mlprof_filewrite::BackgroundFile;
 
+    use super::TraceOutput;
     use crate::trace::perfetto::PerfettoWriter;
     use crate::trace::{ArgValue, Slice, TraceWriter};
 
     /// Slices enough for many batches, on three threads.
-    fn write_trace<W: Write + 'static>(out: W) -> W {
+    fn write_trace<W: TraceOutput>(out: W) -> W {
         let mut w = PerfettoWriter::new(out, false).unwrap();
         let process = w.process(7, Some("p")).unwrap();
         let threads: Vec<_> = (0..3).map(|t| w.thread(process, 100 + t, None).unwrap()).collect();
