@@ -325,10 +325,15 @@ mod tests {
         }
     }
 
+    /// A file writing into `sink` with `BackgroundFile::new`'s policy (the collector's).
+    fn unpaced(sink: &Sink) -> BackgroundFile {
+        BackgroundFile::with_sink(sink.clone(), QUEUED_CHUNKS, BEHIND_CHUNKS).unwrap()
+    }
+
     #[test]
     fn bytes_arrive_in_order_across_chunks_and_flushes() {
         let sink = Sink::default();
-        let mut file = BackgroundFile::with_sink(sink.clone(), QUEUED_CHUNKS, BEHIND_CHUNKS).unwrap();
+        let mut file = unpaced(&sink);
         let mut expected = Vec::new();
         for i in 0..5000u32 {
             // Pieces of varied sizes, some larger than a chunk.
@@ -349,7 +354,7 @@ mod tests {
     #[test]
     fn full_chunks_end_at_block_boundaries_of_the_file() {
         let sink = Sink::default();
-        let mut file = BackgroundFile::with_sink(sink.clone(), QUEUED_CHUNKS, BEHIND_CHUNKS).unwrap();
+        let mut file = unpaced(&sink);
         let mut expected = Vec::new();
         for i in 0..3000usize {
             let piece: Vec<u8> = (0..(i * 613 % 4999)).map(|j| (i + j) as u8).collect();
@@ -372,7 +377,7 @@ mod tests {
     #[test]
     fn a_writer_behind_by_half_the_queue_writes_without_waiting_until_it_caught_up() {
         let sink = Sink { delay: Some(std::time::Duration::from_millis(2)), ..Sink::default() };
-        let mut file = BackgroundFile::with_sink(sink.clone(), QUEUED_CHUNKS, BEHIND_CHUNKS).unwrap();
+        let mut file = unpaced(&sink);
         let piece = vec![3u8; CHUNK_BYTES];
         // Handed over faster than the sink writes: the queue fills and the writer catches up
         // without waiting; in order, nothing lost.
@@ -385,7 +390,7 @@ mod tests {
         assert!(uncached > 0 && uncached < 3 * QUEUED_CHUNKS, "{uncached} chunks written without waiting");
         // A writer that keeps up writes every chunk the usual way.
         let sink = Sink::default();
-        let mut file = BackgroundFile::with_sink(sink.clone(), QUEUED_CHUNKS, BEHIND_CHUNKS).unwrap();
+        let mut file = unpaced(&sink);
         for _ in 0..4 {
             file.write_all(&piece).unwrap();
             file.flush().unwrap();
@@ -413,7 +418,7 @@ mod tests {
     #[test]
     fn a_flushed_prefix_reaches_the_sink_without_close() {
         let sink = Sink::default();
-        let mut file = BackgroundFile::with_sink(sink.clone(), QUEUED_CHUNKS, BEHIND_CHUNKS).unwrap();
+        let mut file = unpaced(&sink);
         file.write_all(b"header").unwrap();
         file.flush().unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -428,7 +433,7 @@ mod tests {
     #[test]
     fn a_failing_disk_is_reported_by_a_later_write_or_by_close() {
         let sink = Sink { fail_after: Some(3 * CHUNK_BYTES), ..Sink::default() };
-        let mut file = BackgroundFile::with_sink(sink.clone(), QUEUED_CHUNKS, BEHIND_CHUNKS).unwrap();
+        let mut file = unpaced(&sink);
         let piece = vec![7u8; 4096];
         let mut error = None;
         for _ in 0..(64 * CHUNK_BYTES / piece.len()) {
@@ -445,7 +450,7 @@ mod tests {
     #[test]
     fn owned_buffers_arrive_in_order_and_after_the_first_without_a_copy() {
         let sink = Sink::default();
-        let mut file = BackgroundFile::with_sink(sink.clone(), QUEUED_CHUNKS, BEHIND_CHUNKS).unwrap();
+        let mut file = unpaced(&sink);
         let mut expected = Vec::new();
         let (mut buf, mut start) = (Vec::with_capacity(CHUNK_BYTES + 8192), 0);
         for i in 0..400usize {
@@ -479,7 +484,7 @@ mod tests {
     #[test]
     fn dropping_without_close_still_writes_everything() {
         let sink = Sink::default();
-        let mut file = BackgroundFile::with_sink(sink.clone(), QUEUED_CHUNKS, BEHIND_CHUNKS).unwrap();
+        let mut file = unpaced(&sink);
         file.write_all(&[1u8; 3000]).unwrap();
         drop(file);
         assert_eq!(sink.bytes.lock().unwrap().len(), 3000);
