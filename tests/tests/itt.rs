@@ -122,6 +122,34 @@ fn c_ittnotify_tasks_nest_with_the_calls_inside_them() {
     assert!(events.keys().all(|(_, domain)| domain != "mlprof"), "mlprof's own stamps were recorded");
 }
 
+/// ITT tasks written faster than 64-record lanes are drained: tasks are recorded the way hooked
+/// calls are (the lane's writer, the collector woken at its watermark), and every task and
+/// write is either recorded or counted as dropped, exactly.
+#[test]
+fn itt_tasks_on_full_lanes_are_recorded_or_counted_every_one() {
+    const THREADS: u64 = 2;
+    const N: u64 = 50_000;
+    let dir = TempDir::new("itt-full");
+    let program = build_itt_program(&dir);
+    let out = dir.join("run.bin");
+    let o = run_collect(
+        &out,
+        &["--lane-records", "64"],
+        &[program.as_str(), &THREADS.to_string(), &N.to_string()],
+    );
+    assert!(o.status.success(), "mlprof-collect failed\n{}", describe(&o));
+    let s = Summary::load(&out);
+    assert!(!s.truncated());
+    let calls = s.calls();
+    let (tasks, writes) = (calls.count("itt_task"), calls.count("write"));
+    let mut e = s.expect();
+    e.eq("tasks + writes recorded + dropped", tasks + writes + s.dropped(), 3 * THREADS * N);
+    e.that(format_args!("dropped {} > 0: the lanes never filled", s.dropped()), s.dropped() > 0);
+    e.eq("the main thread's marker, on a lane with room", calls.count("itt_marker"), 1);
+    e.finish();
+    eprintln!("ITT tasks on full lanes: {tasks} tasks + {writes} writes recorded, {} dropped", s.dropped());
+}
+
 #[test]
 fn chained_collector_receives_the_application_calls_and_mlprof_stamps() {
     const THREADS: usize = 2;

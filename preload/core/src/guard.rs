@@ -54,10 +54,16 @@ pub struct ThreadState {
     /// (a trapped system call with SIGSYS blocked would kill the process): what it is told
     /// its mask holds (see `trap::signals`).
     pub trap_sigsys_blocked: Cell<bool>,
+    /// The address of this thread's ITT task stack (`itt::tasks`), 0 until its first task: a
+    /// Rust thread-local in a shared library costs a `__tls_get_addr` call at every reach, two
+    /// per ITT range, so it is reached through here.
+    pub itt_tasks: Cell<usize>,
 }
 
 unsafe extern "C" {
-    /// The calling thread's state block (thread_state.c).
+    /// The calling thread's state block (thread_state.c): what `thread_block` reads inline on
+    /// x86_64 (a unit test checks that both agree).
+    #[cfg(any(test, not(target_arch = "x86_64")))]
     fn mlprof_thread_state() -> *mut core::ffi::c_void;
     /// Its size, checked against `ThreadState` by a unit test.
     #[cfg(test)]
@@ -92,12 +98,40 @@ impl core::ops::Deref for ThreadRef {
 /// This thread's state; `None` only where the thread-local cannot be reached at all.
 #[inline(always)]
 pub fn current() -> Option<ThreadRef> {
-    // Safety: the C accessor returns this thread's static TLS block, 256 bytes aligned to 64,
+    // Safety: `thread_block` is this thread's static TLS block, 256 bytes aligned to 64,
     // zero-filled at thread start, which is a valid ThreadState (see `ThreadState::new`); it
     // outlives every place a ThreadRef can be kept (see `ThreadRef`). Only this thread uses
     // it, through `Cell`s and atomics.
-    let state = unsafe { &*(mlprof_thread_state() as *const ThreadState) };
+    let state = unsafe { &*(thread_block() as *const ThreadState) };
     Some(ThreadRef { state, _not_send: PhantomData })
+}
+
+/// The address of the calling thread's state block: the thread pointer plus the block's offset
+/// in the static TLS area, which the loader wrote into the GOT (what the C accessor compiles to,
+/// without the call: every hook and ITT call reaches the block once or twice).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn thread_block() -> *mut core::ffi::c_void {
+    let address: usize;
+    // Safety: two loads, of the thread control block's self pointer (`%fs:0`, which glibc keeps
+    // on x86_64) and of a GOT entry; nothing is written. `pure`: the result is the same for
+    // every call on a thread.
+    unsafe {
+        core::arch::asm!(
+            "mov {address}, qword ptr fs:[0]",
+            "add {address}, qword ptr [rip + mlprof_thread_block@GOTTPOFF]",
+            address = out(reg) address,
+            options(pure, readonly, nostack),
+        )
+    };
+    address as *mut core::ffi::c_void
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn thread_block() -> *mut core::ffi::c_void {
+    // Safety: the C accessor, a plain function returning this thread's block.
+    unsafe { mlprof_thread_state() }
 }
 
 /// Runs one of our cold paths (fork and exit bookkeeping) with the guard held, unless it is
@@ -164,6 +198,7 @@ impl ThreadState {
             internal: Cell::new(false),
             nested: core::sync::atomic::AtomicU32::new(0),
             trap_sigsys_blocked: Cell::new(false),
+            itt_tasks: Cell::new(0),
         }
     }
 
@@ -280,7 +315,7 @@ mod tests {
             (
                 (s.in_hook.get(), s.lane.get(), s.lane_generation.get(), s.lane_owner.get(), s.tid.get()),
                 (s.vfork_pending.get(), s.no_lane.get(), s.no_lane_offered.get(), s.in_flight.get()),
-                (s.clone_start.get(), s.device.get(), s.gpu_depth.get(), s.internal.get()),
+                (s.clone_start.get(), s.device.get(), s.gpu_depth.get(), s.internal.get(), s.itt_tasks.get()),
                 s.nested.load(core::sync::atomic::Ordering::Relaxed),
             )
         };
@@ -294,6 +329,8 @@ mod tests {
             std::thread::spawn(|| &*current().unwrap() as *const ThreadState as usize).join().unwrap();
         assert_ne!(here, other, "one block per thread");
         assert_eq!(here % 64, 0);
+        // Safety: a plain C function.
+        assert_eq!(here, unsafe { mlprof_thread_state() } as usize, "the inline read finds the C block");
     }
 
     #[test]

@@ -9,11 +9,13 @@
  */
 #define MLPROF_THREAD_STATE_BYTES 256
 
-static __thread unsigned char thread_state[MLPROF_THREAD_STATE_BYTES]
-    __attribute__((tls_model("initial-exec"), aligned(64)));
+/* Hidden but not static: on x86_64, `guard::current` reaches it from Rust with the same two
+ * instructions (inline assembly), without a call to the accessor below. */
+__attribute__((visibility("hidden"), tls_model("initial-exec"), aligned(64))) __thread unsigned char
+    mlprof_thread_block[MLPROF_THREAD_STATE_BYTES];
 
 __attribute__((visibility("hidden"))) void *mlprof_thread_state(void) {
-    return thread_state;
+    return mlprof_thread_block;
 }
 
 __attribute__((visibility("hidden"))) unsigned long mlprof_thread_state_bytes(void) {

@@ -1,12 +1,15 @@
 //! ITT tasks, frames and instants as ring records: a per-thread stack of open tasks (so a task
 //! is written once, at its end, with its nesting depth), names sent once per process at begin.
 
+use core::cell::Cell;
+
 use mlprof_format::func::Func;
 use mlprof_format::record::IttSpan;
 
 use super::abi::{IttDomain, IttId, IttStringHandle};
-use super::intern::{domain_identity, handle_identity};
-use crate::recorder::{self, lane, strings};
+use super::intern::{Identity, domain_identity, handle_identity};
+use crate::guard::{self, ThreadRef};
+use crate::recorder::{self, lane};
 
 // ---- per-thread task stacks ----------------------------------------------------------------
 
@@ -22,45 +25,131 @@ struct OpenTask {
     record: bool,
 }
 
+/// Where an open task waits for its end, one field at a time: a task often ends a few dozen
+/// instructions after it began, while its stores are still on their way to the cache, and a
+/// copy of the whole task (which the compiler makes with 16-byte loads across two 8-byte
+/// stores) then cannot be forwarded from them and waits for them: measured, three quarters of
+/// `task_end`'s time. Loads of the width of the stores are forwarded.
+struct TaskSlot {
+    start: Cell<u64>,
+    name: Cell<u64>,
+    domain: Cell<u64>,
+    id: Cell<u64>,
+    parent: Cell<u64>,
+    record: Cell<bool>,
+}
+
+impl TaskSlot {
+    const fn empty() -> TaskSlot {
+        TaskSlot {
+            start: Cell::new(0),
+            name: Cell::new(0),
+            domain: Cell::new(0),
+            id: Cell::new(0),
+            parent: Cell::new(0),
+            record: Cell::new(false),
+        }
+    }
+
+    #[inline(always)]
+    fn set(&self, task: OpenTask) {
+        self.start.set(task.start);
+        self.name.set(task.name);
+        self.domain.set(task.domain);
+        self.id.set(task.id);
+        self.parent.set(task.parent);
+        self.record.set(task.record);
+    }
+
+    /// The task, each field read on its own (see the type's comment).
+    #[inline(always)]
+    fn get(&self) -> OpenTask {
+        let field = |cell: &Cell<u64>| {
+            // Safety: the cell's own value, read through its pointer; volatile only so that the
+            // compiler does not fuse neighbouring fields into one wider load.
+            unsafe { core::ptr::read_volatile(cell.as_ptr()) }
+        };
+        OpenTask {
+            start: field(&self.start),
+            name: field(&self.name),
+            domain: field(&self.domain),
+            id: field(&self.id),
+            parent: field(&self.parent),
+            record: self.record.get(),
+        }
+    }
+}
+
 struct TaskStack {
-    depth: core::cell::Cell<usize>,
-    tasks: [core::cell::Cell<OpenTask>; MAX_DEPTH],
-    frame: core::cell::Cell<OpenTask>,
+    depth: Cell<usize>,
+    tasks: [TaskSlot; MAX_DEPTH],
+    frame: TaskSlot,
 }
 
 thread_local! {
     static STACK: TaskStack = const {
-        TaskStack {
-            depth: core::cell::Cell::new(0),
-            tasks: [const { core::cell::Cell::new(OpenTask { start: 0, name: 0, domain: 0, id: 0, parent: 0, record: false }) }; MAX_DEPTH],
-            frame: core::cell::Cell::new(OpenTask { start: 0, name: 0, domain: 0, id: 0, parent: 0, record: false }),
-        }
+        TaskStack { depth: Cell::new(0), tasks: [const { TaskSlot::empty() }; MAX_DEPTH], frame: TaskSlot::empty() }
     };
 }
 
+/// Runs `f` with this thread's task stack, reached through the thread's state after the first
+/// time (see `ThreadState::itt_tasks`); `None` only where the thread-local is gone.
+#[inline(always)]
+fn with_stack<R>(f: impl FnOnce(ThreadRef, &TaskStack) -> R) -> Option<R> {
+    let state = guard::current()?;
+    let mut address = state.itt_tasks.get();
+    if address == 0 {
+        address = STACK.try_with(|stack| stack as *const TaskStack as usize).ok()?;
+        state.itt_tasks.set(address);
+    }
+    // Safety: `address` is this thread's own `STACK` (the state it is cached in is per thread,
+    // and a fork child's thread has the same address space layout): a thread-local with no
+    // destructor, valid for the whole life of the thread, used only through `Cell`s.
+    Some(f(state, unsafe { &*(address as *const TaskStack) }))
+}
+
+/// The record of a task, frame or instant ending at `end`.
+fn span_event(
+    func: Func,
+    task: OpenTask,
+    end: u64,
+    depth: usize,
+    pid: u32,
+    tid: u32,
+) -> mlprof_format::record::Event {
+    IttSpan {
+        kind: func as u16,
+        pid,
+        tid,
+        depth: depth as i32,
+        start: task.start,
+        dur: end.saturating_sub(task.start),
+        id: task.id,
+        name: task.name,
+        domain: task.domain,
+        parent: task.parent,
+        ..IttSpan::default()
+    }
+    .into_event()
+}
+
+/// Writes a span whose names were sent at its begin: the hot path, as a hooked call's record.
+#[inline(always)]
+fn write_span(thread: ThreadRef, func: Func, task: OpenTask, end: u64, depth: usize) {
+    recorder::push_timed(thread, |pid, tid| span_event(func, task, end, depth, pid, tid));
+}
+
 /// Sends the names a span refers to (once per process) and writes the span.
-fn write_span(func: Func, task: OpenTask, end: u64, depth: usize, names: &[(u64, &[u8])]) {
+fn write_span_with_names(func: Func, task: OpenTask, end: u64, names: &[&Identity<'_>]) {
     recorder::with_lane(|ring, lane, pid, thread| {
-        for &(id, bytes) in names {
-            if id != 0 && !lane::send_string(ring, lane, pid, thread.tid.get(), id, bytes) {
+        for name in names {
+            if !name.was_sent() && !lane::send_string(ring, lane, pid, thread.tid.get(), name.id, name.bytes)
+            {
                 ring.count_drop(lane);
                 return;
             }
         }
-        let span = IttSpan {
-            kind: func as u16,
-            pid,
-            tid: thread.tid.get(),
-            depth: depth as i32,
-            start: task.start,
-            dur: end.saturating_sub(task.start),
-            id: task.id,
-            name: task.name,
-            domain: task.domain,
-            parent: task.parent,
-            ..IttSpan::default()
-        };
-        ring.push(lane, &span.into_event());
+        ring.push(lane, &span_event(func, task, end, 0, pid, thread.tid.get()));
     });
 }
 
@@ -69,25 +158,26 @@ fn write_span(func: Func, task: OpenTask, end: u64, depth: usize, names: &[(u64,
 /// Pointer arguments are null or what an ITT static part passes: objects made by a
 /// `__itt_*_create` (ours or its own) and NUL-terminated names, alive for the process's life.
 pub unsafe fn task_begin(domain: *const IttDomain, id: IttId, parent: IttId, name: *const IttStringHandle) {
-    let (domain_id, domain_name, own) = domain_identity(domain);
-    let (name_id, name_bytes) = handle_identity(name);
+    let (domain, own) = domain_identity(domain);
+    let name = handle_identity(name);
     let task = OpenTask {
         start: crate::clock::now(),
-        name: name_id,
-        domain: domain_id,
+        name: name.id,
+        domain: domain.id,
         id: id.d1,
         parent: parent.d1,
         record: !own,
     };
-    let _ = STACK.try_with(|stack| {
+    let _ = with_stack(|_, stack| {
         let depth = stack.depth.get();
         if let Some(slot) = stack.tasks.get(depth) {
             slot.set(task);
             // Names are sent at begin: the span is written at end, when they may be gone. Once
-            // sent (PyTorch reuses a few hundred op names a million times), two lookups in the
-            // process's set of sent strings replace a trip to the lane.
-            if task.record && !(strings::was_sent(domain_id) && strings::was_sent(name_id)) {
-                write_names(&[(domain_id, domain_name), (name_id, name_bytes)]);
+            // sent (PyTorch reuses a few hundred op names a million times), a load from each
+            // of our objects (or a lookup in the process's set of sent strings) replaces a trip
+            // to the lane.
+            if task.record && !(domain.was_sent() && name.was_sent()) {
+                write_names(&[&domain, &name]);
             }
         }
         stack.depth.set(depth + 1);
@@ -96,7 +186,7 @@ pub unsafe fn task_begin(domain: *const IttDomain, id: IttId, parent: IttId, nam
 
 pub fn task_end() {
     let end = crate::clock::now();
-    let _ = STACK.try_with(|stack| {
+    let _ = with_stack(|thread, stack| {
         let depth = stack.depth.get();
         if depth == 0 {
             return;
@@ -105,7 +195,7 @@ pub fn task_end() {
         if let Some(task) = stack.tasks.get(depth - 1).map(|slot| slot.get())
             && task.record
         {
-            write_span(Func::IttTask, task, end, depth - 1, &[]);
+            write_span(thread, Func::IttTask, task, end, depth - 1);
         }
     });
 }
@@ -115,23 +205,24 @@ pub fn task_end() {
 /// Pointer arguments are null or what an ITT static part passes: objects made by a
 /// `__itt_*_create` (ours or its own) and NUL-terminated names, alive for the process's life.
 pub unsafe fn frame_begin(domain: *const IttDomain, id: *const IttId) {
-    let (domain_id, domain_name, own) = domain_identity(domain);
+    let (domain, own) = domain_identity(domain);
     // Safety: a frame id pointer is either null or points to the caller's id.
     let id = unsafe { id.as_ref() }.map_or(0, |id| id.d1);
     let task =
-        OpenTask { start: crate::clock::now(), name: 0, domain: domain_id, id, parent: 0, record: !own };
-    let _ = STACK.try_with(|stack| stack.frame.set(task));
-    if !own {
-        write_names(&[(domain_id, domain_name)]);
+        OpenTask { start: crate::clock::now(), name: 0, domain: domain.id, id, parent: 0, record: !own };
+    let _ = with_stack(|_, stack| stack.frame.set(task));
+    if !own && !domain.was_sent() {
+        write_names(&[&domain]);
     }
 }
 
 pub fn frame_end() {
     let end = crate::clock::now();
-    let _ = STACK.try_with(|stack| {
-        let task = stack.frame.replace(OpenTask::default());
+    let _ = with_stack(|thread, stack| {
+        let task = stack.frame.get();
+        stack.frame.set(OpenTask::default());
         if task.record && task.start != 0 {
-            write_span(Func::IttFrame, task, end, 0, &[]);
+            write_span(thread, Func::IttFrame, task, end, 0);
         }
     });
 }
@@ -142,21 +233,22 @@ pub fn frame_end() {
 /// Pointer arguments are null or what an ITT static part passes: objects made by a
 /// `__itt_*_create` (ours or its own) and NUL-terminated names, alive for the process's life.
 pub unsafe fn instant(func: Func, domain: *const IttDomain, name: *const IttStringHandle, id: u64) {
-    let (domain_id, domain_name, own) = domain_identity(domain);
+    let (domain, own) = domain_identity(domain);
     if own {
         return;
     }
-    let (name_id, name_bytes) = handle_identity(name);
+    let name = handle_identity(name);
     let now = crate::clock::now();
-    let task = OpenTask { start: now, name: name_id, domain: domain_id, id, ..OpenTask::default() };
-    write_span(func, task, now, 0, &[(domain_id, domain_name), (name_id, name_bytes)]);
+    let task = OpenTask { start: now, name: name.id, domain: domain.id, id, ..OpenTask::default() };
+    write_span_with_names(func, task, now, &[&domain, &name]);
 }
 
-fn write_names(names: &[(u64, &[u8])]) {
+/// Sends names a task or frame will refer to; one that finds no room is sent at a later begin.
+fn write_names(names: &[&Identity<'_>]) {
     recorder::with_lane(|ring, lane, pid, thread| {
-        for &(id, bytes) in names {
-            if id != 0 {
-                lane::send_string(ring, lane, pid, thread.tid.get(), id, bytes);
+        for name in names {
+            if !name.was_sent() {
+                lane::send_string(ring, lane, pid, thread.tid.get(), name.id, name.bytes);
             }
         }
     });

@@ -71,7 +71,13 @@ fn recording_thread() -> Option<ThreadRef> {
     if !session::is_active_quick() {
         return thread_that_may_join();
     }
-    let state = guard::current()?;
+    recording_now(guard::current()?)
+}
+
+/// `state` when its thread's call is to be recorded in a process that records: not our own
+/// call (a signal handler's is counted), not a vfork child running on its parent's memory.
+#[inline(always)]
+fn recording_now(state: ThreadRef) -> Option<ThreadRef> {
     if state.in_hook.get() {
         state.reentered();
         return None;
@@ -446,6 +452,29 @@ fn count_reentered_clock_read(state: &ThreadRef, slot: usize) {
         }
         None => state.reentered(),
     }
+}
+
+/// Writes one record that carries its own timing (an ITT task or frame, at its end), made by
+/// `make(pid, tid)`, the way a hooked call's record is written: through the lane's cached
+/// writer, waking a sleeping collector at the lane's watermark. False when nothing can be
+/// recorded (no session, our own call, a vfork child, no lane) or the lane was full (counted).
+/// `state` is the calling thread's (`guard::current()`, which the caller had at hand).
+#[inline(always)]
+pub fn push_timed(state: ThreadRef, make: impl FnOnce(u32, u32) -> Event) -> bool {
+    let recording = if session::is_active_quick() { recording_now(state) } else { thread_that_may_join() };
+    let Some(state) = recording else { return false };
+    let Some((ring, lane, writer)) = thread_lane(&state) else { return false };
+    state.in_hook.set(true);
+    let pushed = writer.push(&make(session::pid(), state.tid.get()));
+    if pushed == Pushed::WrittenWakeCollector {
+        session::wake_sleeping_collector(&writer);
+    }
+    let nested = state.take_nested();
+    if nested != 0 {
+        ring.count_interrupted(lane, nested as u64);
+    }
+    state.in_hook.set(false);
+    pushed != Pushed::Dropped
 }
 
 /// Runs `f` with this thread's lane, outside the hot path (ITT annotations, which carry their
