@@ -54,11 +54,11 @@ pub(super) fn write<W: TraceWriter>(
     let dimensions;
     let mut args = ArgList::<MAX_ARGS>::new();
     if api == Api::Libc {
-        libc_args(c, func, class, event, path, &mut args);
+        libc_args(c, kind, event, path, &mut args);
     } else {
         let call = GpuCall::from_event(event);
         dimensions = [call.grid(), call.block()].map(|(x, y, z)| [x, y, z].map(u64::from));
-        gpu_args(c, func, event, &call, &dimensions, &mut args);
+        gpu_args(c, kind, event, &call, &dimensions, &mut args);
     }
     // A call encloses nothing recorded after it unless its thread has spans (ITT tasks, or GPU
     // calls that wrap driver calls) that may arrive later around it.
@@ -72,8 +72,7 @@ pub(super) fn write<W: TraceWriter>(
 /// fd named.
 fn libc_args<W: TraceWriter>(
     c: &mut Converter<'_, W>,
-    func: Func,
-    class: Class,
+    Kind { class, has_path, .. }: Kind,
     event: &Event,
     // The path index of its path argument when it was found reading ahead (else looked up:
     // the same answer, as a path indexed since names the same string).
@@ -115,7 +114,7 @@ fn libc_args<W: TraceWriter>(
     let path = match class {
         // A call with a path argument names it: an open its own path (a failed one too, when
         // it got that far), a stat or an unlink the path it was given.
-        _ if func.has_path() && event.arg2 != 0 => {
+        _ if has_path && event.arg2 != 0 => {
             Some(match known.or_else(|| c.fds.path_index(event.arg2)) {
                 Some(index) => c.path_text(index),
                 None => c.text(Text::Run(event.arg2)),
@@ -136,7 +135,7 @@ fn libc_args<W: TraceWriter>(
 /// Arguments of a CUDA/NCCL call (see `GpuCall` for where each field lives).
 fn gpu_args<'a, W: TraceWriter>(
     c: &mut Converter<'_, W>,
-    func: Func,
+    Kind { func, class, .. }: Kind,
     event: &Event,
     call: &GpuCall,
     [grid, block]: &'a [[u64; 3]; 2],
@@ -150,7 +149,7 @@ fn gpu_args<'a, W: TraceWriter>(
     if call.flags & FLAG_NESTED != 0 {
         args.push("nested", ArgValue::Bool(true));
     }
-    match func.class() {
+    match class {
         Class::Launch => {
             args.push("kernel", ArgValue::Interned(c.text(Text::Kernel(call.pid, call.object))));
             args.push("grid", ArgValue::UInts(grid));

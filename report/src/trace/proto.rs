@@ -101,9 +101,13 @@ const SLACK: usize = 16;
 pub fn append<R>(buf: &mut Vec<u8>, max: usize, write: impl FnOnce(&mut Spare<'_>) -> R) -> R {
     buf.reserve(max + SLACK);
     let len = buf.len();
-    let mut spare = Spare { bytes: &mut buf.spare_capacity_mut()[..max + SLACK], n: 0, limit: max };
+    let mut spare = Spare { bytes: &mut buf.spare_capacity_mut()[..max + SLACK], n: 0 };
     let result = write(&mut spare);
     let n = spare.n;
+    // Checked once here rather than after each write: every write goes through a bounds-checked
+    // window of `bytes` (which reaches SLACK past `max`), so memory stays safe in between, and
+    // a writer that went past `max` (a wrong bound at a caller) still panics.
+    assert!(n <= max, "a Spare written past its {max} bytes");
     // Safety: every `Spare` method writes bytes from `n` on and then advances `n` over bytes it
     // wrote (or rewrites a byte below `n`), so the first `n` bytes of the spare capacity after
     // `len` are initialized; `n <= max + SLACK`, within the capacity reserved.
@@ -112,12 +116,11 @@ pub fn append<R>(buf: &mut Vec<u8>, max: usize, write: impl FnOnce(&mut Spare<'_
 }
 
 /// The spare capacity of a `Vec<u8>`, written from its start ([`append`]). Writing past the
-/// `max` given to `append` panics.
+/// `max` given to `append` panics (at the end of `append`, or at once past the slack).
 pub struct Spare<'a> {
+    /// `max` bytes and [`SLACK`] more.
     bytes: &'a mut [std::mem::MaybeUninit<u8>],
     n: usize,
-    /// `max`: `bytes` goes [`SLACK`] further.
-    limit: usize,
 }
 
 impl Spare<'_> {
@@ -125,13 +128,6 @@ impl Spare<'_> {
     pub fn byte(&mut self, byte: u8) {
         self.bytes[self.n].write(byte);
         self.n += 1;
-        self.check();
-    }
-
-    /// Panics past `max` (the slack is only ever written ahead of `n`, never kept).
-    #[inline(always)]
-    fn check(&self) {
-        assert!(self.n <= self.limit, "a Spare written past its {} bytes", self.limit);
     }
 
     #[inline(always)]
@@ -146,7 +142,6 @@ impl Spare<'_> {
         }
         window[i].write(value as u8);
         self.n += i + 1;
-        self.check();
     }
 
     /// The first `len` bytes of `bytes` (`N` ≤ [`SLACK`]): all `N` are copied, a fixed-size
@@ -155,11 +150,10 @@ impl Spare<'_> {
     pub fn bytes_padded<const N: usize>(&mut self, bytes: &[u8; N], len: usize) {
         const { assert!(N <= SLACK) };
         let Some(window) = self.bytes[self.n..].first_chunk_mut::<N>() else {
-            panic!("a Spare written past its {} bytes", self.limit);
+            panic!("a Spare written past its slack");
         };
         *window = bytes.map(std::mem::MaybeUninit::new);
         self.n += len.min(N);
-        self.check();
     }
 
     #[inline(always)]
@@ -168,7 +162,6 @@ impl Spare<'_> {
             to.write(byte);
         }
         self.n += bytes.len();
-        self.check();
     }
 
     /// A varint field.
