@@ -9,7 +9,7 @@ use mlprof_format::record::{Event, FLAG_NESTED, GpuCall, copy_direction_name};
 
 use super::converter::{Converter, Kind, Text, ThreadState};
 use crate::run::{PathIndex, bytes_moved, nccl_datatype_name, nccl_op_name};
-use crate::trace::{ArgList, ArgValue, Slice, TraceWriter};
+use crate::trace::{ArgList, ArgShape, ArgValue, Slice, StringHandle, TraceWriter};
 
 /// The most arguments a call has (an NCCL collective: 10).
 const MAX_ARGS: usize = 12;
@@ -21,7 +21,49 @@ pub(super) fn write<W: TraceWriter>(
     thread: ThreadState,
     path: Option<PathIndex>,
 ) -> io::Result<()> {
-    let Kind { func, class, api, .. } = kind;
+    let Kind { func, api, .. } = kind;
+    let (name, category) = match c.function_texts.get(event.kind as usize).copied().flatten() {
+        // Complete mode's trapped calls are named after their system call.
+        _ if func == Func::TrappedSyscall => {
+            (c.text(Text::Syscall(event.extra)), c.text(Text::Literal("syscall")))
+        }
+        Some(texts) => texts,
+        None => function_texts(c, kind, event.kind),
+    };
+    // A launch's grid and block dimensions: declared here to outlive the list that borrows them.
+    let dimensions;
+    let mut args = ArgList::<MAX_ARGS>::new();
+    let mut shape = ArgShape::NONE;
+    if api == Api::Libc {
+        shape = libc_args(c, kind, event, path, &mut args);
+    } else {
+        let call = GpuCall::from_event(event);
+        dimensions = [call.grid(), call.block()].map(|(x, y, z)| [x, y, z].map(u64::from));
+        gpu_args(c, kind, event, &call, &dimensions, &mut args);
+    }
+    // A call encloses nothing recorded after it unless its thread has spans (ITT tasks, or GPU
+    // calls that wrap driver calls) that may arrive later around it.
+    let outermost = !thread.spans;
+    let slice = Slice {
+        start_ns: event.start,
+        dur_ns: event.dur,
+        name,
+        category,
+        args: args.as_slice(),
+        shape,
+        outermost,
+    };
+    c.out.slice(thread.handle, &slice)
+}
+
+/// The (name, category) handles of function `kind` (the record's), interned on its first call:
+/// named after the function, in a category per API, libc calls by kind.
+#[cold]
+fn function_texts<W: TraceWriter>(
+    c: &mut Converter<'_, W>,
+    Kind { func, class, api, .. }: Kind,
+    kind: u16,
+) -> (StringHandle, StringHandle) {
     let category = match api {
         Api::Libc => match class {
             Class::Map => "mmap",
@@ -34,42 +76,18 @@ pub(super) fn write<W: TraceWriter>(
         Api::Nccl => "nccl",
         Api::Itt => unreachable!("ITT records are annotations, written by convert::itt"),
     };
-    let (name, category) = match c.function_texts.get(event.kind as usize).copied().flatten() {
-        // Complete mode's trapped calls are named after their system call.
-        _ if func == Func::TrappedSyscall => {
-            (c.text(Text::Syscall(event.extra)), c.text(Text::Literal("syscall")))
-        }
-        Some(texts) => texts,
-        None => {
-            let texts = (c.text(Text::Function(func)), c.text(Text::Literal(category)));
-            let kind = event.kind as usize;
-            if c.function_texts.len() <= kind {
-                c.function_texts.resize(kind + 1, None);
-            }
-            c.function_texts[kind] = Some(texts);
-            texts
-        }
-    };
-    // A launch's grid and block dimensions: declared here to outlive the list that borrows them.
-    let dimensions;
-    let mut args = ArgList::<MAX_ARGS>::new();
-    if api == Api::Libc {
-        libc_args(c, kind, event, path, &mut args);
-    } else {
-        let call = GpuCall::from_event(event);
-        dimensions = [call.grid(), call.block()].map(|(x, y, z)| [x, y, z].map(u64::from));
-        gpu_args(c, kind, event, &call, &dimensions, &mut args);
+    let texts = (c.text(Text::Function(func)), c.text(Text::Literal(category)));
+    let kind = kind as usize;
+    if c.function_texts.len() <= kind {
+        c.function_texts.resize(kind + 1, None);
     }
-    // A call encloses nothing recorded after it unless its thread has spans (ITT tasks, or GPU
-    // calls that wrap driver calls) that may arrive later around it.
-    let outermost = !thread.spans;
-    let slice =
-        Slice { start_ns: event.start, dur_ns: event.dur, name, category, args: args.as_slice(), outermost };
-    c.out.slice(thread.handle, &slice)
+    c.function_texts[kind] = Some(texts);
+    texts
 }
 
 /// fd, return value, bytes moved and asked for, errno, the class's own fields, and the path the
-/// fd named.
+/// fd named. Returns their shape: the keys depend only on the class (the function, which the
+/// slice is named after), whether the call failed and whether a path was found.
 fn libc_args<W: TraceWriter>(
     c: &mut Converter<'_, W>,
     Kind { class, has_path, .. }: Kind,
@@ -78,7 +96,10 @@ fn libc_args<W: TraceWriter>(
     // the same answer, as a path indexed since names the same string).
     known: Option<PathIndex>,
     args: &mut ArgList<'_, MAX_ARGS>,
-) {
+) -> ArgShape {
+    let shape = |path: bool| {
+        ArgShape(1 << 31 | (class as u32) << 2 | u32::from(event.is_error()) << 1 | u32::from(path))
+    };
     if class == Class::Syscall {
         // A trapped system call (complete mode): its number, its first argument (the low 32
         // bits, kept in `fd`) and second, the kernel's return value (-errno on failure).
@@ -89,7 +110,7 @@ fn libc_args<W: TraceWriter>(
         if event.is_error() {
             args.push("errno", ArgValue::Int(event.errno.into()));
         }
-        return;
+        return shape(false);
     }
     args.push("fd", ArgValue::Int(event.fd.into()));
     args.push("ret", ArgValue::Int(event.ret));
@@ -114,12 +135,10 @@ fn libc_args<W: TraceWriter>(
     let path = match class {
         // A call with a path argument names it: an open its own path (a failed one too, when
         // it got that far), a stat or an unlink the path it was given.
-        _ if has_path && event.arg2 != 0 => {
-            Some(match known.or_else(|| c.fds.path_index(event.arg2)) {
-                Some(index) => c.path_text(index),
-                None => c.text(Text::Run(event.arg2)),
-            })
-        }
+        _ if has_path && event.arg2 != 0 => Some(match known.or_else(|| c.fds.path_index(event.arg2)) {
+            Some(index) => c.path_text(index),
+            None => c.text(Text::Run(event.arg2)),
+        }),
         Class::Open | Class::Clock | Class::Syscall | Class::Load => None,
         _ if event.fd < 0 => None,
         _ => c
@@ -130,6 +149,7 @@ fn libc_args<W: TraceWriter>(
     if let Some(path) = path {
         args.push("path", ArgValue::Interned(path));
     }
+    shape(path.is_some())
 }
 
 /// Arguments of a CUDA/NCCL call (see `GpuCall` for where each field lives).

@@ -10,7 +10,7 @@ use mlprof_format::record::{Event, IttSpan};
 
 use super::converter::{Converter, Text};
 use crate::pipeline::{DATA, FETCH, WAIT, flow_id};
-use crate::trace::{ArgValue, Flow, Instant, Slice, ThreadHandle, TraceWriter};
+use crate::trace::{ArgShape, ArgValue, Flow, Instant, Slice, ThreadHandle, TraceWriter};
 
 pub(super) fn write<W: TraceWriter>(
     c: &mut Converter<'_, W>,
@@ -36,7 +36,15 @@ pub(super) fn write<W: TraceWriter>(
         // A task at depth 0 had no open task around it; frames come with depth 0 but do not
         // nest with tasks, so they prove nothing.
         let outermost = func == Func::IttTask && span.depth == 0;
-        let slice = Slice { start_ns: span.start, dur_ns: span.dur, name, category, args: &args, outermost };
+        let slice = Slice {
+            start_ns: span.start,
+            dur_ns: span.dur,
+            name,
+            category,
+            args: &args,
+            shape: ArgShape::NONE,
+            outermost,
+        };
         c.out.slice(thread, &slice)?;
         batch_flow(c, &span, thread)
     } else {

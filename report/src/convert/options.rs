@@ -85,10 +85,12 @@ impl Default for Options<'_> {
 
 impl Options<'_> {
     /// Whether [start, end] meets the time window.
+    #[inline]
     pub(super) fn in_window(&self, start: u64, end: u64) -> bool {
         self.from_ns.is_none_or(|from| end >= from) && self.to_ns.is_none_or(|to| start <= to)
     }
 
+    #[inline]
     pub(super) fn pid(&self, pid: u32) -> bool {
         self.pids.is_empty() || self.pids.contains(&pid)
     }

@@ -99,7 +99,12 @@ struct History {
 
 impl History {
     fn insert(&mut self, time: u64, path: u32) {
-        // Changes come nearly in time order (the file is in drain order).
+        // Changes come nearly in time order (the file is in drain order): mostly at the end.
+        if self.times.last().is_none_or(|&last| last <= time) {
+            self.times.push(time);
+            self.paths.push(path);
+            return;
+        }
         let at = self.times.len() - self.times.iter().rev().take_while(|&&t| t > time).count();
         self.times.insert(at, time);
         self.paths.insert(at, path);

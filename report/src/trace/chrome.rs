@@ -310,7 +310,7 @@ impl<W: Write> TraceWriter for ChromeWriter<W> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::ArgList;
+    use super::super::{ArgList, ArgShape};
     use super::*;
 
     #[test]
@@ -336,6 +336,7 @@ mod tests {
             name: read,
             category: io,
             args: args.as_slice(),
+            shape: ArgShape::NONE,
             outermost: true,
         };
         w.slice(thread, &slice).unwrap();

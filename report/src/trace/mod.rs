@@ -75,6 +75,17 @@ pub enum ArgValue<'a> {
 /// Arguments of an event: `(key, value)`. Keys are identifiers (letters, digits, `_`).
 pub type Args<'a> = &'a [(&'static str, ArgValue<'a>)];
 
+/// A promise about a slice's arguments, which lets a writer reuse what it learned from an
+/// earlier slice instead of looking at each key: every slice given with the same name,
+/// category and non-zero shape has the same keys in the same order, each value of the same
+/// variant (an `Int` where it had an `Int`). [`ArgShape::NONE`] promises nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArgShape(pub u32);
+
+impl ArgShape {
+    pub const NONE: ArgShape = ArgShape(0);
+}
+
 /// An interval on a thread.
 #[derive(Debug, Clone, Copy)]
 pub struct Slice<'a> {
@@ -83,6 +94,7 @@ pub struct Slice<'a> {
     pub name: StringHandle,
     pub category: StringHandle,
     pub args: Args<'a>,
+    pub shape: ArgShape,
     /// No slice of this thread given after this one can enclose it (an outermost ITT task, any
     /// call of a thread without spans). Writers that must emit a thread's slices in time
     /// order (Perfetto's BEGIN/END) hold slices back until such a slice comes; the others

@@ -6,7 +6,7 @@ use super::TraceOutput;
 use super::PerfettoWriter;
 use super::field::*;
 use crate::trace::proto::{LEN, VARINT, append, put_bytes, put_fixed64, put_message, put_tag, put_uint};
-use crate::trace::{ArgValue, Args, StringHandle};
+use crate::trace::{ArgShape, ArgValue, Args, StringHandle};
 
 pub(super) const ANNOTATION_CACHE_SLOTS: usize = 64;
 /// The most bytes a debug annotation with a varint value takes: its tag and length, the key's
@@ -28,6 +28,9 @@ pub(super) struct Template {
     kind: u64,
     name: u32,
     category: u32,
+    /// The [`ArgShape`] of the event it was made from: an event of the same name, category
+    /// and (non-zero) shape has its keys and value types, without comparing them.
+    shape: ArgShape,
     /// Arguments; `u8::MAX`: an empty slot.
     len: u8,
     keys: [&'static str; TEMPLATE_ARGS],
@@ -46,6 +49,7 @@ impl Template {
         kind: 0,
         name: 0,
         category: 0,
+        shape: ArgShape::NONE,
         len: u8::MAX,
         keys: [""; TEMPLATE_ARGS],
         codes: [0; TEMPLATE_ARGS],
@@ -201,6 +205,7 @@ impl<W: TraceOutput> PerfettoWriter<W> {
     /// sequence's template for events like it when it has one, else field by field (and makes
     /// a template of it).
     #[inline]
+    #[allow(clippy::too_many_arguments)] // the event's parts, as the TraceWriter gives them
     pub(super) fn encode(
         &mut self,
         index: usize,
@@ -208,17 +213,19 @@ impl<W: TraceOutput> PerfettoWriter<W> {
         name: StringHandle,
         category: StringHandle,
         args: Args<'_>,
+        shape: ArgShape,
         body: &mut Vec<u8>,
     ) {
-        if !self.encode_from_template(index, kind, name, category, args, body) {
+        if !self.encode_from_template(index, kind, name, category, args, shape, body) {
             self.encode_fields(index, kind, name, category, args, body);
-            self.make_template(index, kind, name, category, args);
+            self.make_template(index, kind, name, category, args, shape);
         }
     }
 
     /// [`Self::encode`] from a template; false (having done nothing) if there is none for
     /// this event.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)] // as `encode`
     fn encode_from_template(
         &mut self,
         index: usize,
@@ -226,6 +233,7 @@ impl<W: TraceOutput> PerfettoWriter<W> {
         name: StringHandle,
         category: StringHandle,
         args: Args<'_>,
+        shape: ArgShape,
         body: &mut Vec<u8>,
     ) -> bool {
         let slot = template_slot(kind, name);
@@ -239,9 +247,12 @@ impl<W: TraceOutput> PerfettoWriter<W> {
         {
             return false;
         }
-        for (i, (key, value)) in args.iter().enumerate() {
-            if !std::ptr::eq(*key, t.keys[i]) || value_code(value) != Some(t.codes[i]) {
-                return false;
+        // Keys and value types: promised by the shape, else compared.
+        if shape == ArgShape::NONE || shape != t.shape {
+            for (i, (key, value)) in args.iter().enumerate() {
+                if !std::ptr::eq(*key, t.keys[i]) || value_code(value) != Some(t.codes[i]) {
+                    return false;
+                }
             }
         }
         // The values (interning the interned ones: keys, name and category are already).
@@ -279,13 +290,14 @@ impl<W: TraceOutput> PerfettoWriter<W> {
         name: StringHandle,
         category: StringHandle,
         args: Args<'_>,
+        shape: ArgShape,
     ) {
         if args.len() > TEMPLATE_ARGS || kind >= 0x80 {
             return;
         }
         let mut t = Template::EMPTY;
-        (t.kind, t.name, t.category, t.len) =
-            (kind, name.index() as u32, category.index() as u32, args.len() as u8);
+        (t.kind, t.name, t.category, t.shape, t.len) =
+            (kind, name.index() as u32, category.index() as u32, shape, args.len() as u8);
         // Everything it names is interned on the sequence now: these only look iids up.
         let (name, category) = (
             self.intern(index, Table::Name, name.index()),
@@ -391,10 +403,11 @@ impl<W: TraceOutput> PerfettoWriter<W> {
         name: StringHandle,
         category: StringHandle,
         args: Args<'_>,
+        shape: ArgShape,
     ) -> usize {
         let mut arena = std::mem::take(&mut self.sequences[index].arena);
         let from = arena.len();
-        self.encode(index, kind, name, category, args, &mut arena);
+        self.encode(index, kind, name, category, args, shape, &mut arena);
         self.sequences[index].arena = arena;
         from
     }

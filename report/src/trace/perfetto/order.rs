@@ -193,7 +193,7 @@ impl<W: TraceOutput> PerfettoWriter<W> {
         let event_at = buf.len() - 1;
         seq.held_end = Some(end);
         seq.last_root = (start, end);
-        self.encode(index, TYPE_SLICE_BEGIN, slice.name, slice.category, slice.args, &mut buf);
+        self.encode(index, TYPE_SLICE_BEGIN, slice.name, slice.category, slice.args, slice.shape, &mut buf);
         set_length(&mut buf, event_at);
         set_length(&mut buf, packet_at + 1);
         if !self.interned.is_empty() {

@@ -209,7 +209,7 @@ mod tests {
 
     use super::TraceOutput;
     use crate::trace::perfetto::PerfettoWriter;
-    use crate::trace::{ArgValue, Slice, TraceWriter};
+    use crate::trace::{ArgShape, ArgValue, Slice, TraceWriter};
 
     /// Slices enough for many batches, on three threads.
     fn write_trace<W: TraceOutput>(out: W) -> W {
@@ -219,8 +219,15 @@ mod tests {
         let (name, category) = (TraceWriter::intern(&mut w, "write"), TraceWriter::intern(&mut w, "io"));
         for i in 0..200_000u64 {
             let args = [("fd", ArgValue::Int(i as i64 % 9)), ("bytes", ArgValue::UInt(i * 13))];
-            let slice =
-                Slice { start_ns: 1_000 * i, dur_ns: 500, name, category, args: &args, outermost: true };
+            let slice = Slice {
+                start_ns: 1_000 * i,
+                dur_ns: 500,
+                name,
+                category,
+                args: &args,
+                shape: ArgShape(1),
+                outermost: true,
+            };
             w.slice(threads[i as usize % 3], &slice).unwrap();
         }
         w.finish().unwrap()
