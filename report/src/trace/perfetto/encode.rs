@@ -440,3 +440,36 @@ pub(super) fn annotation_value(a: &mut Vec<u8>, value: ArgValue<'_>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::trace::perfetto::PerfettoWriter;
+    use crate::trace::{ArgShape, ArgValue, Slice, TraceWriter};
+
+    /// Slices of one name with two argument shapes (a call that succeeded, one that failed),
+    /// interleaved: given with their shapes or without, the same bytes.
+    #[test]
+    fn a_shape_changes_the_work_not_the_trace() {
+        fn trace(shaped: bool) -> Vec<u8> {
+            let mut w = PerfettoWriter::new(Vec::new(), false).unwrap();
+            let process = w.process(1, Some("p")).unwrap();
+            let thread = w.thread(process, 2, None).unwrap();
+            let (name, category) = (TraceWriter::intern(&mut w, "read"), TraceWriter::intern(&mut w, "io"));
+            for i in 0..300u64 {
+                let ok = [("fd", ArgValue::Int(3)), ("ret", ArgValue::Int(i as i64))];
+                let failed =
+                    [("fd", ArgValue::Int(3)), ("ret", ArgValue::Int(-1)), ("errno", ArgValue::Int(9))];
+                let (args, shape) =
+                    if i % 3 == 0 { (&failed[..], ArgShape(2)) } else { (&ok[..], ArgShape(1)) };
+                let shape = if shaped { shape } else { ArgShape::NONE };
+                let slice =
+                    Slice { start_ns: 100 * i, dur_ns: 50, name, category, args, shape, outermost: true };
+                w.slice(thread, &slice).unwrap();
+            }
+            w.finish().unwrap()
+        }
+        let shaped = trace(true);
+        assert!(shaped.len() > 300 * 20);
+        assert_eq!(shaped, trace(false));
+    }
+}
