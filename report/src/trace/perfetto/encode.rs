@@ -272,9 +272,7 @@ impl<W: TraceOutput> PerfettoWriter<W> {
             w.bytes_padded(&t.header, t.header_len.into());
             let prefixes = t.prefixes.iter().zip(t.prefix_lens);
             for ((prefix, len), &value) in prefixes.zip(&values).take(args.len()) {
-                let at = w.open_prefixed(prefix, len.into());
-                w.varint(value);
-                w.close_short(at);
+                w.prefixed_varint(prefix, len.into(), value);
             }
         });
         true
