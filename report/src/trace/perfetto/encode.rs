@@ -270,9 +270,10 @@ impl<W: TraceOutput> PerfettoWriter<W> {
         let max = t.header.len() + args.len() * (12 + 10);
         append(body, max, |w| {
             w.bytes_padded(&t.header, t.header_len.into());
-            let prefixes = t.prefixes.iter().zip(t.prefix_lens);
-            for ((prefix, len), &value) in prefixes.zip(&values).take(args.len()) {
-                w.prefixed_varint(prefix, len.into(), value);
+            // Indexed: three zipped iterators with a `take` cost ~37 instructions an event.
+            #[allow(clippy::needless_range_loop)]
+            for i in 0..args.len().min(TEMPLATE_ARGS) {
+                w.prefixed_varint(&t.prefixes[i], t.prefix_lens[i].into(), values[i]);
             }
         });
         true
