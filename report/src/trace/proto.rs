@@ -205,6 +205,50 @@ impl Spare<'_> {
         self.n += i + 1;
     }
 
+    /// A short message around a varint: `head` (its tag, a length byte filled in here, the
+    /// start of its body), `value`, then `tail`, in one window. A slice's END packet.
+    #[inline(always)]
+    pub fn varint_message<const H: usize, const T: usize>(
+        &mut self,
+        head: &[u8; H],
+        value: u64,
+        tail: &[u8; T],
+    ) {
+        const { assert!(H >= 2) };
+        let start = self.n;
+        self.varint_between(head, value, tail);
+        self.bytes[start + 1].write((self.n - start - 2) as u8);
+    }
+
+    /// `head`, `value` as a varint, then `tail`, in one window.
+    #[inline(always)]
+    pub fn varint_between<const H: usize, const T: usize>(
+        &mut self,
+        head: &[u8; H],
+        value: u64,
+        tail: &[u8; T],
+    ) {
+        let Some(window) = self.bytes.get_mut(self.n..self.n + H + 10 + T) else {
+            panic!("a Spare written past its slack");
+        };
+        if let Some(start) = window.first_chunk_mut::<H>() {
+            *start = head.map(std::mem::MaybeUninit::new);
+        }
+        let mut value = value;
+        let mut i = H;
+        while value >= 0x80 && i < H + 9 {
+            window[i].write(value as u8 | 0x80);
+            value >>= 7;
+            i += 1;
+        }
+        window[i].write(value as u8);
+        i += 1;
+        if let Some(end) = window.get_mut(i..).and_then(|rest| rest.first_chunk_mut::<T>()) {
+            *end = tail.map(std::mem::MaybeUninit::new);
+        }
+        self.n += i + T;
+    }
+
     /// Closes the message opened at `at`.
     #[inline(always)]
     pub fn close_short(&mut self, at: usize) {
@@ -265,6 +309,22 @@ mod tests {
             });
             let mut buf = vec![9];
             append(&mut buf, 22, |w| w.prefixed_varint(&prefix, 5, value));
+            assert_eq!(buf, expected, "{value}");
+        }
+    }
+
+    #[test]
+    fn a_varint_message_is_the_message_written_field_by_field() {
+        // An END packet's shape: packet tag and length, timestamp field, then a fixed tail.
+        let tail = [10 << 3, 7, 11 << 3 | LEN as u8, 2, 9 << 3, 2];
+        for value in [0, 1, 127, 128, 300, 1 << 40, u64::MAX] {
+            let mut expected = vec![9];
+            put_message(&mut expected, 1, |m| {
+                put_uint(m, 8, value);
+                m.extend_from_slice(&tail);
+            });
+            let mut buf = vec![9];
+            append(&mut buf, 19, |w| w.varint_message(&[1 << 3 | LEN as u8, 0, 8 << 3], value, &tail));
             assert_eq!(buf, expected, "{value}");
         }
     }

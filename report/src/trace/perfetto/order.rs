@@ -180,9 +180,15 @@ impl<W: TraceOutput> PerfettoWriter<W> {
         let packet_at = buf.len();
         let (value, absolute) = timestamp(&mut seq.last_ts, start);
         append(&mut buf, 2 + 11 + 3 + 6 + 2, |w| {
-            w.byte((TRACE_PACKET << 3 | LEN) as u8);
-            w.byte(0);
-            w.uint(PACKET_TIMESTAMP, value);
+            let head = [(TRACE_PACKET << 3 | LEN) as u8, 0, (PACKET_TIMESTAMP << 3) as u8];
+            // The usual packet: a delta, a one-byte sequence id. In one window.
+            if !absolute && seq.id < 0x80 {
+                let tail =
+                    [(PACKET_SEQUENCE_ID << 3) as u8, seq.id as u8, (PACKET_TRACK_EVENT << 3 | LEN) as u8, 0];
+                return w.varint_between(&head, value, &tail);
+            }
+            w.bytes_padded(&head, head.len());
+            w.varint(value);
             if absolute {
                 w.uint(PACKET_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC);
             }

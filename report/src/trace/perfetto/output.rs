@@ -119,19 +119,17 @@ impl<W: TraceOutput> Output<W> {
         }
         let delta = ts - *last_ts;
         *last_ts = ts;
-        // Timestamp, sequence id (one byte), the TrackEvent: under 128 bytes.
-        let packet_len = 1 + varint_len(delta) + 2 + 2 + END_HEAD.len();
-        append(&mut self.buf, 2 + packet_len, |w| {
-            w.byte((TRACE_PACKET << 3 | LEN) as u8);
-            w.byte(packet_len as u8);
-            w.byte((PACKET_TIMESTAMP << 3) as u8);
-            w.varint(delta);
-            w.byte((PACKET_SEQUENCE_ID << 3) as u8);
-            w.byte(seq as u8);
-            w.byte((PACKET_TRACK_EVENT << 3 | LEN) as u8);
-            w.byte(END_HEAD.len() as u8);
-            w.bytes(&END_HEAD);
-        });
+        // Timestamp, sequence id (one byte), the TrackEvent: under 128 bytes, in one window.
+        let head = [(TRACE_PACKET << 3 | LEN) as u8, 0, (PACKET_TIMESTAMP << 3) as u8];
+        let tail = [
+            (PACKET_SEQUENCE_ID << 3) as u8,
+            seq as u8,
+            (PACKET_TRACK_EVENT << 3 | LEN) as u8,
+            END_HEAD.len() as u8,
+            END_HEAD[0],
+            END_HEAD[1],
+        ];
+        append(&mut self.buf, head.len() + 10 + tail.len(), |w| w.varint_message(&head, delta, &tail));
     }
 
     /// A TrackEvent packet of a thread sequence: the timestamp as a delta from the sequence's
