@@ -14,7 +14,9 @@
 
     bench/torch_overhead.py [--bin-dir target/release] [--python PY] [--pairs N] [--iters N] [--repeat N]
 
-Each configuration runs --repeat times in a fresh process; the median is reported.
+Each configuration runs --repeat times in a fresh process, every configuration once per round in
+an order rotated round by round; medians are reported, and the op span's cost against
+torch.profiler's as the median of per-round differences with a bootstrap 95 % interval.
 """
 
 import argparse
@@ -25,6 +27,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from stats import median_ci
 
 
 def inner_ranges(pairs):
@@ -114,38 +119,55 @@ def main():
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLPROF_") and k != "LD_PRELOAD"}
     tmp = tempfile.mkdtemp(prefix="mlprof-torch-bench-")
 
-    def under(extra, inner):
+    def under(extra, inner, out):
         return (
-            [collect, "-q", "--no-energy", "--out", os.path.join(tmp, "run.bin")]
+            [collect, "-q", "--no-energy", "--out", os.path.join(tmp, out)]
             + extra
             + ["--", args.python, me, "--inner"]
             + inner
         )
 
-    def median(cmd, key):
-        values = [run(cmd, env)[key] for _ in range(args.repeat)]
-        return statistics.median(values)
-
     ranges = ["ranges", str(args.pairs)]
-    bare_pair = median([args.python, me, "--inner"] + ranges, "ns_per_pair")
-    mlprof_pair = median(under([], ranges), "ns_per_pair")
     ops = ["ops", str(args.iters)]
-    bare_iter = median([args.python, me, "--inner"] + ops + ["bare"], "ns_per_iter")
-    torch_iter = median(under(["--torch"], ops + ["bare"]), "ns_per_iter")
-    itt_iter = median([args.python, me, "--inner"] + ops + ["emit_itt"], "ns_per_iter")
-    shapes_iter = median(under(["--torch-shapes"], ops + ["bare"]), "ns_per_iter")
+    inner = [args.python, me, "--inner"]
+    # Every configuration once per round, the order rotated round by round: the host drifts
+    # by more than the differences measured, so only values from the same rounds are compared.
+    configs = {
+        "bare_pair": (inner + ranges, "ns_per_pair"),
+        "mlprof_pair": (under([], ranges, "ranges.bin"), "ns_per_pair"),
+        "bare_iter": (inner + ops + ["bare"], "ns_per_iter"),
+        "torch_iter": (under(["--torch"], ops + ["bare"], "torch.bin"), "ns_per_iter"),
+        "itt_iter": (inner + ops + ["emit_itt"], "ns_per_iter"),
+        "shapes_iter": (under(["--torch-shapes"], ops + ["bare"], "shapes.bin"), "ns_per_iter"),
+        "prof_iter": (inner + ops + ["profiler"], "ns_per_iter"),
+    }
+    names = list(configs)
+    values = {name: [] for name in names}
+    ops_per_iter = None
+    for r in range(args.repeat):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            cmd, key = configs[name]
+            result = run(cmd, env)
+            values[name].append(result[key])
+            if name == "prof_iter" and ops_per_iter is None:
+                ops_per_iter = result["ops_per_iter"]
+        print(f"round {r + 1}/{args.repeat} done", file=sys.stderr)
+    bare_pair, mlprof_pair, bare_iter, torch_iter, itt_iter, shapes_iter, prof_iter = (
+        statistics.median(values[name]) for name in names
+    )
     mlprof = os.path.abspath(os.path.join(args.bin_dir, "mlprof"))
     summary = subprocess.run(
-        [mlprof, "summary", "--json", os.path.join(tmp, "run.bin")],
+        [mlprof, "summary", "--json", os.path.join(tmp, "shapes.bin")],
         check=True,
         capture_output=True,
         text=True,
     )
     markers = json.loads(summary.stdout)["calls"].get("itt_marker", {}).get("count", 0)
     markers_per_iter = markers / (args.iters + 50)  # inner_ops runs 50 warm-up steps
-    prof = [run([args.python, me, "--inner"] + ops + ["profiler"], env) for _ in range(args.repeat)]
-    prof_iter = statistics.median(p["ns_per_iter"] for p in prof)
-    ops_per_iter = prof[0]["ops_per_iter"]
+    # The target's comparison, round by round: --torch's op span against torch.profiler's.
+    span_vs_profiler = median_ci(
+        [(t - p) / ops_per_iter for t, p in zip(values["torch_iter"], values["prof_iter"])]
+    )
 
     print("ITT ranges (torch.profiler.itt.range_push/pop, %d pairs):" % args.pairs)
     print(f"  bare                 {bare_pair:8.0f} ns/pair")
@@ -164,6 +186,9 @@ def main():
     print(
         f"  torch.profiler (CPU) {prof_iter / 1e3:8.1f} us/iter  (+{(prof_iter - bare_iter) / ops_per_iter:.0f} ns per op)"
     )
+    med, lo, hi = span_vs_profiler
+    ci = f" [{lo:+.0f}, {hi:+.0f}]" if lo is not None else ""
+    print(f"  --torch minus torch.profiler, per round: {med:+.0f}{ci} ns per op (median, 95 % CI)")
     extra = shapes_iter - torch_iter
     print("Op shapes (--torch-shapes against --torch, %.1f shape markers/iteration):" % markers_per_iter)
     print(
