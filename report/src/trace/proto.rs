@@ -115,6 +115,20 @@ pub fn append<R>(buf: &mut Vec<u8>, max: usize, write: impl FnOnce(&mut Spare<'_
     result
 }
 
+/// Writes `value` as a varint into `window` from `at` (10 bytes there at least); returns where
+/// it ends.
+#[inline(always)]
+fn varint_into(window: &mut [std::mem::MaybeUninit<u8>], at: usize, mut value: u64) -> usize {
+    let mut i = at;
+    while value >= 0x80 && i < at + 9 {
+        window[i].write(value as u8 | 0x80);
+        value >>= 7;
+        i += 1;
+    }
+    window[i].write(value as u8);
+    i + 1
+}
+
 /// The spare capacity of a `Vec<u8>`, written from its start ([`append`]). Writing past the
 /// `max` given to `append` panics (at the end of `append`, or at once past the slack).
 pub struct Spare<'a> {
@@ -131,17 +145,9 @@ impl Spare<'_> {
     }
 
     #[inline(always)]
-    pub fn varint(&mut self, mut value: u64) {
+    pub fn varint(&mut self, value: u64) {
         // At most 10 bytes, written into a window checked once.
-        let window = &mut self.bytes[self.n..self.n + 10];
-        let mut i = 0;
-        while value >= 0x80 && i < 9 {
-            window[i].write(value as u8 | 0x80);
-            value >>= 7;
-            i += 1;
-        }
-        window[i].write(value as u8);
-        self.n += i + 1;
+        self.n += varint_into(&mut self.bytes[self.n..self.n + 10], 0, value);
     }
 
     /// The first `len` bytes of `bytes` (`N` ≤ [`SLACK`]): all `N` are copied, a fixed-size
@@ -192,17 +198,9 @@ impl Spare<'_> {
         if let Some(head) = window.first_chunk_mut::<N>() {
             *head = prefix.map(std::mem::MaybeUninit::new);
         }
-        let len = len.min(N);
-        let mut value = value;
-        let mut i = len;
-        while value >= 0x80 && i < len + 9 {
-            window[i].write(value as u8 | 0x80);
-            value >>= 7;
-            i += 1;
-        }
-        window[i].write(value as u8);
-        window[1].write((i + 1 - 2) as u8);
-        self.n += i + 1;
+        let end = varint_into(window, len.min(N), value);
+        window[1].write((end - 2) as u8);
+        self.n += end;
     }
 
     /// A short message around a varint: `head` (its tag, a length byte filled in here, the
@@ -234,15 +232,7 @@ impl Spare<'_> {
         if let Some(start) = window.first_chunk_mut::<H>() {
             *start = head.map(std::mem::MaybeUninit::new);
         }
-        let mut value = value;
-        let mut i = H;
-        while value >= 0x80 && i < H + 9 {
-            window[i].write(value as u8 | 0x80);
-            value >>= 7;
-            i += 1;
-        }
-        window[i].write(value as u8);
-        i += 1;
+        let i = varint_into(window, H, value);
         if let Some(end) = window.get_mut(i..).and_then(|rest| rest.first_chunk_mut::<T>()) {
             *end = tail.map(std::mem::MaybeUninit::new);
         }
