@@ -267,13 +267,7 @@ impl Span {
         if failed {
             event.flags |= FLAG_ERROR;
         }
-        if self.writer.push(&event) == Pushed::WrittenWakeCollector {
-            session::wake_sleeping_collector(&self.writer);
-        }
-        let nested = state.take_nested();
-        if nested != 0 {
-            self.ring.count_interrupted(self.lane, nested as u64);
-        }
+        push_record(&state, self.ring, self.lane, &self.writer, &event);
         // With the guard held: in complete mode a system call made here is ours, not the
         // application's.
         session::check(end);
@@ -465,16 +459,31 @@ pub fn push_timed(state: ThreadRef, make: impl FnOnce(u32, u32) -> Event) -> boo
     let Some(state) = recording else { return false };
     let Some((ring, lane, writer)) = thread_lane(&state) else { return false };
     state.in_hook.set(true);
-    let pushed = writer.push(&make(session::pid(), state.tid.get()));
+    let pushed = push_record(&state, ring, lane, &writer, &make(session::pid(), state.tid.get()));
+    state.in_hook.set(false);
+    pushed != Pushed::Dropped
+}
+
+/// What writing a record takes, with the guard held: the push through the lane's writer (a
+/// full lane drops and counts), waking a sleeping collector at the lane's watermark, and adding
+/// the calls a signal handler made meanwhile to the lane's drops (see `ThreadState::reentered`).
+#[inline(always)]
+fn push_record(
+    state: &ThreadState,
+    ring: &RingView,
+    lane: u32,
+    writer: &LaneWriter,
+    event: &Event,
+) -> Pushed {
+    let pushed = writer.push(event);
     if pushed == Pushed::WrittenWakeCollector {
-        session::wake_sleeping_collector(&writer);
+        session::wake_sleeping_collector(writer);
     }
     let nested = state.take_nested();
     if nested != 0 {
         ring.count_interrupted(lane, nested as u64);
     }
-    state.in_hook.set(false);
-    pushed != Pushed::Dropped
+    pushed
 }
 
 /// Runs `f` with this thread's lane, outside the hot path (ITT annotations, which carry their
