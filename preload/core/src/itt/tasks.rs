@@ -133,24 +133,32 @@ fn span_event(
     .into_event()
 }
 
-/// Writes a span whose names were sent at its begin: the hot path, as a hooked call's record.
+/// Writes a span whose names were sent: the hot path, as a hooked call's record.
 #[inline(always)]
 fn write_span(thread: ThreadRef, func: Func, task: OpenTask, end: u64, depth: usize) {
     recorder::push_timed(thread, |pid, tid| span_event(func, task, end, depth, pid, tid));
 }
 
-/// Sends the names a span refers to (once per process) and writes the span.
-fn write_span_with_names(func: Func, task: OpenTask, end: u64, names: &[&Identity<'_>]) {
+/// Sends those of `names` this process has not sent yet (once sent, a load from each of our
+/// objects, or a lookup in the process's set of sent strings, replaces a trip to the lane);
+/// false when one found no room in the lane.
+#[inline(always)]
+fn send_names(names: &[&Identity<'_>]) -> bool {
+    names.iter().all(|name| name.was_sent()) || send_unsent(names)
+}
+
+#[cold]
+fn send_unsent(names: &[&Identity<'_>]) -> bool {
+    let mut sent = true;
     recorder::with_lane(|ring, lane, pid, thread| {
         for name in names {
             if !name.was_sent() && !lane::send_string(ring, lane, pid, thread.tid.get(), name.id, name.bytes)
             {
-                ring.count_drop(lane);
-                return;
+                sent = false;
             }
         }
-        ring.push(lane, &span_event(func, task, end, 0, pid, thread.tid.get()));
     });
+    sent
 }
 
 ///
@@ -172,12 +180,11 @@ pub unsafe fn task_begin(domain: *const IttDomain, id: IttId, parent: IttId, nam
         let depth = stack.depth.get();
         if let Some(slot) = stack.tasks.get(depth) {
             slot.set(task);
-            // Names are sent at begin: the span is written at end, when they may be gone. Once
-            // sent (PyTorch reuses a few hundred op names a million times), a load from each
-            // of our objects (or a lookup in the process's set of sent strings) replaces a trip
-            // to the lane.
-            if task.record && !(domain.was_sent() && name.was_sent()) {
-                write_names(&[&domain, &name]);
+            // Names are sent at begin: the span is written at end, when they may be gone
+            // (PyTorch reuses a few hundred op names a million times). One that finds no room
+            // is sent at a later begin.
+            if task.record {
+                send_names(&[&domain, &name]);
             }
         }
         stack.depth.set(depth + 1);
@@ -211,8 +218,8 @@ pub unsafe fn frame_begin(domain: *const IttDomain, id: *const IttId) {
     let task =
         OpenTask { start: crate::clock::now(), name: 0, domain: domain.id, id, parent: 0, record: !own };
     let _ = with_stack(|_, stack| stack.frame.set(task));
-    if !own && !domain.was_sent() {
-        write_names(&[&domain]);
+    if !own {
+        send_names(&[&domain]);
     }
 }
 
@@ -240,16 +247,12 @@ pub unsafe fn instant(func: Func, domain: *const IttDomain, name: *const IttStri
     let name = handle_identity(name);
     let now = crate::clock::now();
     let task = OpenTask { start: now, name: name.id, domain: domain.id, id, ..OpenTask::default() };
-    write_span_with_names(func, task, now, &[&domain, &name]);
-}
-
-/// Sends names a task or frame will refer to; one that finds no room is sent at a later begin.
-fn write_names(names: &[&Identity<'_>]) {
-    recorder::with_lane(|ring, lane, pid, thread| {
-        for name in names {
-            if !name.was_sent() {
-                lane::send_string(ring, lane, pid, thread.tid.get(), name.id, name.bytes);
-            }
-        }
-    });
+    // An instant is written at once: without its names it is dropped (and counted).
+    if !send_names(&[&domain, &name]) {
+        recorder::with_lane(|ring, lane, _, _| ring.count_drop(lane));
+        return;
+    }
+    if let Some(thread) = guard::current() {
+        write_span(thread, func, task, now, 0);
+    }
 }
