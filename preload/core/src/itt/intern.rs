@@ -50,6 +50,12 @@ impl OurName {
     fn new(key: u64, bytes: &[u8]) -> OurName {
         OurName { id: mlprof_format::string_id(bytes), key, len: bytes.len(), sent_in: AtomicU32::new(0) }
     }
+
+    /// Whether this is the name `bytes` (lookup key `key`); `text`: the object's copy of it.
+    #[inline(always)]
+    fn is(&self, text: *const c_char, key: u64, bytes: &[u8]) -> bool {
+        self.key == key && same_name(our_name(text, self.len), bytes)
+    }
 }
 
 /// The intern tables' key of a name.
@@ -258,7 +264,7 @@ fn new_handle(key: u64, bytes: &[u8]) -> OurHandle {
 pub unsafe fn string_handle(name: *const c_char) -> *mut IttStringHandle {
     let bytes = name_bytes(name);
     let key = lookup_key(bytes);
-    let is_it = |h: &OurHandle| h.name.key == key && same_name(our_name(h.itt.str_a, h.name.len), bytes);
+    let is_it = |h: &OurHandle| h.name.is(h.itt.str_a, key, bytes);
     let handle = intern(&HANDLES, HANDLE_PROBES, key, is_it, || new_handle(key, bytes))
         // A crowded neighbourhood: a fresh, uninterned handle is still correct.
         .unwrap_or_else(|| Box::into_raw(Box::new(new_handle(key, bytes))));
@@ -285,7 +291,7 @@ pub unsafe fn domain(name: *const c_char) -> *mut IttDomain {
         name: OurName::new(key, bytes),
         own: bytes == DOMAIN.to_bytes(),
     };
-    let is_it = |d: &OurDomain| d.name.key == key && same_name(our_name(d.itt.name_a, d.name.len), bytes);
+    let is_it = |d: &OurDomain| d.name.is(d.itt.name_a, key, bytes);
     intern(&DOMAINS, DOMAIN_SLOTS, key, is_it, make).map_or(core::ptr::null_mut(), |d| d as *mut IttDomain)
 }
 
