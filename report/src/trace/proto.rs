@@ -185,44 +185,31 @@ impl Spare<'_> {
         self.n - 1
     }
 
-    /// A short message that ends with a varint: `prefix` (its tag, a length byte to fill in,
-    /// the start of its body: the first `len` of its `N` bytes), then `value`. A debug
-    /// annotation from a template, its length known once the varint is written: one window
-    /// for the whole message instead of three, and no length to work out from positions.
-    #[inline(always)]
-    pub fn prefixed_varint<const N: usize>(&mut self, prefix: &[u8; N], len: usize, value: u64) {
-        const { assert!(N >= 2) };
-        let Some(window) = self.bytes.get_mut(self.n..self.n + N + 10) else {
-            panic!("a Spare written past its slack");
-        };
-        if let Some(head) = window.first_chunk_mut::<N>() {
-            *head = prefix.map(std::mem::MaybeUninit::new);
-        }
-        let end = varint_into(window, len.min(N), value);
-        window[1].write((end - 2) as u8);
-        self.n += end;
-    }
-
     /// A short message around a varint: `head` (its tag, a length byte filled in here, the
-    /// start of its body), `value`, then `tail`, in one window. A slice's END packet.
+    /// start of its body: the first `head_len` of its `H` bytes), `value`, then `tail`, in one
+    /// window, its length known once the varint is written. A debug annotation from a template
+    /// (no tail), a slice's END packet.
     #[inline(always)]
     pub fn varint_message<const H: usize, const T: usize>(
         &mut self,
         head: &[u8; H],
+        head_len: usize,
         value: u64,
         tail: &[u8; T],
     ) {
         const { assert!(H >= 2) };
         let start = self.n;
-        self.varint_between(head, value, tail);
+        self.varint_between(head, head_len, value, tail);
         self.bytes[start + 1].write((self.n - start - 2) as u8);
     }
 
-    /// `head`, `value` as a varint, then `tail`, in one window.
+    /// `head` (the first `head_len` of its `H` bytes), `value` as a varint, then `tail`, in
+    /// one window.
     #[inline(always)]
     pub fn varint_between<const H: usize, const T: usize>(
         &mut self,
         head: &[u8; H],
+        head_len: usize,
         value: u64,
         tail: &[u8; T],
     ) {
@@ -232,7 +219,7 @@ impl Spare<'_> {
         if let Some(start) = window.first_chunk_mut::<H>() {
             *start = head.map(std::mem::MaybeUninit::new);
         }
-        let i = varint_into(window, H, value);
+        let i = varint_into(window, head_len.min(H), value);
         if let Some(end) = window.get_mut(i..).and_then(|rest| rest.first_chunk_mut::<T>()) {
             *end = tail.map(std::mem::MaybeUninit::new);
         }
@@ -286,7 +273,7 @@ mod tests {
     }
 
     #[test]
-    fn a_prefixed_varint_is_the_message_written_field_by_field() {
+    fn a_template_annotation_is_the_message_written_field_by_field() {
         // A debug annotation's prefix (tag 4, length, key iid field 1 = 5, value tag of field 3)
         // padded to 12 bytes, then values of every varint length.
         let prefix = [4 << 3 | LEN as u8, 0, 1 << 3, 5, 3 << 3, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee];
@@ -298,7 +285,7 @@ mod tests {
                 put_varint(m, value);
             });
             let mut buf = vec![9];
-            append(&mut buf, 22, |w| w.prefixed_varint(&prefix, 5, value));
+            append(&mut buf, 22, |w| w.varint_message(&prefix, 5, value, &[]));
             assert_eq!(buf, expected, "{value}");
         }
     }
@@ -314,7 +301,7 @@ mod tests {
                 m.extend_from_slice(&tail);
             });
             let mut buf = vec![9];
-            append(&mut buf, 19, |w| w.varint_message(&[1 << 3 | LEN as u8, 0, 8 << 3], value, &tail));
+            append(&mut buf, 19, |w| w.varint_message(&[1 << 3 | LEN as u8, 0, 8 << 3], 3, value, &tail));
             assert_eq!(buf, expected, "{value}");
         }
     }

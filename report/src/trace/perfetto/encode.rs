@@ -273,7 +273,7 @@ impl<W: TraceOutput> PerfettoWriter<W> {
             // Indexed: three zipped iterators with a `take` cost ~37 instructions an event.
             #[allow(clippy::needless_range_loop)]
             for i in 0..args.len().min(TEMPLATE_ARGS) {
-                w.prefixed_varint(&t.prefixes[i], t.prefix_lens[i].into(), values[i]);
+                w.varint_message(&t.prefixes[i], t.prefix_lens[i].into(), values[i], &[]);
             }
         });
         true

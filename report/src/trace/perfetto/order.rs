@@ -185,7 +185,7 @@ impl<W: TraceOutput> PerfettoWriter<W> {
             if !absolute && seq.id < 0x80 {
                 let tail =
                     [(PACKET_SEQUENCE_ID << 3) as u8, seq.id as u8, (PACKET_TRACK_EVENT << 3 | LEN) as u8, 0];
-                return w.varint_between(&head, value, &tail);
+                return w.varint_between(&head, head.len(), value, &tail);
             }
             w.bytes_padded(&head, head.len());
             w.varint(value);

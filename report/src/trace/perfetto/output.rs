@@ -129,7 +129,9 @@ impl<W: TraceOutput> Output<W> {
             END_HEAD[0],
             END_HEAD[1],
         ];
-        append(&mut self.buf, head.len() + 10 + tail.len(), |w| w.varint_message(&head, delta, &tail));
+        append(&mut self.buf, head.len() + 10 + tail.len(), |w| {
+            w.varint_message(&head, head.len(), delta, &tail)
+        });
     }
 
     /// A TrackEvent packet of a thread sequence: the timestamp as a delta from the sequence's
