@@ -6,7 +6,7 @@ use super::TraceOutput;
 use super::PerfettoWriter;
 use super::field::*;
 use crate::trace::proto::{LEN, VARINT, append, put_bytes, put_fixed64, put_message, put_tag, put_uint};
-use crate::trace::{ArgShape, ArgValue, Args, StringHandle};
+use crate::trace::{ArgShape, ArgValue, Args, Instant, Slice, StringHandle};
 
 pub(super) const ANNOTATION_CACHE_SLOTS: usize = 64;
 /// The most bytes a debug annotation with a varint value takes: its tag and length, the key's
@@ -58,6 +58,30 @@ impl Template {
         prefixes: [[0; 12]; TEMPLATE_ARGS],
         prefix_lens: [0; TEMPLATE_ARGS],
     };
+}
+
+/// What a TrackEvent body says: its type, name, category and arguments (with their shape).
+#[derive(Clone, Copy)]
+pub(super) struct EventBody<'a> {
+    pub(super) kind: u64,
+    pub(super) name: StringHandle,
+    pub(super) category: StringHandle,
+    pub(super) args: Args<'a>,
+    pub(super) shape: ArgShape,
+}
+
+impl<'a> EventBody<'a> {
+    /// A slice's BEGIN.
+    pub(super) fn begin(slice: &Slice<'a>) -> EventBody<'a> {
+        let Slice { name, category, args, shape, .. } = *slice;
+        EventBody { kind: TYPE_SLICE_BEGIN, name, category, args, shape }
+    }
+
+    /// An instant (no promise about its arguments).
+    pub(super) fn instant(instant: &Instant<'a>) -> EventBody<'a> {
+        let Instant { name, category, args, .. } = *instant;
+        EventBody { kind: TYPE_INSTANT, name, category, args, shape: ArgShape::NONE }
+    }
 }
 
 /// The template slot of events named `name`.
@@ -205,37 +229,18 @@ impl<W: TraceOutput> PerfettoWriter<W> {
     /// sequence's template for events like it when it has one, else field by field (and makes
     /// a template of it).
     #[inline]
-    #[allow(clippy::too_many_arguments)] // the event's parts, as the TraceWriter gives them
-    pub(super) fn encode(
-        &mut self,
-        index: usize,
-        kind: u64,
-        name: StringHandle,
-        category: StringHandle,
-        args: Args<'_>,
-        shape: ArgShape,
-        body: &mut Vec<u8>,
-    ) {
-        if !self.encode_from_template(index, kind, name, category, args, shape, body) {
-            self.encode_fields(index, kind, name, category, args, body);
-            self.make_template(index, kind, name, category, args, shape);
+    pub(super) fn encode(&mut self, index: usize, event: EventBody<'_>, body: &mut Vec<u8>) {
+        if !self.encode_from_template(index, event, body) {
+            self.encode_fields(index, event, body);
+            self.make_template(index, event);
         }
     }
 
     /// [`Self::encode`] from a template; false (having done nothing) if there is none for
     /// this event.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)] // as `encode`
-    fn encode_from_template(
-        &mut self,
-        index: usize,
-        kind: u64,
-        name: StringHandle,
-        category: StringHandle,
-        args: Args<'_>,
-        shape: ArgShape,
-        body: &mut Vec<u8>,
-    ) -> bool {
+    fn encode_from_template(&mut self, index: usize, event: EventBody<'_>, body: &mut Vec<u8>) -> bool {
+        let EventBody { kind, name, category, args, shape } = event;
         let slot = template_slot(kind, name);
         let Some(t) = self.sequences[index].templates.get(slot) else {
             return false;
@@ -282,15 +287,8 @@ impl<W: TraceOutput> PerfettoWriter<W> {
     /// Makes a template of an event just encoded field by field, if a template can write it.
     #[cold]
     #[inline(never)]
-    fn make_template(
-        &mut self,
-        index: usize,
-        kind: u64,
-        name: StringHandle,
-        category: StringHandle,
-        args: Args<'_>,
-        shape: ArgShape,
-    ) {
+    fn make_template(&mut self, index: usize, event: EventBody<'_>) {
+        let EventBody { kind, name, category, args, shape } = event;
         if args.len() > TEMPLATE_ARGS || kind >= 0x80 {
             return;
         }
@@ -336,15 +334,8 @@ impl<W: TraceOutput> PerfettoWriter<W> {
     }
 
     /// [`Self::encode`] field by field.
-    fn encode_fields(
-        &mut self,
-        index: usize,
-        kind: u64,
-        name: StringHandle,
-        category: StringHandle,
-        args: Args<'_>,
-        body: &mut Vec<u8>,
-    ) {
+    fn encode_fields(&mut self, index: usize, event: EventBody<'_>, body: &mut Vec<u8>) {
+        let EventBody { kind, name, category, args, .. } = event;
         let name = self.intern(index, Table::Name, name.index());
         let category = self.intern(index, Table::Category, category.index());
         // Type, name and category; then the arguments, in runs of varint values written in
@@ -395,18 +386,10 @@ impl<W: TraceOutput> PerfettoWriter<W> {
     }
 
     /// Encodes an event into the sequence's arena; returns where its body starts.
-    pub(super) fn encode_pending(
-        &mut self,
-        index: usize,
-        kind: u64,
-        name: StringHandle,
-        category: StringHandle,
-        args: Args<'_>,
-        shape: ArgShape,
-    ) -> usize {
+    pub(super) fn encode_pending(&mut self, index: usize, event: EventBody<'_>) -> usize {
         let mut arena = std::mem::take(&mut self.sequences[index].arena);
         let from = arena.len();
-        self.encode(index, kind, name, category, args, shape, &mut arena);
+        self.encode(index, event, &mut arena);
         self.sequences[index].arena = arena;
         from
     }

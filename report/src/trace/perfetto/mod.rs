@@ -56,10 +56,10 @@ use rustc_hash::FxHashMap;
 
 use super::proto::{put_bytes, put_fixed64, put_message, put_uint};
 use super::{
-    ArgShape, CounterHandle, CounterUnit, CounterValue, Flow, Instant, ProcessHandle, Slice, StringHandle,
+    CounterHandle, CounterUnit, CounterValue, Flow, Instant, ProcessHandle, Slice, StringHandle,
     ThreadHandle, TraceWriter,
 };
-use encode::{ANNOTATION_CACHE_SLOTS, Interned, Table};
+use encode::{ANNOTATION_CACHE_SLOTS, EventBody, Interned, Table};
 use field::*;
 use order::Sequence;
 pub use output::TraceOutput;
@@ -285,8 +285,7 @@ impl<W: TraceOutput> TraceWriter for PerfettoWriter<W> {
         if slice.outermost && self.sequences[index].pending.is_empty() {
             return self.direct(index, slice);
         }
-        let from =
-            self.encode_pending(index, TYPE_SLICE_BEGIN, slice.name, slice.category, slice.args, slice.shape);
+        let from = self.encode_pending(index, EventBody::begin(slice));
         let end = slice.start_ns.saturating_add(slice.dur_ns);
         self.add(index, from, slice.start_ns, end, false, slice.outermost);
         Ok(())
@@ -295,14 +294,7 @@ impl<W: TraceOutput> TraceWriter for PerfettoWriter<W> {
     fn instant(&mut self, thread: ThreadHandle, instant: &Instant<'_>) -> io::Result<()> {
         let index = thread.index();
         self.begin_event(index)?;
-        let from = self.encode_pending(
-            index,
-            TYPE_INSTANT,
-            instant.name,
-            instant.category,
-            instant.args,
-            ArgShape::NONE,
-        );
+        let from = self.encode_pending(index, EventBody::instant(instant));
         self.add(index, from, instant.time_ns, instant.time_ns, true, false);
         Ok(())
     }

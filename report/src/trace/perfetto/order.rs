@@ -5,7 +5,7 @@ use std::io;
 
 use super::TraceOutput;
 
-use super::encode::Template;
+use super::encode::{EventBody, Template};
 use super::field::*;
 use super::output::{set_length, timestamp};
 use super::{Interned, PerfettoWriter};
@@ -199,7 +199,7 @@ impl<W: TraceOutput> PerfettoWriter<W> {
         let event_at = buf.len() - 1;
         seq.held_end = Some(end);
         seq.last_root = (start, end);
-        self.encode(index, TYPE_SLICE_BEGIN, slice.name, slice.category, slice.args, slice.shape, &mut buf);
+        self.encode(index, EventBody::begin(slice), &mut buf);
         set_length(&mut buf, event_at);
         set_length(&mut buf, packet_at + 1);
         if !self.interned.is_empty() {
