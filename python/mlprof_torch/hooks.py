@@ -4,6 +4,7 @@ import functools
 import os
 import threading
 import weakref
+from _thread import get_ident
 
 from . import warn
 from .itt import load
@@ -71,33 +72,37 @@ def _patch(owner, attr, make):
     return wrapper
 
 
-def _depth(name):
-    return getattr(_local, name, 0)
-
-
 # ---- phases -------------------------------------------------------------------------------
 
 
 def _phase_wrapper(name, guard=None):
-    """A wrapper that records the outermost call on a thread as phase task `name`."""
+    """A wrapper that records the outermost call on a thread as phase task `name`.
+
+    Wrapped around `nn.Module.__call__` it runs for every module of a model, hundreds of times a
+    step: a nested call only looks its thread up in a set and calls through (the thread-local
+    depth counter it replaces cost ~0.5 µs a module call)."""
+    inside = set()  # the threads inside an outermost call of this phase
 
     def make(original):
-        def wrapper(*args, **kwargs):
+        def outermost(thread, args, kwargs):
             token = None
             try:
-                if _depth(name) == 0 and (guard is None or guard(args)):
+                inside.add(thread)
+                if guard is None or guard(args):
                     token = _begin(PHASE, name, _state["steps"])
-                setattr(_local, name, _depth(name) + 1)
             except Exception:
                 pass
             try:
                 return original(*args, **kwargs)
             finally:
-                try:
-                    setattr(_local, name, _depth(name) - 1)
-                except Exception:
-                    pass
+                inside.discard(thread)
                 _end(token)
+
+        def wrapper(*args, **kwargs):
+            thread = get_ident()
+            if thread in inside:
+                return original(*args, **kwargs)
+            return outermost(thread, args, kwargs)
 
         return wrapper
 

@@ -52,7 +52,11 @@ class Itt:
 
 def load():
     try:
-        lib = ctypes.CDLL(None)
+        # PyDLL, not CDLL: the entry points never block (lock-free tables, no system call), so
+        # holding the GIL across them is safe, and CDLL's release and re-acquire at every call
+        # both costs time and lets another Python thread (the DataLoader's pin-memory thread)
+        # take the GIL in the middle of a training step.
+        lib = ctypes.PyDLL(None)
         if not hasattr(lib, "__itt_task_begin") or not hasattr(lib, "__itt_api_init"):
             return None
         return Itt(lib)
@@ -83,11 +87,22 @@ class Tracker:
 
     def begin(self, domain, name, ident=0, parent=0):
         """Begins a task; returns its token (or None)."""
+        # Called a few times a training step: the caches are read inline and a zero id is the
+        # shared NULL_ID (ctypes copies a structure argument), ~1 µs a span less.
         itt = self.itt
-        d = itt.domain(domain)
-        itt.task_begin(d, IttId(ident & 0xFFFFFFFFFFFFFFFF, 0, 0), IttId(parent, 0, 0), itt.handle(name))
+        d = itt._domains.get(domain) or itt.domain(domain)
+        h = itt._handles.get(name) or itt.handle(name)
+        itt.task_begin(
+            d,
+            IttId(ident & 0xFFFFFFFFFFFFFFFF, 0, 0) if ident else NULL_ID,
+            IttId(parent, 0, 0) if parent else NULL_ID,
+            h,
+        )
         token = [d]
-        self._stack().append(token)
+        try:
+            self._local.stack.append(token)
+        except AttributeError:
+            self._local.stack = [token]
         return token
 
     def end(self, token):
@@ -95,6 +110,10 @@ class Tracker:
         if token is None:
             return
         stack = self._stack()
+        if stack and stack[-1] is token:  # the usual, properly nested case
+            stack.pop()
+            self.itt.task_end(token[0])
+            return
         if not any(t is token for t in stack):
             return
         while stack:
