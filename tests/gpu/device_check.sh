@@ -5,7 +5,7 @@
 # fails. DEVICE_CHECK_PARTS=name,name runs only those parts. Built here, run there (no Rust needed there):
 #   MLPROF_BIN_DIR=dir-with-mlprof,mlprof-collect,libmlprof.so PYTHON=python3 tests/gpu/device_check.sh [OUTDIR]
 # OUTDIR (default $OUT, else a temporary folder) receives device_check.log and the run files.
-# Budget: about 5 minutes on an H100/H200. Exits non-zero when any part failed.
+# Budget: about 6 minutes on an H100/H200. Exits non-zero when any part failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export MLPROF_BIN_DIR="$(cd "${MLPROF_BIN_DIR:-target/release}" && pwd)"
@@ -16,7 +16,7 @@ mkdir -p "$out"
 export MLPROF_GPU_KEEP="$out"
 log="$out/device_check.log"
 status=0
-parts=",${DEVICE_CHECK_PARTS:-nvml_cost,cuda_check,cuda_check_all_syscalls,energy_check,torch_cuda_overhead},"
+parts=",${DEVICE_CHECK_PARTS:-nvml_cost,cuda_check,cuda_check_all_syscalls,energy_check,torch_step_cost,torch_cuda_overhead},"
 part() {  # part NAME TIMEOUT_S CMD...
   local name="$1" limit="$2"; shift 2
   case "$parts" in *",$name,"*) ;; *) echo "===== $name: not asked for (DEVICE_CHECK_PARTS)"; return;; esac
@@ -35,8 +35,19 @@ part nvml_cost 60 "$PYTHON" tests/gpu/nvml_cost.py --calls 60
 part cuda_check 150 tests/gpu/cuda_check.sh
 MLPROF_COLLECT_ARGS=--all-syscalls part cuda_check_all_syscalls 150 tests/gpu/cuda_check.sh
 part energy_check 120 tests/gpu/energy_check.sh 0
-part torch_cuda_overhead 240 "$PYTHON" tests/gpu/torch_cuda_overhead.py --rounds 3 --steps 200 \
-  --variants torch,plain,emit_itt --keep "$out"
+# --torch's parts switched on and off inside one process (steadier than process pairs), under the
+# collector and without it (PyTorch's own share of the op ranges).
+PYTHONPATH="$PWD/python" part torch_step_cost 120 "$MLPROF_BIN_DIR/mlprof-collect" --no-energy \
+  --out "${TMPDIR:-/tmp}/step_cost_run.bin" -- "$PYTHON" tests/gpu/torch_step_cost.py --rounds 12 --block 30
+PYTHONPATH="$PWD/python" part torch_step_cost 90 "$PYTHON" tests/gpu/torch_step_cost.py --rounds 12 \
+  --block 30 --variants bare,ops
+# DEVICE_CHECK_ROUNDS / DEVICE_CHECK_VARIANTS widen the overhead part when a session has the time
+# (each round is ~10 s a variant plus bare on an H200).
+rounds="${DEVICE_CHECK_ROUNDS:-4}"
+variants="${DEVICE_CHECK_VARIANTS:-torch,torch-noops,plain-itt}"
+part torch_cuda_overhead $((60 + rounds * 15 * (1 + $(tr -cd , <<<"$variants" | wc -c) + 1))) \
+  "$PYTHON" tests/gpu/torch_cuda_overhead.py --rounds "$rounds" --steps 200 \
+  --variants "$variants" --keep "$out"
 # Files that come back from a device machine are limited to 16 MiB each.
 for f in "$out"/*.bin; do [ -f "$f" ] && [ "$(stat -c %s "$f")" -gt 15000000 ] && gzip -1 "$f"; done
 echo "device_check: $([ $status = 0 ] && echo ALL PARTS PASSED || echo SOME PART FAILED)"

@@ -4,12 +4,12 @@
 A ResNet-18 trains on synthetic 64×64 images (batch 128, SGD, a DataLoader with 2 workers and
 pinned memory) for --steps timed steps after 20 warm-up steps. Each round runs it bare and as each of
 --variants (`torch`: `mlprof-collect --torch`, energy sampling on; `plain`: the collector without
---torch; `torch-noenergy`; `emit_itt`: PyTorch's own ITT path with no collector), in rotated
-order (bench/run.py's run_cmd); reported per variant against bare in the same round: the timed
+--torch; `torch-noenergy`; `torch-noops`: --torch with MLPROF_TORCH_OPS=0; `emit_itt`: PyTorch's
+own ITT path with no collector; `plain-itt`: the same under the collector), in rotated order (bench/run.py's run_cmd); reported per variant against bare in the same round: the timed
 steps' wall time (CUDA-synchronized), the whole process's wall time and the CPU time of its
 tree (DataLoader workers and collector included), as medians of the per-pair ratios with 95 %
 bootstrap intervals (bench/stats.py). The last profiled run's summary, energy report and trace
-conversion are printed, and its run file is copied to --keep.
+conversion are printed; each profiled variant's last run file is copied to --keep.
 
     tests/gpu/torch_cuda_overhead.py [--bin-dir target/release] [--python PY] [--rounds N]
                                      [--steps N] [--variants torch,plain,...] [--keep DIR]
@@ -104,7 +104,7 @@ def main():
     ap.add_argument(
         "--variants",
         default="torch",
-        help="against bare, comma-separated: torch, plain, torch-noenergy, emit_itt",
+        help="against bare, comma-separated: torch, plain, torch-noenergy, torch-noops, emit_itt, plain-itt",
     )
     args = ap.parse_args()
     bins = os.path.abspath(args.bin_dir)
@@ -123,7 +123,12 @@ def main():
         "torch": (collect("torch") + ["--torch", "--"] + bare_cmd, {}),
         "plain": (collect("plain") + ["--"] + bare_cmd, {}),
         "torch-noenergy": (collect("torch-noenergy") + ["--torch", "--no-energy", "--"] + bare_cmd, {}),
+        # --torch without PyTorch's op ranges (phases and DataLoader spans only, in every process)
+        "torch-noops": (collect("torch-noops") + ["--torch", "--"] + bare_cmd, {"MLPROF_TORCH_OPS": "0"}),
         "emit_itt": (bare_cmd, {"TRAIN_EMIT_ITT": "1"}),
+        # PyTorch's op ranges entered by the training loop (main process only, after the
+        # DataLoader's workers started), recorded by the collector without --torch
+        "plain-itt": (collect("plain-itt") + ["--"] + bare_cmd, {"TRAIN_EMIT_ITT": "1"}),
     }
     chosen = [v for v in args.variants.split(",") if v]
     unknown = [v for v in chosen if v not in variants]
@@ -185,8 +190,14 @@ def main():
     )
     print(f"recorded={summary.get('events')} dropped={summary.get('dropped')}")
     if args.keep:
+        # Each profiled variant's last run file (the shown one as torch_cuda_run.bin), so that
+        # a variant's records can be set beside --torch's afterwards.
         os.makedirs(args.keep, exist_ok=True)
         shutil.copy(run_bin, os.path.join(args.keep, "torch_cuda_run.bin"))
+        for name in chosen:
+            other = os.path.join(tmp, f"run_{name}.bin")
+            if name != shown and os.path.exists(other):
+                shutil.copy(other, os.path.join(args.keep, f"torch_cuda_run_{name}.bin"))
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
