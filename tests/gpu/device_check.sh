@@ -5,7 +5,7 @@
 # fails. DEVICE_CHECK_PARTS=name,name runs only those parts. Built here, run there (no Rust needed there):
 #   MLPROF_BIN_DIR=dir-with-mlprof,mlprof-collect,libmlprof.so PYTHON=python3 tests/gpu/device_check.sh [OUTDIR]
 # OUTDIR (default $OUT, else a temporary folder) receives device_check.log and the run files.
-# Budget: about 6 minutes on an H100/H200. Exits non-zero when any part failed.
+# Budget: about 7 minutes on an H100/H200. Exits non-zero when any part failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export MLPROF_BIN_DIR="$(cd "${MLPROF_BIN_DIR:-target/release}" && pwd)"
@@ -44,7 +44,7 @@ PYTHONPATH="$PWD/python" part torch_step_cost 90 "$PYTHON" tests/gpu/torch_step_
 # DEVICE_CHECK_ROUNDS / DEVICE_CHECK_VARIANTS widen the overhead part when a session has the time
 # (each round is ~10 s a variant plus bare on an H200).
 rounds="${DEVICE_CHECK_ROUNDS:-4}"
-variants="${DEVICE_CHECK_VARIANTS:-torch,torch-noops,plain-itt}"
+variants="${DEVICE_CHECK_VARIANTS:-torch,torch-noops,plain-itt,plain-itt-early}"
 part torch_cuda_overhead $((60 + rounds * 15 * (1 + $(tr -cd , <<<"$variants" | wc -c) + 1))) \
   "$PYTHON" tests/gpu/torch_cuda_overhead.py --rounds "$rounds" --steps 200 \
   --variants "$variants" --keep "$out"

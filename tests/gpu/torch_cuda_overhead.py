@@ -5,7 +5,9 @@ A ResNet-18 trains on synthetic 64×64 images (batch 128, SGD, a DataLoader with
 pinned memory) for --steps timed steps after 20 warm-up steps. Each round runs it bare and as each of
 --variants (`torch`: `mlprof-collect --torch`, energy sampling on; `plain`: the collector without
 --torch; `torch-noenergy`; `torch-noops`: --torch with MLPROF_TORCH_OPS=0; `emit_itt`: PyTorch's
-own ITT path with no collector; `plain-itt`: the same under the collector), in rotated order (bench/run.py's run_cmd); reported per variant against bare in the same round: the timed
+own ITT path with no collector; `plain-itt`: the same under the collector; `plain-itt-early`: under
+the collector, op ranges from the script's start, workers included), in rotated order
+(bench/run.py's run_cmd); reported per variant against bare in the same round: the timed
 steps' wall time (CUDA-synchronized), the whole process's wall time and the CPU time of its
 tree (DataLoader workers and collector included), as medians of the per-pair ratios with 95 %
 bootstrap intervals (bench/stats.py). The last profiled run's summary, energy report and trace
@@ -40,6 +42,12 @@ class Synthetic(torch.utils.data.Dataset):
         return torch.randn(3, 64, 64, generator=g), int(i % 100)
 
 def main(steps):
+    import contextlib, os
+    mode = os.environ.get("TRAIN_EMIT_ITT", "")
+    # "early": op ranges from before CUDA's and the model's set-up, inherited by the forked
+    # DataLoader workers (as --torch has them); "1": around the timed loop only.
+    early = torch.autograd.profiler.emit_itt() if mode == "early" else contextlib.nullcontext()
+    early.__enter__()
     dev = torch.device("cuda:0")
     model = torchvision.models.resnet18(num_classes=100).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -57,8 +65,7 @@ def main(steps):
     for _ in range(20):
         step()
     torch.cuda.synchronize()
-    import contextlib, os
-    itt = torch.autograd.profiler.emit_itt() if os.environ.get("TRAIN_EMIT_ITT") else contextlib.nullcontext()
+    itt = torch.autograd.profiler.emit_itt() if mode == "1" else contextlib.nullcontext()
     with itt:
         t0 = time.perf_counter_ns()
         for i in range(steps):
@@ -104,7 +111,7 @@ def main():
     ap.add_argument(
         "--variants",
         default="torch",
-        help="against bare, comma-separated: torch, plain, torch-noenergy, torch-noops, emit_itt, plain-itt",
+        help="against bare, comma-separated: torch, plain, torch-noenergy, torch-noops, emit_itt, plain-itt, plain-itt-early",
     )
     args = ap.parse_args()
     bins = os.path.abspath(args.bin_dir)
@@ -129,6 +136,8 @@ def main():
         # PyTorch's op ranges entered by the training loop (main process only, after the
         # DataLoader's workers started), recorded by the collector without --torch
         "plain-itt": (collect("plain-itt") + ["--"] + bare_cmd, {"TRAIN_EMIT_ITT": "1"}),
+        # the same from before the set-up, workers included: --torch's op ranges, no Python hooks
+        "plain-itt-early": (collect("plain-itt-early") + ["--"] + bare_cmd, {"TRAIN_EMIT_ITT": "early"}),
     }
     chosen = [v for v in args.variants.split(",") if v]
     unknown = [v for v in chosen if v not in variants]
