@@ -126,6 +126,10 @@ pub struct SamplerCost {
     pub ticks: u64,
     pub cpu_ns: u64,
     pub wall_ns: u64,
+    /// Of `cpu_ns` and `wall_ns`, the start-up: NVML's initialisation and opening the devices
+    /// (tens of ms of CPU on an H200, once), which a short run's share of a core overstates.
+    pub setup_cpu_ns: u64,
+    pub setup_wall_ns: u64,
     /// The widest spacing of energy-counter reads that their cost imposed (ns), with the CPU
     /// one read cost (ns); `None` when every counter was read at every tick.
     pub counter_spacing: Option<(u64, f64)>,
@@ -135,6 +139,12 @@ impl SamplerCost {
     /// Share of one core, %.
     pub fn core_percent(&self) -> f64 {
         self.cpu_ns as f64 * 100.0 / self.wall_ns.max(1) as f64
+    }
+
+    /// Share of one core after the start-up, %: what a long run costs.
+    pub fn running_core_percent(&self) -> f64 {
+        self.cpu_ns.saturating_sub(self.setup_cpu_ns) as f64 * 100.0
+            / self.wall_ns.saturating_sub(self.setup_wall_ns).max(1) as f64
     }
 }
 
@@ -242,7 +252,12 @@ fn sample_loop(config: &EnergyConfig, tx: &mpsc::Sender<Msg>, stop: &AtomicBool)
         note(tx, None, "warning", line);
     }
     let devices = gpus.len() + zones.len();
-    let mut cost = SamplerCost { devices, ..Default::default() };
+    let mut cost = SamplerCost {
+        devices,
+        setup_cpu_ns: thread_cpu_ns().saturating_sub(cpu_start),
+        setup_wall_ns: monotonic_ns().saturating_sub(wall_start),
+        ..Default::default()
+    };
     if devices == 0 {
         cost.cpu_ns = thread_cpu_ns().saturating_sub(cpu_start);
         cost.wall_ns = monotonic_ns().saturating_sub(wall_start);
@@ -326,13 +341,16 @@ fn sample_loop(config: &EnergyConfig, tx: &mpsc::Sender<Msg>, stop: &AtomicBool)
         None,
         "info",
         format!(
-            "sampler: {} device(s), {} wake-ups (tick {} ms), {:.1} ms CPU in {:.2} s ({:.3}% of a core)",
+            "sampler: {} device(s), {} wake-ups (tick {} ms), {:.1} ms CPU in {:.2} s ({:.3}% of a core; \
+             {:.1} ms of it starting, {:.3}% of a core after)",
             devices,
             cost.ticks,
             interval_ns as f64 / 1e6,
             cost.cpu_ns as f64 / 1e6,
             cost.wall_ns as f64 / 1e9,
-            cost.core_percent()
+            cost.core_percent(),
+            cost.setup_cpu_ns as f64 / 1e6,
+            cost.running_core_percent()
         ),
     );
     cost

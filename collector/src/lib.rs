@@ -308,11 +308,13 @@ fn run(args: Args) -> Result<ExitCode, String> {
                 None => String::new(),
             };
             eprintln!(
-                "mlprof-collect: energy: sampled {} device(s) every {} ms{counters}; the sampler used {:.1} ms CPU ({:.3}% of a core). Next: mlprof energy {}",
+                "mlprof-collect: energy: sampled {} device(s) every {} ms{counters}; the sampler used {:.1} ms CPU ({:.3}% of a core; {:.3}% after its {:.1} ms start-up). Next: mlprof energy {}",
                 cost.devices,
                 args.energy_interval,
                 cost.cpu_ns as f64 / 1e6,
                 cost.core_percent(),
+                cost.running_core_percent(),
+                cost.setup_cpu_ns as f64 / 1e6,
                 args.out.display()
             );
         }

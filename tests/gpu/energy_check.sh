@@ -112,7 +112,7 @@ PYEOF
 [ "$rc" = 0 ] || fail=1
 grep "sampler used" "$WORK/err.txt" | sed 's/^/energy_check: /' || true
 # Issue 5: sampling must use well under 1 % of a core at the default interval.
-core=$(sed -n 's/.*the sampler used [0-9.]* ms CPU (\([0-9.]*\)% of a core).*/\1/p' "$WORK/err.txt" | head -1)
+core=$(sed -n 's/.*the sampler used [0-9.]* ms CPU (\([0-9.]*\)% of a core.*/\1/p' "$WORK/err.txt" | head -1)
 check "$(awk -v c="${core:-100}" 'BEGIN { print (c < 1.0) ? 1 : 0 }')" "sampler under 1% of a core (${core:-?}%)"
 if [ "$fail" = 0 ]; then say "ALL PASSED"; else say "FAILED"; fi
 exit "$fail"
