@@ -37,9 +37,9 @@ MLPROF_COLLECT_ARGS=--all-syscalls part cuda_check_all_syscalls 150 tests/gpu/cu
 part energy_check 120 tests/gpu/energy_check.sh 0
 # --torch's parts switched on and off inside one process (steadier than process pairs), under the
 # collector and without it (PyTorch's own share of the op ranges).
-PYTHONPATH="$PWD/python" part torch_step_cost 120 "$MLPROF_BIN_DIR/mlprof-collect" --no-energy \
+part torch_step_cost 120 "$MLPROF_BIN_DIR/mlprof-collect" --no-energy \
   --out "${TMPDIR:-/tmp}/step_cost_run.bin" -- "$PYTHON" tests/gpu/torch_step_cost.py --rounds 12 --block 30
-PYTHONPATH="$PWD/python" part torch_step_cost 90 "$PYTHON" tests/gpu/torch_step_cost.py --rounds 12 \
+part torch_step_cost 90 "$PYTHON" tests/gpu/torch_step_cost.py --rounds 12 \
   --block 30 --variants bare,ops
 # DEVICE_CHECK_ROUNDS / DEVICE_CHECK_VARIANTS widen the overhead part when a session has the time
 # (each round is ~10 s a variant plus bare on an H200).

@@ -19,12 +19,16 @@ differences ops − bare and full − ops. Run it once under plain `mlprof-colle
 loaded, no --torch: this script installs the parts itself) and once without, so that ops − bare
 splits into PyTorch's own share and libmlprof's:
 
-    PYTHONPATH=python mlprof-collect --no-energy --out r.bin -- python3 tests/gpu/torch_step_cost.py
-    PYTHONPATH=python python3 tests/gpu/torch_step_cost.py --variants bare,ops
+    mlprof-collect --no-energy --out r.bin -- python3 tests/gpu/torch_step_cost.py
+    python3 tests/gpu/torch_step_cost.py --variants bare,ops
+
+(Not with python/ on PYTHONPATH: its sitecustomize.py would install the whole hook at start.)
 
 The model is tests/gpu/torch_cuda_overhead.py's (ResNet-18, batch 128 of 64×64 synthetic
 images, SGD, a DataLoader with 2 workers); `--device cpu --batch 2 --size 16` checks the
-script on a machine without a GPU (its figures say nothing about a GPU step).
+script on a machine without a GPU (its figures say nothing about a GPU step), and
+`--device cpu --model mlp --block 300 --rounds 30` splits bench/torch_overhead.py's small CPU
+step the same way.
 """
 
 import argparse
@@ -101,6 +105,7 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--model", choices=["resnet18", "mlp"], default="resnet18")
     args = ap.parse_args()
 
     import torch
@@ -117,26 +122,48 @@ def main():
 
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
-    model = torchvision.models.resnet18(num_classes=100).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loader = torch.utils.data.DataLoader(
-        Synthetic(), batch_size=args.batch, num_workers=2, pin_memory=cuda, shuffle=False
-    )
-    it = iter(loader)
+    if args.model == "mlp":
+        # bench/torch_overhead.py's step: 161 tiny ops, no DataLoader; a CPU-bound step where
+        # every per-step cost of --torch shows.
+        torch.manual_seed(0)
+        torch.set_num_threads(1)
+        model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+        model = model.to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        loss_fn = nn.CrossEntropyLoss()
+        xs, ys = torch.randn(8, 64, device=dev), torch.randint(0, 10, (8,), device=dev)
 
-    def step():
-        x, y = next(it)
-        x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
-        loss = nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        def step():
+            opt.zero_grad()
+            loss_fn(model(xs), ys).backward()
+            opt.step()
+
+    else:
+        model = torchvision.models.resnet18(num_classes=100).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        loader = torch.utils.data.DataLoader(
+            Synthetic(), batch_size=args.batch, num_workers=2, pin_memory=cuda, shuffle=False
+        )
+        it = iter(loader)
+
+        def step():
+            x, y = next(it)
+            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
 
     def sync():
         if cuda:
             torch.cuda.synchronize()
 
     parts = Parts(torch)
+    if parts.hooks._state["ops"] is not None or any(type(f).__name__ == "_Finder" for f in sys.meta_path):
+        # Under --torch (or with python/ on PYTHONPATH, whose sitecustomize.py installs the hook)
+        # every block would have all of it on: the variants would not differ.
+        print("torch_step_cost: error: the --torch hook is already installed; run under plain mlprof-collect")
+        return 2
     chosen = [v for v in args.variants.split(",") if v]
     if "full" in chosen and not parts.loaded():
         print("torch_step_cost: skipping variant full: libmlprof.so is not loaded (run under mlprof-collect)")
@@ -147,7 +174,7 @@ def main():
         "full": (lambda: (parts.ops_on(), parts.full_on()), lambda: (parts.full_off(), parts.ops_off())),
     }
     print(
-        f"torch_step_cost: torch {torch.__version__} on {torch.cuda.get_device_name(0) if cuda else 'cpu'}; "
+        f"torch_step_cost: {args.model}, torch {torch.__version__} on {torch.cuda.get_device_name(0) if cuda else 'cpu'}; "
         f"libmlprof.so {'loaded' if parts.loaded() else 'not loaded'}; variants {','.join(chosen)}; "
         f"{args.rounds} rounds of {args.block}-step blocks",
         flush=True,
