@@ -596,7 +596,8 @@ impl<'a> Gpu<'a> {
                 None,
                 "warning",
                 format!(
-                    "GPU {}: one energy-counter read costs {:.2} ms of CPU here; read every {} ms \
+                    "GPU {}: one energy-counter read costs {:.2} ms of CPU here (its first \
+                     reads: the spacing follows the cost as the run goes); read every {} ms \
                      (not every {} ms) to keep them under {}% of a core; energy between reads \
                      is interpolated",
                     self.id,
