@@ -115,6 +115,17 @@ pub fn write(report: &EnergyReport, top: usize, out: &mut dyn Write) -> io::Resu
             report.share_of(c.energy_j) * 100.0
         )?;
     }
+    // ITT tasks (phases, op ranges) enclose the calls made inside them, and each span's energy
+    // counts in its own class: said only when that makes the shares add up past the whole.
+    let classes_share: f64 = report.classes.iter().map(|c| report.share_of(c.energy_j)).sum();
+    if classes_share > 1.005 {
+        writeln!(
+            out,
+            "(spans nest: a call inside an ITT task counts in the task's class too, so the class \
+             shares add up to {:.0}%)",
+            classes_share * 100.0
+        )?;
+    }
     Ok(())
 }
 
@@ -159,5 +170,44 @@ fn shapes_cell(op: &SpanEnergy) -> String {
         String::new()
     } else {
         format!("  {} ({})", op.shapes.shapes, op.shapes.dtypes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::attribution::{ClassEnergy, EnergyReport};
+
+    fn report(classes: &[(&str, f64)]) -> EnergyReport {
+        EnergyReport {
+            command_line: "train".into(),
+            start_ns: 0,
+            end_ns: 1_000_000_000,
+            devices: Vec::new(),
+            measured_j: 100.0,
+            measured_uncertainty_j: 1.0,
+            attributed_j: 60.0,
+            layers: Default::default(),
+            spans: Vec::new(),
+            classes: classes
+                .iter()
+                .map(|&(class, energy_j)| ClassEnergy { class: class.into(), energy_j, uncertainty_j: 0.0 })
+                .collect(),
+            processes: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    fn text(report: &EnergyReport) -> String {
+        let mut out = Vec::new();
+        super::write(report, 10, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn nested_class_shares_past_the_whole_are_explained() {
+        let nested = text(&report(&[("itt:mlprof.phase", 70.0), ("read", 40.0)]));
+        assert!(nested.contains("class shares add up to 110%"), "{nested}");
+        let flat = text(&report(&[("read", 40.0), ("write", 20.0)]));
+        assert!(!flat.contains("spans nest"), "{flat}");
     }
 }
