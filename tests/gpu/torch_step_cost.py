@@ -28,7 +28,7 @@ The model is tests/gpu/torch_cuda_overhead.py's (ResNet-18, batch 128 of 64×64 
 images, SGD, a DataLoader with 2 workers); `--device cpu --batch 2 --size 16` checks the
 script on a machine without a GPU (its figures say nothing about a GPU step), and
 `--device cpu --model mlp --block 300 --rounds 30` splits bench/torch_overhead.py's small CPU
-step the same way.
+step the same way (`--model deep`: 80 nested module calls a step).
 """
 
 import argparse
@@ -105,7 +105,7 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--size", type=int, default=64)
-    ap.add_argument("--model", choices=["resnet18", "mlp"], default="resnet18")
+    ap.add_argument("--model", choices=["resnet18", "mlp", "deep"], default="resnet18")
     args = ap.parse_args()
 
     import torch
@@ -122,7 +122,21 @@ def main():
 
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
-    if args.model == "mlp":
+    if args.model == "deep":
+        # 40 × (Linear 16×16, ReLU): 80 nested module calls a step, where the forward-phase
+        # wrapper's cost for a nested call shows.
+        torch.manual_seed(0)
+        torch.set_num_threads(1)
+        model = nn.Sequential(*[m for _ in range(40) for m in (nn.Linear(16, 16), nn.ReLU())]).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        xs, ys = torch.randn(4, 16, device=dev), torch.randint(0, 16, (4,), device=dev)
+
+        def step():
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(xs), ys).backward()
+            opt.step()
+
+    elif args.model == "mlp":
         # bench/torch_overhead.py's step: 161 tiny ops, no DataLoader; a CPU-bound step where
         # every per-step cost of --torch shows.
         torch.manual_seed(0)
