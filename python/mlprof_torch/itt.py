@@ -4,6 +4,7 @@ balanced even when a span is ended out of order."""
 
 import ctypes
 import os
+import sys
 import threading
 
 
@@ -36,6 +37,9 @@ class Itt:
         self.marker.argtypes = [ctypes.c_void_p, IttId, ctypes.c_void_p, ctypes.c_int]
         self._domains = {}
         self._handles = {}
+        # task_begin(domain, handle, id, parent) / task_end(domain) taking plain integers,
+        # as CPython builtins where the interpreter allows (None: through ctypes).
+        self.fast = _builtins(lib)
 
     def domain(self, name):
         d = self._domains.get(name)
@@ -48,6 +52,53 @@ class Itt:
         if h is None:
             h = self._handles[name] = self._handle_create(name.encode("utf-8", "replace"))
         return h
+
+
+class _MethodDef(ctypes.Structure):
+    """CPython's PyMethodDef (stable ABI)."""
+
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("meth", ctypes.c_void_p),
+        ("flags", ctypes.c_int),
+        ("doc", ctypes.c_char_p),
+    ]
+
+
+_METH_FASTCALL = 0x0080
+_KEEP = []  # the method definitions live as long as the builtins made from them
+
+
+def _builtins(lib):
+    """libmlprof.so's mlprof_py_task_begin/end as builtins: a ctypes call costs ~5 µs inside a
+    training step, a builtin's much less (preload/src/exports/python.rs). (begin, end), or None
+    where the library or the interpreter lacks what it takes (then spans go through ctypes)."""
+    try:
+        if sys.implementation.name != "cpython" or sys.version_info < (3, 8):
+            return None
+        if not hasattr(lib, "mlprof_py_setup"):
+            return None  # a libmlprof.so older than this hook
+        api = ctypes.pythonapi
+        address = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+        setup = lib.mlprof_py_setup
+        setup.restype = ctypes.c_int
+        setup.argtypes = [ctypes.c_void_p] * 4
+        functions = (api.PyLong_AsUnsignedLongLongMask, api.PyErr_Occurred, api.Py_IncRef)
+        if not setup(*(address(f) for f in functions), id(None)):
+            return None
+        defs = (_MethodDef * 2)(
+            _MethodDef(b"task_begin", address(lib.mlprof_py_task_begin), _METH_FASTCALL, None),
+            _MethodDef(b"task_end", address(lib.mlprof_py_task_end), _METH_FASTCALL, None),
+        )
+        _KEEP.append(defs)
+        new = api.PyCFunction_NewEx
+        new.restype = ctypes.py_object
+        new.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
+        begin = new(ctypes.addressof(defs[0]), None, None)
+        end = new(ctypes.addressof(defs[1]), None, None)
+        return begin, end
+    except Exception:
+        return None
 
 
 def load():
@@ -92,12 +143,15 @@ class Tracker:
         itt = self.itt
         d = itt._domains.get(domain) or itt.domain(domain)
         h = itt._handles.get(name) or itt.handle(name)
-        itt.task_begin(
-            d,
-            IttId(ident & 0xFFFFFFFFFFFFFFFF, 0, 0) if ident else NULL_ID,
-            IttId(parent, 0, 0) if parent else NULL_ID,
-            h,
-        )
+        if itt.fast is not None:
+            itt.fast[0](d or 0, h or 0, ident, parent)
+        else:
+            itt.task_begin(
+                d,
+                IttId(ident & 0xFFFFFFFFFFFFFFFF, 0, 0) if ident else NULL_ID,
+                IttId(parent, 0, 0) if parent else NULL_ID,
+                h,
+            )
         token = [d]
         try:
             self._local.stack.append(token)
@@ -110,15 +164,17 @@ class Tracker:
         if token is None:
             return
         stack = self._stack()
+        fast = self.itt.fast
+        end = fast[1] if fast is not None else self.itt.task_end
         if stack and stack[-1] is token:  # the usual, properly nested case
             stack.pop()
-            self.itt.task_end(token[0])
+            end(token[0] or 0)
             return
         if not any(t is token for t in stack):
             return
         while stack:
             top = stack.pop()
-            self.itt.task_end(top[0])
+            end(top[0] or 0)
             if top is token:
                 return
 

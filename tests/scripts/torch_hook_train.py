@@ -56,6 +56,10 @@ def main(out):
         f.write(b"\0" * 4096)
     torch.from_file(raw, shared=False, size=4096, dtype=torch.uint8)
     print("torch_hook_train: %d steps, checkpoint %s" % (steps, ckpt))
+    # Which way the hook's spans went: libmlprof.so's CPython builtins, or ctypes.
+    hooks = sys.modules.get("mlprof_torch.hooks")
+    fast = hooks is not None and hooks._itt is not None and hooks._itt.fast is not None
+    print("torch_hook_train: spans through %s" % ("builtins" if fast else "ctypes"))
 
 
 if __name__ == "__main__":

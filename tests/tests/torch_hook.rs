@@ -82,6 +82,9 @@ fn torch_ops_phases_and_data_pipeline() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(!stderr.contains("--torch hook"), "the hook warned\n{}", describe(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("16 steps"), "{}", describe(&o));
+    // The phase and data spans below went through libmlprof.so's CPython builtins
+    // (preload/src/exports/python.rs), not the ctypes fallback.
+    assert!(String::from_utf8_lossy(&o.stdout).contains("spans through builtins"), "{}", describe(&o));
 
     let s = clean_summary(&out);
     let procs = s.procs_with_cmdline("torch_hook_train.py");

@@ -3,7 +3,8 @@
 //! descriptor, space and terminal calls (`fds`), `dlopen`/`dlclose` (`loader`), the CUDA
 //! runtime (`cuda_runtime`), CUDA driver (`cuda_driver`) and NCCL (`nccl`) hooks, the driver
 //! entry-point lookups and `dlsym` (`entry_points`), and the ITT collector entry points
-//! (`itt`). Each hook resolves the real function lazily, passes straight
+//! (`itt`), and those entry points as CPython builtins for the `--torch` hook
+//! (`python`). Each hook resolves the real function lazily, passes straight
 //! through when it must not record (see `Span::begin`), and otherwise times the real call and
 //! writes one record. Variadic C functions (`open`, `openat`, `ioctl`) are declared with their
 //! optional argument as a fixed one, which the x86_64 and aarch64 SysV ABIs allow.
@@ -79,6 +80,7 @@ mod itt;
 mod loader;
 mod metadata;
 mod nccl;
+mod python;
 
 pub use itt::itt_task_begin_address;
 
