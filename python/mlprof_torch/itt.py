@@ -37,8 +37,9 @@ class Itt:
         self.marker.argtypes = [ctypes.c_void_p, IttId, ctypes.c_void_p, ctypes.c_int]
         self._domains = {}
         self._handles = {}
-        # task_begin(domain, handle, id, parent) / task_end(domain) taking plain integers,
-        # as CPython builtins where the interpreter allows (None: through ctypes).
+        # task_begin(domain, handle, id, parent), task_end(domain), marker(domain, id, handle,
+        # scope) taking plain integers, as CPython builtins where the interpreter allows (None:
+        # through ctypes).
         self.fast = _builtins(lib)
 
     def domain(self, name):
@@ -70,9 +71,10 @@ _KEEP = []  # the method definitions live as long as the builtins made from them
 
 
 def _builtins(lib):
-    """libmlprof.so's mlprof_py_task_begin/end as builtins: a ctypes call costs ~5 µs inside a
-    training step, a builtin's much less (preload/src/exports/python.rs). (begin, end), or None
-    where the library or the interpreter lacks what it takes (then spans go through ctypes)."""
+    """libmlprof.so's mlprof_py_task_begin/end and mlprof_py_marker as builtins: a ctypes call
+    costs microseconds inside a training step, a builtin's much less
+    (preload/src/exports/python.rs). (begin, end, marker), or None where the library or the
+    interpreter lacks what it takes (then everything goes through ctypes)."""
     try:
         if sys.implementation.name != "cpython" or sys.version_info < (3, 8):
             return None
@@ -86,17 +88,16 @@ def _builtins(lib):
         functions = (api.PyLong_AsUnsignedLongLongMask, api.PyErr_Occurred, api.Py_IncRef)
         if not setup(*(address(f) for f in functions), id(None)):
             return None
-        defs = (_MethodDef * 2)(
-            _MethodDef(b"task_begin", address(lib.mlprof_py_task_begin), _METH_FASTCALL, None),
-            _MethodDef(b"task_end", address(lib.mlprof_py_task_end), _METH_FASTCALL, None),
+        names = (b"task_begin", b"task_end", b"marker")
+        functions = (lib.mlprof_py_task_begin, lib.mlprof_py_task_end, lib.mlprof_py_marker)
+        defs = (_MethodDef * 3)(
+            *(_MethodDef(n, address(f), _METH_FASTCALL, None) for n, f in zip(names, functions))
         )
         _KEEP.append(defs)
         new = api.PyCFunction_NewEx
         new.restype = ctypes.py_object
         new.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
-        begin = new(ctypes.addressof(defs[0]), None, None)
-        end = new(ctypes.addressof(defs[1]), None, None)
-        return begin, end
+        return tuple(new(ctypes.addressof(d), None, None) for d in defs)
     except Exception:
         return None
 
@@ -180,6 +181,9 @@ class Tracker:
 
     def mark(self, domain, name, ident=0):
         itt = self.itt
+        if itt.fast is not None:
+            itt.fast[2](itt.domain(domain) or 0, ident, itt.handle(name) or 0, 3)
+            return
         itt.marker(
             itt.domain(domain), IttId(ident & 0xFFFFFFFFFFFFFFFF, 0, 0), itt.handle(name), 3
         )  # __itt_marker_scope_thread

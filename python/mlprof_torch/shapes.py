@@ -54,6 +54,7 @@ def install(torch, itt):
 
     tensor = torch.Tensor
     domain = itt.domain(SHAPES)
+    fast = itt.fast[2] if itt.fast is not None else None
     marker = itt.marker
     null = IttId(0, 0, 0)
     handles = {}
@@ -93,7 +94,10 @@ def install(torch, itt):
             if len(handles) >= MAX_CONFIGS:
                 return
             handle = handles[key] = itt.handle(key)
-        marker(domain, null, handle, 3)  # __itt_marker_scope_thread
+        if fast is not None:
+            fast(domain or 0, 0, handle or 0, 3)  # __itt_marker_scope_thread
+        else:
+            marker(domain, null, handle, 3)
 
     class ShapesMode(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):

@@ -1,12 +1,12 @@
-//! ITT task begin and end as CPython builtins, for the `--torch` hook's phase and data spans
-//! (python/mlprof_torch/itt.py).
+//! ITT task begin and end and markers as CPython builtins, for the `--torch` hook's phase and
+//! data spans and `--torch-shapes`' markers (python/mlprof_torch/itt.py).
 //!
 //! Through ctypes, a call costs ~5 µs inside a training step (libffi's call set-up and argument
 //! conversion, cold between steps: BENCHMARKS.md, "Second GPU session"); a builtin taking its
 //! arguments as a vector (`METH_FASTCALL`) is called by the interpreter directly. libmlprof.so
 //! does not link libpython (it is loaded into every process): the hook hands over, once, the
 //! addresses of `PyLong_AsUnsignedLongLongMask`, `PyErr_Occurred`, `Py_IncRef` and `None`
-//! ([`mlprof_py_setup`]), and makes the builtins itself with `PyCFunction_NewEx` over the two
+//! ([`mlprof_py_setup`]), and makes the builtins itself with `PyCFunction_NewEx` over the three
 //! functions below. Not hooks: called only by that Python code, with the GIL held. An argument
 //! that is not an integer raises the interpreter's TypeError (the builtin returns NULL with the
 //! error set) and reaches no ITT entry point: its all-ones error value is no address.
@@ -14,7 +14,7 @@
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
-use super::itt::{__itt_task_begin, __itt_task_end};
+use super::itt::{__itt_marker, __itt_task_begin, __itt_task_end};
 use crate::itt::{IttDomain, IttId, IttStringHandle};
 
 /// `unsigned long long PyLong_AsUnsignedLongLongMask(PyObject *)` (CPython's stable ABI).
@@ -143,6 +143,32 @@ pub unsafe extern "C" fn mlprof_py_task_end(
     match unsafe { integers::<1>(args, nargs) } {
         // Safety: as in `mlprof_py_task_begin`.
         Arguments::Integers([domain]) => unsafe { __itt_task_end(domain as *const IttDomain) },
+        Arguments::Miscounted => {}
+        Arguments::Raised => return core::ptr::null_mut(),
+    }
+    // Safety: as above.
+    unsafe { new_none() }
+}
+
+/// `marker(domain, id, handle, scope)`: `__itt_marker` with id `{id, 0, 0}`.
+///
+/// # Safety
+/// As [`mlprof_py_task_begin`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mlprof_py_marker(
+    _module: *mut c_void,
+    args: *const *mut c_void,
+    nargs: isize,
+) -> *mut c_void {
+    // Safety: the interpreter's vectorcall arguments, GIL held, made after setup.
+    match unsafe { integers::<4>(args, nargs) } {
+        Arguments::Integers([domain, id, handle, scope]) => {
+            let id = IttId { d1: id, d2: 0, d3: 0 };
+            // Safety: as in `mlprof_py_task_begin`; the scope is a plain value.
+            unsafe {
+                __itt_marker(domain as *const IttDomain, id, handle as *mut IttStringHandle, scope as c_int)
+            };
+        }
         Arguments::Miscounted => {}
         Arguments::Raised => return core::ptr::null_mut(),
     }
