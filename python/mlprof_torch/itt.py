@@ -12,11 +12,16 @@ class IttId(ctypes.Structure):
     _fields_ = [("d1", ctypes.c_uint64), ("d2", ctypes.c_uint64), ("d3", ctypes.c_uint64)]
 
 
-NULL_ID = IttId(0, 0, 0)
+_MASK = 0xFFFFFFFFFFFFFFFF
 
 
 class Itt:
-    """The entry points; `None` from `load()` when libmlprof.so is not loaded."""
+    """The entry points; `None` from `load()` when libmlprof.so is not loaded.
+
+    `task_begin(domain, id, parent, handle)`, `task_end(domain)` and `marker(domain, id, handle,
+    scope)` take plain integers (domain and handle from `domain()` / `handle()`, 0 for none; an
+    id is its `__itt_id`'s first word): CPython builtins over libmlprof.so where the interpreter
+    allows (`builtins` is True), else ctypes calls that build the `__itt_id`s."""
 
     def __init__(self, lib):
         get = lambda name: getattr(lib, name)  # noqa: E731 (names with leading underscores)
@@ -26,33 +31,44 @@ class Itt:
         self._handle_create = get("__itt_string_handle_create")
         self._handle_create.restype = ctypes.c_void_p
         self._handle_create.argtypes = [ctypes.c_char_p]
-        self.task_begin = get("__itt_task_begin")
-        self.task_begin.restype = None
-        self.task_begin.argtypes = [ctypes.c_void_p, IttId, IttId, ctypes.c_void_p]
-        self.task_end = get("__itt_task_end")
-        self.task_end.restype = None
-        self.task_end.argtypes = [ctypes.c_void_p]
-        self.marker = get("__itt_marker")
-        self.marker.restype = None
-        self.marker.argtypes = [ctypes.c_void_p, IttId, ctypes.c_void_p, ctypes.c_int]
         self._domains = {}
         self._handles = {}
-        # task_begin(domain, handle, id, parent), task_end(domain), marker(domain, id, handle,
-        # scope) taking plain integers, as CPython builtins where the interpreter allows (None:
-        # through ctypes).
-        self.fast = _builtins(lib)
+        fast = _builtins(lib)
+        self.builtins = fast is not None
+        self.task_begin, self.task_end, self.marker = fast or _through_ctypes(get)
 
     def domain(self, name):
         d = self._domains.get(name)
         if d is None:
-            d = self._domains[name] = self._domain_create(name.encode())
+            d = self._domains[name] = self._domain_create(name.encode()) or 0
         return d
 
     def handle(self, name):
         h = self._handles.get(name)
         if h is None:
-            h = self._handles[name] = self._handle_create(name.encode("utf-8", "replace"))
+            h = self._handles[name] = self._handle_create(name.encode("utf-8", "replace")) or 0
         return h
+
+
+def _through_ctypes(get):
+    """(task_begin, task_end, marker) as `Itt` describes them, through ctypes."""
+    begin = get("__itt_task_begin")
+    begin.restype = None
+    begin.argtypes = [ctypes.c_void_p, IttId, IttId, ctypes.c_void_p]
+    end = get("__itt_task_end")
+    end.restype = None
+    end.argtypes = [ctypes.c_void_p]
+    marker = get("__itt_marker")
+    marker.restype = None
+    marker.argtypes = [ctypes.c_void_p, IttId, ctypes.c_void_p, ctypes.c_int]
+
+    def task_begin(domain, ident, parent, handle):
+        begin(domain, IttId(ident & _MASK, 0, 0), IttId(parent & _MASK, 0, 0), handle)
+
+    def task_marker(domain, ident, handle, scope):
+        marker(domain, IttId(ident & _MASK, 0, 0), handle, scope)
+
+    return task_begin, end, task_marker
 
 
 class _MethodDef(ctypes.Structure):
@@ -73,8 +89,8 @@ _KEEP = []  # the method definitions live as long as the builtins made from them
 def _builtins(lib):
     """libmlprof.so's mlprof_py_task_begin/end and mlprof_py_marker as builtins: a ctypes call
     costs microseconds inside a training step, a builtin's much less
-    (preload/src/exports/python.rs). (begin, end, marker), or None where the library or the
-    interpreter lacks what it takes (then everything goes through ctypes)."""
+    (preload/src/exports/python.rs). (task_begin, task_end, marker) as `Itt` describes them, or
+    None where the library or the interpreter lacks what it takes."""
     try:
         if sys.implementation.name != "cpython" or sys.version_info < (3, 8):
             return None
@@ -139,25 +155,11 @@ class Tracker:
 
     def begin(self, domain, name, ident=0, parent=0):
         """Begins a task; returns its token (or None)."""
-        # Called a few times a training step: the caches are read inline and a zero id is the
-        # shared NULL_ID (ctypes copies a structure argument), ~1 µs a span less.
         itt = self.itt
-        d = itt._domains.get(domain) or itt.domain(domain)
-        h = itt._handles.get(name) or itt.handle(name)
-        if itt.fast is not None:
-            itt.fast[0](d or 0, h or 0, ident, parent)
-        else:
-            itt.task_begin(
-                d,
-                IttId(ident & 0xFFFFFFFFFFFFFFFF, 0, 0) if ident else NULL_ID,
-                IttId(parent, 0, 0) if parent else NULL_ID,
-                h,
-            )
+        d = itt.domain(domain)
+        itt.task_begin(d, ident, parent, itt.handle(name))
         token = [d]
-        try:
-            self._local.stack.append(token)
-        except AttributeError:
-            self._local.stack = [token]
+        self._stack().append(token)
         return token
 
     def end(self, token):
@@ -165,25 +167,18 @@ class Tracker:
         if token is None:
             return
         stack = self._stack()
-        fast = self.itt.fast
-        end = fast[1] if fast is not None else self.itt.task_end
         if stack and stack[-1] is token:  # the usual, properly nested case
             stack.pop()
-            end(token[0] or 0)
+            self.itt.task_end(token[0])
             return
         if not any(t is token for t in stack):
             return
         while stack:
             top = stack.pop()
-            end(top[0] or 0)
+            self.itt.task_end(top[0])
             if top is token:
                 return
 
     def mark(self, domain, name, ident=0):
         itt = self.itt
-        if itt.fast is not None:
-            itt.fast[2](itt.domain(domain) or 0, ident, itt.handle(name) or 0, 3)
-            return
-        itt.marker(
-            itt.domain(domain), IttId(ident & 0xFFFFFFFFFFFFFFFF, 0, 0), itt.handle(name), 3
-        )  # __itt_marker_scope_thread
+        itt.marker(itt.domain(domain), ident, itt.handle(name), 3)  # __itt_marker_scope_thread

@@ -16,7 +16,6 @@ stack whatever a call does with its own ranges.
 """
 
 from . import warn
-from .itt import IttId
 
 SHAPES = "mlprof.shapes"
 # Distinct (function, shapes, dtypes) per process: each is an ITT string handle that
@@ -54,9 +53,7 @@ def install(torch, itt):
 
     tensor = torch.Tensor
     domain = itt.domain(SHAPES)
-    fast = itt.fast[2] if itt.fast is not None else None
     marker = itt.marker
-    null = IttId(0, 0, 0)
     handles = {}
     dtype_names = {}
 
@@ -94,10 +91,7 @@ def install(torch, itt):
             if len(handles) >= MAX_CONFIGS:
                 return
             handle = handles[key] = itt.handle(key)
-        if fast is not None:
-            fast(domain or 0, 0, handle or 0, 3)  # __itt_marker_scope_thread
-        else:
-            marker(domain, null, handle, 3)
+        marker(domain, 0, handle, 3)  # __itt_marker_scope_thread
 
     class ShapesMode(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):

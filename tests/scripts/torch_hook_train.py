@@ -58,7 +58,7 @@ def main(out):
     print("torch_hook_train: %d steps, checkpoint %s" % (steps, ckpt))
     # Which way the hook's spans went: libmlprof.so's CPython builtins, or ctypes.
     hooks = sys.modules.get("mlprof_torch.hooks")
-    fast = hooks is not None and hooks._itt is not None and hooks._itt.fast is not None
+    fast = hooks is not None and hooks._itt is not None and hooks._itt.builtins
     print("torch_hook_train: spans through %s" % ("builtins" if fast else "ctypes"))
 
 

@@ -99,9 +99,34 @@ unsafe fn integers<const N: usize>(args: *const *mut c_void, nargs: isize) -> Ar
     Arguments::Integers(out)
 }
 
-/// `task_begin(domain, handle, id, parent)`: `__itt_task_begin` with ids `{id, 0, 0}` and
-/// `{parent, 0, 0}`; domain and handle are the addresses `__itt_domain_create` and
-/// `__itt_string_handle_create` returned.
+/// A builtin's body: its `N` integer arguments to `call`, then `None`; nothing called and NULL
+/// returned (the interpreter raises its error) when one is not an integer.
+///
+/// # Safety
+/// As [`integers`].
+unsafe fn builtin<const N: usize>(
+    args: *const *mut c_void,
+    nargs: isize,
+    call: impl FnOnce([u64; N]),
+) -> *mut c_void {
+    // Safety: the caller's promise.
+    match unsafe { integers::<N>(args, nargs) } {
+        Arguments::Integers(values) => call(values),
+        Arguments::Miscounted => {}
+        Arguments::Raised => return core::ptr::null_mut(),
+    }
+    // Safety: as above (after a successful setup, GIL held).
+    unsafe { new_none() }
+}
+
+/// An ITT id from its first word, as ctypes' `IttId(value, 0, 0)`.
+fn id(d1: u64) -> IttId {
+    IttId { d1, ..IttId::default() }
+}
+
+/// `task_begin(domain, id, parent, handle)`: `__itt_task_begin`, its arguments in its own
+/// order, ids as their first word; domain and handle are the addresses `__itt_domain_create`
+/// and `__itt_string_handle_create` returned (0: none).
 ///
 /// # Safety
 /// Called by the interpreter as a `METH_FASTCALL` builtin made after [`mlprof_py_setup`].
@@ -111,22 +136,14 @@ pub unsafe extern "C" fn mlprof_py_task_begin(
     args: *const *mut c_void,
     nargs: isize,
 ) -> *mut c_void {
-    // Safety: the interpreter's vectorcall arguments, GIL held, made after setup.
-    match unsafe { integers::<4>(args, nargs) } {
-        Arguments::Integers([domain, handle, id, parent]) => {
-            let id = IttId { d1: id, d2: 0, d3: 0 };
-            let parent = IttId { d1: parent, d2: 0, d3: 0 };
-            // Safety: the addresses are objects our create functions returned (or 0, which
-            // `__itt_task_begin` takes as no domain / no name), as the ctypes path passes them.
-            unsafe {
-                __itt_task_begin(domain as *const IttDomain, id, parent, handle as *mut IttStringHandle)
-            };
-        }
-        Arguments::Miscounted => {}
-        Arguments::Raised => return core::ptr::null_mut(),
+    // Safety: the interpreter's vectorcall arguments, GIL held, made after setup. The
+    // addresses are objects our create functions returned (or 0, which `__itt_task_begin`
+    // takes as no domain / no name), as the ctypes path passes them.
+    unsafe {
+        builtin(args, nargs, |[domain, task, parent, handle]| {
+            __itt_task_begin(domain as *const IttDomain, id(task), id(parent), handle as *mut IttStringHandle)
+        })
     }
-    // Safety: made after a successful setup, GIL held.
-    unsafe { new_none() }
 }
 
 /// `task_end(domain)`: `__itt_task_end`.
@@ -139,18 +156,11 @@ pub unsafe extern "C" fn mlprof_py_task_end(
     args: *const *mut c_void,
     nargs: isize,
 ) -> *mut c_void {
-    // Safety: the interpreter's vectorcall arguments, GIL held, made after setup.
-    match unsafe { integers::<1>(args, nargs) } {
-        // Safety: as in `mlprof_py_task_begin`.
-        Arguments::Integers([domain]) => unsafe { __itt_task_end(domain as *const IttDomain) },
-        Arguments::Miscounted => {}
-        Arguments::Raised => return core::ptr::null_mut(),
-    }
-    // Safety: as above.
-    unsafe { new_none() }
+    // Safety: as in `mlprof_py_task_begin`.
+    unsafe { builtin(args, nargs, |[domain]| __itt_task_end(domain as *const IttDomain)) }
 }
 
-/// `marker(domain, id, handle, scope)`: `__itt_marker` with id `{id, 0, 0}`.
+/// `marker(domain, id, handle, scope)`: `__itt_marker`.
 ///
 /// # Safety
 /// As [`mlprof_py_task_begin`].
@@ -160,18 +170,15 @@ pub unsafe extern "C" fn mlprof_py_marker(
     args: *const *mut c_void,
     nargs: isize,
 ) -> *mut c_void {
-    // Safety: the interpreter's vectorcall arguments, GIL held, made after setup.
-    match unsafe { integers::<4>(args, nargs) } {
-        Arguments::Integers([domain, id, handle, scope]) => {
-            let id = IttId { d1: id, d2: 0, d3: 0 };
-            // Safety: as in `mlprof_py_task_begin`; the scope is a plain value.
-            unsafe {
-                __itt_marker(domain as *const IttDomain, id, handle as *mut IttStringHandle, scope as c_int)
-            };
-        }
-        Arguments::Miscounted => {}
-        Arguments::Raised => return core::ptr::null_mut(),
+    // Safety: as in `mlprof_py_task_begin`; the scope is a plain value.
+    unsafe {
+        builtin(args, nargs, |[domain, marker, handle, scope]| {
+            __itt_marker(
+                domain as *const IttDomain,
+                id(marker),
+                handle as *mut IttStringHandle,
+                scope as c_int,
+            )
+        })
     }
-    // Safety: as above.
-    unsafe { new_none() }
 }
