@@ -140,15 +140,24 @@ fn write_span(thread: ThreadRef, func: Func, task: OpenTask, end: u64, depth: us
 }
 
 /// Sends those of `names` this process has not sent yet (once sent, a load from each of our
-/// objects, or a lookup in the process's set of sent strings, replaces a trip to the lane);
-/// false when one found no room in the lane.
+/// objects, or a lookup in the process's set of sent strings, replaces a trip to the lane). For
+/// a task's or frame's begin: a name that finds no room is sent at a later begin.
 #[inline(always)]
-fn send_names(names: &[&Identity<'_>]) -> bool {
-    names.iter().all(|name| name.was_sent()) || send_unsent(names)
+fn send_names(names: &[&Identity<'_>]) {
+    if !names.iter().all(|name| name.was_sent()) {
+        send_unsent(names, false);
+    }
+}
+
+/// [`send_names`] for a record written at once (an instant): false when a name found no room,
+/// and then the record is counted as dropped in the same visit to the lane.
+#[inline(always)]
+fn send_names_or_drop(names: &[&Identity<'_>]) -> bool {
+    names.iter().all(|name| name.was_sent()) || send_unsent(names, true)
 }
 
 #[cold]
-fn send_unsent(names: &[&Identity<'_>]) -> bool {
+fn send_unsent(names: &[&Identity<'_>], drop_when_unsent: bool) -> bool {
     let mut sent = true;
     recorder::with_lane(|ring, lane, pid, thread| {
         for name in names {
@@ -156,6 +165,9 @@ fn send_unsent(names: &[&Identity<'_>]) -> bool {
             {
                 sent = false;
             }
+        }
+        if !sent && drop_when_unsent {
+            ring.count_drop(lane);
         }
     });
     sent
@@ -248,8 +260,7 @@ pub unsafe fn instant(func: Func, domain: *const IttDomain, name: *const IttStri
     let now = crate::clock::now();
     let task = OpenTask { start: now, name: name.id, domain: domain.id, id, ..OpenTask::default() };
     // An instant is written at once: without its names it is dropped (and counted).
-    if !send_names(&[&domain, &name]) {
-        recorder::with_lane(|ring, lane, _, _| ring.count_drop(lane));
+    if !send_names_or_drop(&[&domain, &name]) {
         return;
     }
     if let Some(thread) = guard::current() {
