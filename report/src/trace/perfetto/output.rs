@@ -121,13 +121,15 @@ impl<W: TraceOutput> Output<W> {
         *last_ts = ts;
         // Timestamp, sequence id (one byte), the TrackEvent: under 128 bytes, in one window.
         let head = [(TRACE_PACKET << 3 | LEN) as u8, 0, (PACKET_TIMESTAMP << 3) as u8];
+        // Destructured, so that a longer END_HEAD fails to compile here instead of being cut.
+        let [end_type, end_value] = END_HEAD;
         let tail = [
             (PACKET_SEQUENCE_ID << 3) as u8,
             seq as u8,
             (PACKET_TRACK_EVENT << 3 | LEN) as u8,
             END_HEAD.len() as u8,
-            END_HEAD[0],
-            END_HEAD[1],
+            end_type,
+            end_value,
         ];
         append(&mut self.buf, head.len() + 10 + tail.len(), |w| {
             w.varint_message(&head, head.len(), delta, &tail)
