@@ -139,18 +139,9 @@ def main():
     elif args.model == "mlp":
         # bench/torch_overhead.py's step: 161 tiny ops, no DataLoader; a CPU-bound step where
         # every per-step cost of --torch shows.
-        torch.manual_seed(0)
-        torch.set_num_threads(1)
-        model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
-        model = model.to(dev)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        loss_fn = nn.CrossEntropyLoss()
-        xs, ys = torch.randn(8, 64, device=dev), torch.randint(0, 10, (8,), device=dev)
+        from torch_overhead import mlp_step
 
-        def step():
-            opt.zero_grad()
-            loss_fn(model(xs), ys).backward()
-            opt.step()
+        step = mlp_step(dev)
 
     else:
         model = torchvision.models.resnet18(num_classes=100).to(dev)
