@@ -59,63 +59,41 @@ unsafe fn new_none() -> *mut c_void {
     none
 }
 
-/// What a builtin's arguments are.
-enum Arguments<const N: usize> {
-    Integers([u64; N]),
-    /// Not `N` of them: the call does nothing.
-    Miscounted,
-    /// One is not an integer: the interpreter's error is set; the builtin returns NULL.
-    Raised,
-}
-
-/// The builtin's `nargs` arguments as unsigned 64-bit integers (masked, as ctypes converts).
+/// A builtin's body: its `nargs` arguments as unsigned 64-bit integers (masked, as ctypes
+/// converts) to `call`, then `None`. Not `N` of them: nothing is called. One that is not an
+/// integer: nothing is called and NULL is returned, the interpreter raising its TypeError.
 ///
 /// # Safety
 /// `args` holds `nargs` object pointers (the interpreter's vectorcall convention), GIL held,
 /// after a successful [`mlprof_py_setup`].
-unsafe fn integers<const N: usize>(args: *const *mut c_void, nargs: isize) -> Arguments<N> {
-    if nargs != N as isize || args.is_null() {
-        return Arguments::Miscounted;
-    }
-    // Safety: set by `mlprof_py_setup` to the interpreter's PyLong_AsUnsignedLongLongMask and
-    // PyErr_Occurred.
-    let (as_u64, err_occurred) = unsafe {
-        (
-            core::mem::transmute::<*mut c_void, AsU64>(AS_U64.load(Ordering::Acquire)),
-            core::mem::transmute::<*mut c_void, ErrOccurred>(ERR_OCCURRED.load(Ordering::Acquire)),
-        )
-    };
-    let mut out = [0u64; N];
-    for (i, slot) in out.iter_mut().enumerate() {
-        // Safety: i < nargs == N; each is a live object.
-        *slot = unsafe { as_u64(*args.add(i)) };
-        // All ones is also the error value: then ask whether it was one (a TypeError for a
-        // non-integer), before any other call into the interpreter.
-        // Safety: GIL held.
-        if *slot == u64::MAX && !unsafe { err_occurred() }.is_null() {
-            return Arguments::Raised;
-        }
-    }
-    Arguments::Integers(out)
-}
-
-/// A builtin's body: its `N` integer arguments to `call`, then `None`; nothing called and NULL
-/// returned (the interpreter raises its error) when one is not an integer.
-///
-/// # Safety
-/// As [`integers`].
 unsafe fn builtin<const N: usize>(
     args: *const *mut c_void,
     nargs: isize,
     call: impl FnOnce([u64; N]),
 ) -> *mut c_void {
-    // Safety: the caller's promise.
-    match unsafe { integers::<N>(args, nargs) } {
-        Arguments::Integers(values) => call(values),
-        Arguments::Miscounted => {}
-        Arguments::Raised => return core::ptr::null_mut(),
+    if nargs == N as isize && !args.is_null() {
+        // Safety: set by `mlprof_py_setup` to the interpreter's PyLong_AsUnsignedLongLongMask
+        // and PyErr_Occurred.
+        let (as_u64, err_occurred) = unsafe {
+            (
+                core::mem::transmute::<*mut c_void, AsU64>(AS_U64.load(Ordering::Acquire)),
+                core::mem::transmute::<*mut c_void, ErrOccurred>(ERR_OCCURRED.load(Ordering::Acquire)),
+            )
+        };
+        let mut values = [0u64; N];
+        for (i, value) in values.iter_mut().enumerate() {
+            // Safety: i < nargs == N; each is a live object.
+            *value = unsafe { as_u64(*args.add(i)) };
+            // All ones is also the error value: then ask whether it was one, before any other
+            // call into the interpreter.
+            // Safety: GIL held.
+            if *value == u64::MAX && !unsafe { err_occurred() }.is_null() {
+                return core::ptr::null_mut();
+            }
+        }
+        call(values);
     }
-    // Safety: as above (after a successful setup, GIL held).
+    // Safety: after a successful setup, GIL held.
     unsafe { new_none() }
 }
 
