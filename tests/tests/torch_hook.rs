@@ -446,3 +446,37 @@ fn torch_shapes_on_a_small_cnn() {
     assert_eq!(rows(&bin), want);
     assert!(summary_json(&plain)["calls"].get("itt_marker").is_none(), "no shape markers without the flag");
 }
+
+/// The hook's ITT calls both ways, builtins over libmlprof.so and the ctypes fallback, give the
+/// same tasks, ids, nesting and markers; a builtin given what is not an integer raises
+/// TypeError and records nothing (an all-ones error value once reached the ITT entry point as
+/// an address). Needs only Python, not torch.
+#[test]
+fn the_hooks_itt_calls_record_alike_through_builtins_and_ctypes() {
+    let dir = TempDir::new("itt-builtins");
+    let py = python().display().to_string();
+    let script = script("itt_builtins.py").display().to_string();
+    let out = dir.join("run.bin");
+    let o = run_collect_env(&out, &[], &[py.as_str(), &script], &[], limit());
+    assert!(o.status.success(), "{}", describe(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("itt_builtins: ok"), "{}", describe(&o));
+    let s = clean_summary(&out);
+    let mut e = s.expect();
+    e.eq("markers, one each way", s.calls().count("itt_marker"), 2);
+    let all = slices(&convert_trace(&out));
+    for way in ["builtins", "ctypes"] {
+        let outer = spans(&all, "mlprof.phase", &format!("via.{way}"));
+        let inner = spans(&all, "mlprof.phase", &format!("via.{way}.inner"));
+        let ids: Vec<u64> = outer.iter().map(|t| t.id).collect();
+        e.eq(format_args!("{way}: tasks"), outer.len() as u64, 3)
+            .eq(format_args!("{way}: inner tasks"), inner.len() as u64, 3)
+            .that(format_args!("{way}: ids {ids:?} are 1, 2, 3"), ids == [1, 2, 3])
+            .that(
+                format_args!("{way}: each inner task inside its task, one level down"),
+                outer
+                    .iter()
+                    .all(|t| inner.iter().filter(|i| t.contains(i) && i.depth == t.depth + 1).count() == 1),
+            );
+    }
+    e.finish();
+}
