@@ -15,6 +15,10 @@ ns per pair, and the median of the per-round differences against bare with a boo
 confidence interval (bench/stats.py).
 
     bench/itt_cost.py [--rounds 9] [--pairs 10000000] [--bin-dir target/release] [--base-bin-dir DIR]
+                      [--exe PATH]
+
+--exe takes an itt_pairs built before (`--build-only PATH` writes one), for a machine without
+cargo's registry or a compiler, such as the GPU machine.
 """
 
 import argparse
@@ -41,9 +45,8 @@ def ittnotify_sources():
     return found[-1]
 
 
-def build(out_dir):
+def build(exe):
     itt = ittnotify_sources()
-    exe = os.path.join(out_dir, "itt_pairs")
     subprocess.run(
         [
             "gcc",
@@ -74,9 +77,14 @@ def main():
     ap.add_argument("--pairs", type=int, default=10_000_000)
     ap.add_argument("--bin-dir", default=os.environ.get("MLPROF_BIN_DIR", "target/release"))
     ap.add_argument("--base-bin-dir")
+    ap.add_argument("--exe", help="an itt_pairs built before (default: build one now)")
+    ap.add_argument("--build-only", metavar="PATH", help="build itt_pairs at PATH and stop")
     args = ap.parse_args()
+    if args.build_only:
+        build(args.build_only)
+        return 0
     tmp = tempfile.mkdtemp(prefix="mlprof-itt-cost-")
-    exe = build(tmp)
+    exe = os.path.abspath(args.exe) if args.exe else build(os.path.join(tmp, "itt_pairs"))
     run_bin = os.path.join(tmp, "run.bin")
 
     def under(bin_dir):

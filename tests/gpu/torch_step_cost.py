@@ -164,10 +164,16 @@ def main():
             torch.cuda.synchronize()
 
     parts = Parts(torch)
-    if parts.hooks._state["ops"] is not None or any(type(f).__name__ == "_Finder" for f in sys.meta_path):
+    import mlprof_torch
+
+    # Our own finder's class, not its name: the GPU machine's Python has another `_Finder` on
+    # sys.meta_path, which a name test mistook for ours.
+    ours = [f for f in sys.meta_path if isinstance(f, mlprof_torch._Finder)]
+    if parts.hooks._state["ops"] is not None or ours:
         # Under --torch (or with python/ on PYTHONPATH, whose sitecustomize.py installs the hook)
         # every block would have all of it on: the variants would not differ.
-        print("torch_step_cost: error: the --torch hook is already installed; run under plain mlprof-collect")
+        why = "its op ranges are on" if parts.hooks._state["ops"] is not None else f"{ours[0]!r} is on sys.meta_path"
+        print(f"torch_step_cost: error: the --torch hook is already installed ({why}); run under plain mlprof-collect")
         return 2
     chosen = [v for v in args.variants.split(",") if v]
     if "full" in chosen and not parts.loaded():
