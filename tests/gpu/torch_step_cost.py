@@ -172,8 +172,14 @@ def main():
     if parts.hooks._state["ops"] is not None or ours:
         # Under --torch (or with python/ on PYTHONPATH, whose sitecustomize.py installs the hook)
         # every block would have all of it on: the variants would not differ.
-        why = "its op ranges are on" if parts.hooks._state["ops"] is not None else f"{ours[0]!r} is on sys.meta_path"
-        print(f"torch_step_cost: error: the --torch hook is already installed ({why}); run under plain mlprof-collect")
+        why = (
+            "its op ranges are on"
+            if parts.hooks._state["ops"] is not None
+            else f"{ours[0]!r} is on sys.meta_path"
+        )
+        print(
+            f"torch_step_cost: error: the --torch hook is already installed ({why}); run under plain mlprof-collect"
+        )
         return 2
     chosen = [v for v in args.variants.split(",") if v]
     if "full" in chosen and not parts.loaded():
