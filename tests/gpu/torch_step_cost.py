@@ -12,7 +12,10 @@ order, --rounds times:
         per op);
   full  ops + what --torch installs in the training process besides: the phase wrappers
         (`nn.Module.__call__`, `torch.autograd.backward`, optimizer hooks) and the main
-        process's DataLoader spans (batch.wait, batch.consume).
+        process's DataLoader spans (batch.wait, batch.consume);
+  prof  (when asked for) torch.profiler recording CPU ops instead, the yardstick of issue 10's
+        "op span under --torch ≤ torch.profiler's CPU-op cost": compare ops − bare with
+        prof − bare (and ops − prof) in the same run.
 
 It prints ms per step of each (median over rounds, 95 % bootstrap interval) and the per-round
 differences ops − bare and full − ops. Run it once under plain `mlprof-collect` (the library
@@ -51,6 +54,7 @@ class Parts:
 
         self.torch, self.hooks, self.dataloader = torch, hooks, dataloader
         self.ops = None
+        self.prof = None
         self.saved = []
         self.handles = []
 
@@ -65,6 +69,16 @@ class Parts:
         if self.ops is not None:
             self.ops.__exit__(None, None, None)
             self.ops = None
+
+    def prof_on(self):
+        # torch.profiler recording CPU ops (what issue 10 holds --torch's op spans against);
+        # its exit, which processes the events, falls outside the timed block.
+        self.prof = self.torch.profiler.profile(activities=[self.torch.profiler.ProfilerActivity.CPU])
+        self.prof.__enter__()
+
+    def prof_off(self):
+        self.prof.__exit__(None, None, None)
+        self.prof = None
 
     def full_on(self):
         torch, hooks, dl = self.torch, self.hooks, self.dataloader
@@ -189,6 +203,7 @@ def main():
         "bare": (contextlib.nullcontext, None),
         "ops": (parts.ops_on, parts.ops_off),
         "full": (lambda: (parts.ops_on(), parts.full_on()), lambda: (parts.full_off(), parts.ops_off())),
+        "prof": (parts.prof_on, parts.prof_off),
     }
     print(
         f"torch_step_cost: {args.model}, torch {torch.__version__} on {torch.cuda.get_device_name(0) if cuda else 'cpu'}; "
@@ -225,7 +240,7 @@ def main():
     for name in chosen:
         med, lo, hi = stats.median_ci([s["ms"] for s in per_step[name].values()])
         print(f"{name}: ms per step {med:.3f}" + ("" if lo is None else f" [{lo:.3f}, {hi:.3f}]"))
-    for a, b in (("ops", "bare"), ("full", "ops"), ("full", "bare")):
+    for a, b in (("ops", "bare"), ("full", "ops"), ("full", "bare"), ("prof", "bare"), ("ops", "prof")):
         if a in per_step and b in per_step:
             diffs = stats.paired(per_step[a], per_step[b], "ms", op="diff")
             ratios = stats.paired(per_step[a], per_step[b], "ms")
