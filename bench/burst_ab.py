@@ -20,7 +20,7 @@ median.
     e.g. python3 bench/burst_ab.py base=/tmp/base new=target/release
          python3 bench/burst_ab.py plain=target/release small=target/release:MLPROF_X=1
 
-bench/build/calls is built as bench/run.py builds it (gcc, bench/calls.c) when missing.
+bench/calls.c is built into --build-dir (default bench/build) by bench/run.py's build step.
 """
 
 import argparse
@@ -32,26 +32,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import run as common  # noqa: E402  (builds bench/calls.c)
 from stats import median_ci  # noqa: E402
-
-
-def calls_binary():
-    exe = os.path.join(HERE, "build", "calls")
-    if not os.path.exists(exe):
-        os.makedirs(os.path.dirname(exe), exist_ok=True)
-        cmd = [
-            "gcc",
-            "-O2",
-            "-Wall",
-            "-U_FORTIFY_SOURCE",
-            "-pthread",
-            "-o",
-            exe,
-            os.path.join(HERE, "calls.c"),
-            "-ldl",
-        ]
-        subprocess.run(cmd, check=True)
-    return exe
 
 
 def parse_variant(text):
@@ -93,6 +75,7 @@ def main():
     ap.add_argument("--n", type=int, default=2_500_000, help="writes per thread")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="/tmp/mlprof-burst-ab.bin", help="run file (overwritten each run)")
+    ap.add_argument("--build-dir", default=os.path.join(HERE, "build"), help="where bench/calls.c is built")
     args = ap.parse_args()
     if args.rounds < 1 or args.n < 1 or args.threads < 1:
         sys.exit("burst_ab.py: --rounds, --n and --threads must be positive")
@@ -100,7 +83,7 @@ def main():
     names = [name for name, _, _ in variants]
     if len(set(names)) != len(names):
         sys.exit("burst_ab.py: variant names must differ")
-    exe = calls_binary()
+    exe, _shim, _cmds = common.build(args.build_dir)
     drops = {name: [] for name in names}
     cpu = {name: [] for name in names}
     for r in range(args.rounds):
