@@ -37,14 +37,17 @@ MLPROF_COLLECT_ARGS=--all-syscalls part cuda_check_all_syscalls 150 tests/gpu/cu
 part energy_check 120 tests/gpu/energy_check.sh 0
 # --torch's parts switched on and off inside one process (steadier than process pairs), under the
 # collector and without it (PyTorch's own share of the op ranges).
-part torch_step_cost 120 "$MLPROF_BIN_DIR/mlprof-collect" --no-energy \
-  --out "${TMPDIR:-/tmp}/step_cost_run.bin" -- "$PYTHON" tests/gpu/torch_step_cost.py --rounds 12 --block 30
+# torch.profiler recording CPU ops (prof) in the same rounds: issue 10's yardstick for op spans.
+part torch_step_cost 150 "$MLPROF_BIN_DIR/mlprof-collect" --no-energy \
+  --out "${TMPDIR:-/tmp}/step_cost_run.bin" -- "$PYTHON" tests/gpu/torch_step_cost.py --rounds 12 --block 30 \
+  --variants bare,ops,prof,full
 part torch_step_cost 90 "$PYTHON" tests/gpu/torch_step_cost.py --rounds 12 \
   --block 30 --variants bare,ops
 # DEVICE_CHECK_ROUNDS / DEVICE_CHECK_VARIANTS widen the overhead part when a session has the time
 # (each round is ~10 s a variant plus bare on an H200).
 rounds="${DEVICE_CHECK_ROUNDS:-4}"
-variants="${DEVICE_CHECK_VARIANTS:-torch,torch-noops,plain-itt,plain-itt-early}"
+# (plain-itt-early, emit_itt from the first line, added nothing visible to plain-itt on the H200.)
+variants="${DEVICE_CHECK_VARIANTS:-torch,torch-noops,plain-itt}"
 part torch_cuda_overhead $((60 + rounds * 15 * (1 + $(tr -cd , <<<"$variants" | wc -c) + 1))) \
   "$PYTHON" tests/gpu/torch_cuda_overhead.py --rounds "$rounds" --steps 200 \
   --variants "$variants" --keep "$out"
