@@ -139,9 +139,18 @@ def _step_post(optimizer, args, kwargs):
         pass
 
 
+def _step_patches(torch):
+    """The phase patches a training step runs through, as (owner, attribute, wrapper maker):
+    forward and backward (tests/gpu/torch_step_cost.py switches these on and off)."""
+    return [
+        (torch.nn.Module, "__call__", _phase_wrapper("forward", _is_model_call)),
+        (torch.autograd, "backward", _phase_wrapper("backward")),
+    ]
+
+
 def _install_phases(torch):
-    _patch(torch.nn.Module, "__call__", _phase_wrapper("forward", _is_model_call))
-    _patch(torch.autograd, "backward", _phase_wrapper("backward"))
+    for owner, attr, make in _step_patches(torch):
+        _patch(owner, attr, make)
     save = _patch(torch, "save", _phase_wrapper("torch.save"))
     load = _patch(torch, "load", _phase_wrapper("torch.load"))
     serialization = getattr(torch, "serialization", None)
@@ -428,13 +437,22 @@ def _fetch_wrapper(original):
     return fetch
 
 
+def _loader_step_patches(dataloader):
+    """The main process's DataLoader patches a training step runs through (batch.wait,
+    batch.consume), as `_step_patches` gives them."""
+    return [
+        (dataloader._BaseDataLoaderIter, "__next__", _next_wrapper),
+        (dataloader._MultiProcessingDataLoaderIter, "_get_data", _get_data_wrapper),
+    ]
+
+
 def _install_dataloader(torch):
     from torch.utils.data import dataloader
     from torch.utils.data._utils import fetch, worker
 
     _patch(dataloader.DataLoader, "__iter__", _iter_wrapper)
-    _patch(dataloader._BaseDataLoaderIter, "__next__", _next_wrapper)
-    _patch(dataloader._MultiProcessingDataLoaderIter, "_get_data", _get_data_wrapper)
+    for owner, attr, make in _loader_step_patches(dataloader):
+        _patch(owner, attr, make)
     for fetcher in ("_MapDatasetFetcher", "_IterableDatasetFetcher"):
         _patch(getattr(fetch, fetcher), "fetch", _fetch_wrapper)
     resume_type = getattr(worker, "_ResumeIteration", None)

@@ -81,13 +81,10 @@ class Parts:
         self.prof = None
 
     def full_on(self):
-        torch, hooks, dl = self.torch, self.hooks, self.dataloader
-        targets = [
-            (torch.nn.Module, "__call__", hooks._phase_wrapper("forward", hooks._is_model_call)),
-            (torch.autograd, "backward", hooks._phase_wrapper("backward")),
-            (dl._BaseDataLoaderIter, "__next__", hooks._next_wrapper),
-            (dl._MultiProcessingDataLoaderIter, "_get_data", hooks._get_data_wrapper),
-        ]
+        hooks = self.hooks
+        # The hook's own lists of what a step runs through (not torch.save/load, nor what the
+        # already forked DataLoader workers run).
+        targets = hooks._step_patches(self.torch) + hooks._loader_step_patches(self.dataloader)
         for owner, attr, make in targets:
             # vars(), not getattr(): the class's own entry, restored as it was.
             self.saved.append((owner, attr, vars(owner).get(attr)))
