@@ -2,7 +2,8 @@
 """mlprof's overhead on a real CUDA training job, and what it records there (needs an NVIDIA GPU).
 
 A ResNet-18 trains on synthetic 64×64 images (batch 128, SGD, a DataLoader with 2 workers and
-pinned memory) for --steps timed steps after 20 warm-up steps. Each round runs it bare and as each of
+pinned memory; tests/gpu/resnet_job.py, run as its own process) for --steps timed steps after 20
+warm-up steps. Each round runs it bare and as each of
 --variants (`torch`: `mlprof-collect --torch`, energy sampling on; `plain`: the collector without
 --torch; `torch-noenergy`; `torch-noops`: --torch with MLPROF_TORCH_OPS=0; `emit_itt`: PyTorch's
 own ITT path with no collector; `plain-itt`: the same under the collector; `plain-itt-early`: under
@@ -29,55 +30,6 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import run as common  # bench/run.py: run_cmd
 import stats
-
-TRAIN = r"""
-import json, sys, time
-import torch, torch.nn as nn, torchvision
-
-class Synthetic(torch.utils.data.Dataset):
-    def __len__(self):
-        return 1 << 20
-    def __getitem__(self, i):
-        g = torch.Generator().manual_seed(i)
-        return torch.randn(3, 64, 64, generator=g), int(i % 100)
-
-def main(steps):
-    import contextlib, os
-    mode = os.environ.get("TRAIN_EMIT_ITT", "")
-    # "early": op ranges from before CUDA's and the model's set-up, inherited by the forked
-    # DataLoader workers (as --torch has them); "1": around the timed loop only.
-    early = torch.autograd.profiler.emit_itt() if mode == "early" else contextlib.nullcontext()
-    early.__enter__()
-    dev = torch.device("cuda:0")
-    model = torchvision.models.resnet18(num_classes=100).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loader = torch.utils.data.DataLoader(Synthetic(), batch_size=128, num_workers=2,
-                                         pin_memory=True, shuffle=False)
-    it = iter(loader)
-    def step():
-        x, y = next(it)
-        x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
-        loss = nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss
-    for _ in range(20):
-        step()
-    torch.cuda.synchronize()
-    itt = torch.autograd.profiler.emit_itt() if mode == "1" else contextlib.nullcontext()
-    with itt:
-        t0 = time.perf_counter_ns()
-        for i in range(steps):
-            loss = step()
-            if i % 50 == 0:
-                loss.item()
-        torch.cuda.synchronize()
-    print(f"steps_s={(time.perf_counter_ns() - t0) / 1e9}")
-    print(f"steps={steps}")
-
-main(int(sys.argv[1]))
-"""
 
 
 def timed(cmd, env_extra):
@@ -116,10 +68,7 @@ def main():
     args = ap.parse_args()
     bins = os.path.abspath(args.bin_dir)
     tmp = tempfile.mkdtemp(prefix="mlprof-gpu-overhead-")
-    train = os.path.join(tmp, "train.py")
-    with open(train, "w") as f:
-        f.write(TRAIN)
-    bare_cmd = [args.python, train, str(args.steps)]
+    bare_cmd = [args.python, os.path.join(here, "resnet_job.py"), str(args.steps)]
 
     def collect(name):
         return [os.path.join(bins, "mlprof-collect"), "--out", os.path.join(tmp, f"run_{name}.bin")]

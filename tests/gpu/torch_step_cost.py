@@ -27,8 +27,9 @@ splits into PyTorch's own share and libmlprof's:
 
 (Not with python/ on PYTHONPATH: its sitecustomize.py would install the whole hook at start.)
 
-The model is tests/gpu/torch_cuda_overhead.py's (ResNet-18, batch 128 of 64×64 synthetic
-images, SGD, a DataLoader with 2 workers); `--device cpu --batch 2 --size 16` checks the
+The model is tests/gpu/torch_cuda_overhead.py's (tests/gpu/resnet_job.py: ResNet-18, batch
+128 of 64×64 synthetic images, SGD, a DataLoader with 2 workers); `--device cpu --batch 2 --size
+16` checks the
 script on a machine without a GPU (its figures say nothing about a GPU step), and
 `--device cpu --model mlp --block 300 --rounds 30` splits bench/torch_overhead.py's small CPU
 step the same way (`--model deep`: 80 nested module calls a step).
@@ -42,6 +43,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # resnet_job.py
 import stats  # bench/stats.py
 
 
@@ -121,15 +123,6 @@ def main():
 
     import torch
     import torch.nn as nn
-    import torchvision
-
-    class Synthetic(torch.utils.data.Dataset):
-        def __len__(self):
-            return 1 << 20
-
-        def __getitem__(self, i):
-            g = torch.Generator().manual_seed(i)
-            return torch.randn(3, args.size, args.size, generator=g), int(i % 100)
 
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
@@ -155,20 +148,9 @@ def main():
         step = mlp_step(dev)
 
     else:
-        model = torchvision.models.resnet18(num_classes=100).to(dev)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        loader = torch.utils.data.DataLoader(
-            Synthetic(), batch_size=args.batch, num_workers=2, pin_memory=cuda, shuffle=False
-        )
-        it = iter(loader)
+        from resnet_job import resnet_step  # torch_cuda_overhead.py's job, in this process
 
-        def step():
-            x, y = next(it)
-            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
-            loss = nn.functional.cross_entropy(model(x), y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+        step = resnet_step(dev, args.batch, args.size)
 
     def sync():
         if cuda:
