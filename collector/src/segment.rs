@@ -36,9 +36,10 @@ pub fn shm_dir() -> PathBuf {
 const SPARE_LANES: u32 = 4;
 
 /// Spare lanes wanted while `in_use` lanes are taken: one more than in use, up to
-/// `SPARE_LANES`. Backing a 4 MiB lane costs ~3 ms of kernel time (zeroing its pages, and again
-/// freeing them), so a job that records from one thread should not pay for four: the spares
-/// grow as threads arrive (measured with bench/rate_cost.py; BENCHMARKS.md).
+/// `SPARE_LANES`. A 4 MiB lane that a thread fills costs ~3 ms of kernel time (its pages
+/// zeroed when first touched, and freed), so a job that records from one thread should not
+/// pay for four: the spares grow as threads arrive (measured with bench/rate_cost.py;
+/// BENCHMARKS.md).
 ///
 /// While the collector is `busy` (its last pass took much from a lane), one spare only: a
 /// pass that backs lanes drains nothing meanwhile, and in a burst on two busy CPUs the first
