@@ -168,7 +168,11 @@ impl BackgroundFile {
         if self.chunk.len() == keep {
             return Ok(());
         }
-        let mut next = self.spare.try_recv().unwrap_or_else(|_| BlockBuf::with_capacity(FIRST_CHUNK_BYTES));
+        // A chunk that filled up says the rate fills chunks: its successor starts with a full
+        // chunk's room rather than growing to it by doubling (64 KiB to 1 MiB zeroed 2 MiB of
+        // fresh memory and copied 1 MiB, in the passes of a burst that can least afford it).
+        let room = if full { CHUNK_BYTES } else { FIRST_CHUNK_BYTES };
+        let mut next = self.spare.try_recv().unwrap_or_else(|_| BlockBuf::with_capacity(room));
         next.extend_from_slice(&self.chunk.as_slice()[self.chunk.len() - keep..]);
         self.chunk.truncate(self.chunk.len() - keep);
         self.handed += self.chunk.len() as u64;
