@@ -411,8 +411,7 @@ impl Drainer {
             totals,
             ..
         } = self;
-        // Blocks no larger than the room: a lane's share of a round may be a few records.
-        let step = consumer.drain_in_blocks(segment.view(), index, room, |item| {
+        let step = consumer.drain(segment.view(), index, |item| {
             if refused {
                 totals.refused_records += 1;
                 return Ok(());

@@ -300,24 +300,8 @@ impl LaneConsumer {
         &mut self,
         view: &RingView,
         index: u32,
-        handle: impl FnMut(LaneItem<'_>) -> Result<(), E>,
-    ) -> Result<Drained, E> {
-        self.drain_in_blocks(view, index, DRAIN_BLOCK, handle)
-    }
-
-    /// [`LaneConsumer::drain`] with blocks of `block` records (1..=[`DRAIN_BLOCK`]; clamped):
-    /// for a caller whose handler stops after a few items (the collector's bounded batch takes
-    /// a share of each busy lane in turn), so that a step copies little more than it hands
-    /// out; a handler that stopped after 8 items of a 512-record block had 504 copied for
-    /// nothing, again at the next step.
-    pub fn drain_in_blocks<E>(
-        &mut self,
-        view: &RingView,
-        index: u32,
-        block: usize,
         mut handle: impl FnMut(LaneItem<'_>) -> Result<(), E>,
     ) -> Result<Drained, E> {
-        let block = block.clamp(1, DRAIN_BLOCK);
         let Some(lane) = view.lane(index) else { return Ok(Drained::Taken(0)) };
         let capacity = view.geometry().lane_capacity as u64;
         let head = lane.head.load(Ordering::Acquire);
@@ -331,7 +315,7 @@ impl LaneConsumer {
         }
         // A string starting in a block has its payload in the copied window (unless `head`
         // cuts it off, as when the whole backlog was copied at once).
-        let window = (block + string_payload_slots(MAX_STRING_BYTES)) as u64;
+        let window = (DRAIN_BLOCK + string_payload_slots(MAX_STRING_BYTES)) as u64;
         let mut position = tail;
         while position < head {
             // Saturating: hostile positions may sit just below u64::MAX.
@@ -340,7 +324,7 @@ impl LaneConsumer {
             view.copy_out(index, position, end, &mut self.records);
             debug_assert_eq!(self.records.len() as u64, end - position, "copied what was published");
             let mut items = LaneItems::new(&self.records);
-            while items.consumed() < block {
+            while items.consumed() < DRAIN_BLOCK {
                 let before = items.consumed();
                 let Some(item) = items.next() else { break };
                 if let Err(error) = handle(item) {
@@ -452,53 +436,6 @@ mod tests {
             assert_eq!(*item, Item::Record(record(61 + i as u64, 1)));
         }
         assert_eq!(positions(&view, lane), (104, 104));
-    }
-
-    #[test]
-    fn small_blocks_deliver_the_same_items_and_release_only_what_was_handled() {
-        let text: Vec<u8> = (0..150u8).collect();
-        let fill = |view: &RingView, lane: u32| {
-            for seq in 0..10 {
-                assert!(view.push(lane, &record(seq, 1)));
-            }
-            assert!(view.push_string(lane, &string_def(7, text.len()), &text));
-            for seq in 10..20 {
-                assert!(view.push(lane, &record(seq, 1)));
-            }
-        };
-        let mapping = Mapping::new(GEOMETRY);
-        let view = mapping.view();
-        let mut consumer = LaneConsumer::new();
-        let lane = view.claim(1, 1, 0, 0, None).unwrap().index;
-        fill(&view, lane);
-        let (whole, expected) = drain_all(&mut consumer, &view, lane);
-        assert_eq!(expected.len(), 21);
-        for block in [0, 1, 3, 7, DRAIN_BLOCK, DRAIN_BLOCK + 1] {
-            fill(&view, lane);
-            let mut items = Vec::new();
-            let drained = consumer
-                .drain_in_blocks(&view, lane, block, |item| {
-                    items.push(Item::from(item));
-                    Ok::<(), ()>(())
-                })
-                .unwrap();
-            assert_eq!((drained, &items), (whole, &expected), "block {block}");
-        }
-        // A handler that stops after 4 items: exactly those are released, the 5th comes again.
-        fill(&view, lane);
-        let (tail, _) = positions(&view, lane);
-        let mut seen = 0;
-        let stopped = consumer.drain_in_blocks(&view, lane, 3, |_| {
-            if seen == 4 {
-                return Err(());
-            }
-            seen += 1;
-            Ok(())
-        });
-        assert_eq!(stopped, Err(()));
-        assert_eq!(positions(&view, lane).0, tail + 4);
-        let (_, rest) = drain_all(&mut consumer, &view, lane);
-        assert_eq!(rest, expected[4..]);
     }
 
     #[test]
