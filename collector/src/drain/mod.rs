@@ -40,51 +40,8 @@ const ZOMBIE_CHECK_EVERY: u32 = 10;
 /// calls a second is 64 KB) waking the writer thread every pass cost two context switches and
 /// a lock hand-off per pass, a sixth of the idle collector's CPU.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
-/// Events a pass gathers before it writes them out as a frame and goes on (128 KiB). A pass in
-/// a burst takes a lane or two (~120 K records); gathered whole, its batch and the sort's
-/// scratch were ~15 MiB of memory the collector touched for the first time in its first
-/// passes, which ran ~5× slower per record than later ones (page faults, costly in a VM),
-/// while the producers' lanes filled and dropped; later passes went through memory, not the
-/// cache. A small batch and its scratch are reused from the first pass on and stay in the
-/// cache (bench/burst_ab.py, 30 rounds: 1–4 Ki events alike, 8 Ki a little slower, 64 Ki
-/// dropping again; BENCHMARKS.md).
-const BATCH_EVENTS: usize = 2 * 1024;
 /// String bytes kept in memory to name processes (ids are kept for every string).
 const STRING_MEMORY_LIMIT: usize = 64 << 20;
-
-/// A lane in a drain pass.
-struct PassLane {
-    index: u32,
-    /// Its owner had exited when the pass began: the lane is freed after it.
-    retired: bool,
-    /// The lane's `head` when the pass began: the pass takes the records up to there.
-    until: u64,
-    /// Records taken in this pass.
-    taken: usize,
-    done: bool,
-}
-
-/// What one consumer step on a lane did.
-struct LaneStep {
-    /// Records taken (slots, string payloads included).
-    taken: usize,
-    /// It stopped before a record the batch had no room for.
-    stopped: bool,
-}
-
-/// Why a lane's consumer step stopped early.
-enum Stop {
-    /// The batch holds [`BATCH_EVENTS`]: write it out, then go on with the lane.
-    BatchFull,
-    /// Writing the run file failed.
-    Io(io::Error),
-}
-
-impl From<io::Error> for Stop {
-    fn from(err: io::Error) -> Stop {
-        Stop::Io(err)
-    }
-}
 
 /// One claim of one lane by one thread.
 struct Stream {
@@ -150,8 +107,6 @@ pub struct Drainer {
     /// pass can end between the two).
     pending_ranks: HashMap<u32, RankInfo>,
     quiet: bool,
-    /// The lanes of the current pass (kept: a pass allocates nothing).
-    pass_lanes: Vec<PassLane>,
     /// Records taken from the fullest lane in the last pass (what the next sleep is sized by).
     busiest_lane: usize,
     pub totals: Totals,
@@ -191,7 +146,6 @@ impl Drainer {
             exits: HashSet::new(),
             pending_ranks: HashMap::new(),
             quiet,
-            pass_lanes: Vec::new(),
             busiest_lane: 0,
             totals: Totals::default(),
         }
@@ -238,8 +192,8 @@ impl Drainer {
     /// One pass over all lanes; returns the number of records taken.
     pub fn drain_once(&mut self) -> io::Result<usize> {
         self.segment.heartbeat(self.timebase.now());
-        let mut lanes = std::mem::take(&mut self.pass_lanes);
-        lanes.clear();
+        let mut taken = 0;
+        let mut busiest = 0;
         for index in 0..self.segment.geometry.lane_count {
             let word = self.lane(index).state.load(Ordering::Acquire);
             let state = lane_state(word);
@@ -247,42 +201,13 @@ impl Drainer {
                 continue;
             }
             self.open_stream(index)?;
-            let until = self.lane(index).head.load(Ordering::Acquire);
-            lanes.push(PassLane { index, retired: state == LANE_RETIRED, until, taken: 0, done: false });
-        }
-        // In rounds: each lane adds its share of a batch, then the batch is written, until
-        // every lane gave what it had published when the pass began. So a frame holds every
-        // busy thread's records over the same stretch of time, in end-time order, as when a
-        // pass was one frame; and a lane that keeps filling cannot hold the pass forever.
-        let capacity = self.segment.geometry.lane_capacity as usize;
-        loop {
-            let pending = lanes.iter().filter(|lane| !lane.done).count();
-            if pending == 0 {
-                break;
-            }
-            let share = (BATCH_EVENTS / pending).max(1);
-            for lane in lanes.iter_mut().filter(|lane| !lane.done) {
-                let step = self.drain_lane_step(lane.index, share)?;
-                lane.taken += step.taken;
-                let tail = self.lane(lane.index).tail.load(Ordering::Relaxed);
-                // Wrapping: positions count up from a claim and never wrap in practice; a
-                // hostile producer's cannot hold the pass beyond two lanes' worth.
-                let reached = (tail.wrapping_sub(lane.until) as i64) >= 0;
-                lane.done = !step.stopped || reached || lane.taken >= 2 * capacity;
-            }
-            self.write_events()?;
-        }
-        let (mut taken, mut busiest) = (0, 0);
-        for lane in &lanes {
-            taken += lane.taken;
-            busiest = busiest.max(lane.taken);
-            if lane.retired {
-                // What the owner left after the pass began (nothing: it had exited).
-                self.drain_lane(lane.index)?;
-                self.close_stream(lane.index)?;
+            let from_lane = self.drain_lane(index)?;
+            taken += from_lane;
+            busiest = busiest.max(from_lane);
+            if state == LANE_RETIRED {
+                self.close_stream(index)?;
             }
         }
-        self.pass_lanes = lanes;
         self.busiest_lane = busiest;
         self.free_replaced_images()?;
         self.write_batch()?;
@@ -371,30 +296,13 @@ impl Drainer {
         Ok(())
     }
 
-    /// Drains lane `index` (see [`LaneConsumer::drain`]): the records become events of the
-    /// pass's batch, strings and metadata frames; a refused stream's are only counted. The
-    /// batch is written out whenever it holds [`BATCH_EVENTS`] events, and the lane's step goes
-    /// on. Returns the number of records taken.
+    /// One consumer step on lane `index` (see [`LaneConsumer::drain`]): the records become
+    /// events of the pass's batch, strings and metadata frames; a refused stream's are only
+    /// counted. Returns the number of records taken.
     fn drain_lane(&mut self, index: u32) -> io::Result<usize> {
-        let mut taken = 0;
-        loop {
-            let step = self.drain_lane_step(index, BATCH_EVENTS.saturating_sub(self.batch.len()))?;
-            taken += step.taken;
-            if !step.stopped {
-                return Ok(taken);
-            }
-            self.write_events()?;
-        }
-    }
-
-    /// One consumer step on lane `index` that adds at most `room` events to the batch: it stops
-    /// before the record that would be one more (the next step hands that one out again).
-    fn drain_lane_step(&mut self, index: u32, room: usize) -> io::Result<LaneStep> {
         let Some(stream) = self.streams.get(&index) else {
-            return Ok(LaneStep { taken: 0, stopped: false });
+            return Ok(0);
         };
-        let tail = self.lane(index).tail.load(Ordering::Relaxed);
-        let batch_before = self.batch.len();
         let (pid, tid, image, refused) = (stream.pid, stream.tid, stream.image, stream.refused);
         let Drainer {
             segment,
@@ -411,13 +319,13 @@ impl Drainer {
             totals,
             ..
         } = self;
-        let step = consumer.drain(segment.view(), index, |item| {
+        let drained = consumer.drain(segment.view(), index, |item| {
             if refused {
                 totals.refused_records += 1;
                 return Ok(());
             }
             let mut event = match item {
-                LaneItem::String { id, bytes } => return Ok(strings.define(writer, id, bytes)?),
+                LaneItem::String { id, bytes } => return strings.define(writer, id, bytes),
                 LaneItem::Record(event) => event,
             };
             match event.kind {
@@ -460,7 +368,6 @@ impl Drainer {
                     })?;
                 }
                 kind if kind >= CONTROL_KIND_BASE => {}
-                _ if batch.len() - batch_before >= room => return Err(Stop::BatchFull),
                 _ => {
                     event.pid = pid;
                     event.tid = tid;
@@ -475,23 +382,14 @@ impl Drainer {
                 }
             }
             Ok(())
-        });
-        let drained = match step {
-            Ok(drained) => drained,
-            Err(Stop::Io(err)) => return Err(err),
-            Err(Stop::BatchFull) => {
-                // The step released what it handled (the tail is ours alone to move).
-                let taken = self.lane(index).tail.load(Ordering::Relaxed).wrapping_sub(tail) as usize;
-                return Ok(LaneStep { taken, stopped: true });
-            }
-        };
+        })?;
         if let Drained::CorruptPositions { tail, head } = drained {
             self.totals.corrupt_lanes += 1;
             eprintln!(
                 "mlprof-collect: lane {index} has inconsistent positions ({tail}..{head}); skipping its records"
             );
         }
-        Ok(LaneStep { taken: drained.taken(), stopped: false })
+        Ok(drained.taken())
     }
 
     /// Writes the process records whose command line is known (all of them when `all`; those
@@ -517,8 +415,7 @@ impl Drainer {
 }
 
 impl Drainer {
-    /// Writes the process records whose command line is known, then the pass's events in
-    /// end-time order and any held events whose path is now known.
+    /// Writes the pass's events in end-time order, and any held events whose path is now known.
     fn write_batch(&mut self) -> io::Result<()> {
         self.write_processes(false)?;
         if !self.waiting_for_path.is_empty() {
@@ -528,11 +425,6 @@ impl Drainer {
             self.waiting_for_path = still;
             self.batch.extend(ready);
         }
-        self.write_events()
-    }
-
-    /// Writes the batch's events in end-time order, as one frame, and empties it.
-    fn write_events(&mut self) -> io::Result<()> {
         if self.batch.is_empty() {
             return Ok(());
         }
