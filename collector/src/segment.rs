@@ -46,24 +46,12 @@ const SPARE_LANES: u32 = 4;
 /// passes backed three spares for the threads that had just started (~10 ms of wall time)
 /// while their lanes filled and dropped. The rest are backed once the burst is over.
 ///
-/// Before any thread has a lane (the ring just made, before the command starts),
-/// `FIRST_SPARE_LANES`: a job's first threads start together (a training script's main
-/// thread and its intra-op or loader threads, the burst benchmark's two writers), and with one
-/// spare the first passes backed the others while the job was already writing flat out, late
-/// enough for lanes to fill: 2 threads × 2.5 M writes on 2 vCPUs lost 0.36 % of their records
-/// on average over 30 runs, 0.14 % with three spares at start (BENCHMARKS.md). Backing a lane
-/// that is never used costs ~0.5 ms of kernel time (the shm file's pages are zeroed when first
-/// touched, not when backed).
+/// (Three spares before the first thread, instead of one, helped while a burst's first
+/// passes were slow; since a pass writes small frames they no longer do, and they cost every
+/// run 1.6 ms of CPU: BENCHMARKS.md, "The burst, third time".)
 fn spare_lanes_wanted(in_use: u32, busy: bool) -> u32 {
-    match (in_use, busy) {
-        (0, _) => FIRST_SPARE_LANES,
-        (_, true) => 1,
-        _ => in_use.saturating_add(1).min(SPARE_LANES),
-    }
+    if busy { 1 } else { in_use.saturating_add(1).min(SPARE_LANES) }
 }
-
-/// Spare lanes backed before the first thread records (see `spare_lanes_wanted`).
-const FIRST_SPARE_LANES: u32 = 3;
 
 /// How the ring is sized for the memory the shm filesystem has.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -456,11 +444,10 @@ mod tests {
     #[test]
     fn spare_lanes_grow_with_the_threads_up_to_four() {
         let wanted: Vec<u32> = (0..7).map(|in_use| spare_lanes_wanted(in_use, false)).collect();
-        // Three before the first thread, for the threads that start with it.
-        assert_eq!(wanted, [3, 2, 3, 4, 4, 4, 4]);
+        assert_eq!(wanted, [1, 2, 3, 4, 4, 4, 4]);
         assert_eq!(spare_lanes_wanted(u32::MAX, false), SPARE_LANES);
         // A busy collector keeps one, whatever the threads.
-        assert!((1..7).all(|in_use| spare_lanes_wanted(in_use, true) == 1));
+        assert!((0..7).all(|in_use| spare_lanes_wanted(in_use, true) == 1));
     }
 
     #[test]

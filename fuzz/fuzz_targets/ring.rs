@@ -4,8 +4,9 @@
 //!
 //! 1. `validate_header` must accept or refuse it without panicking (the producer's check);
 //! 2. a consumer pass like the collector's (`collector/src/drain.rs`): lane states, then
-//!    `LaneConsumer::drain`, the consumer step the collector itself runs (head/tail sanity,
-//!    copy-out, string definitions with their payload slots, tail release), then `free`;
+//!    `LaneConsumer::drain_in_blocks`, the consumer step the collector itself runs (head/tail
+//!    sanity, copy-out in blocks of a size the input picks, string definitions with their
+//!    payload slots, tail release), then `free`;
 //! 3. lane transitions and producer operations on the scribbled lanes (`offer`,
 //!    `reclaim_stale_claim`, `claim`, `push`, `push_string`, `retire`, the drop counters,
 //!    `aggregate_slot`) must stay inside the mapping (AddressSanitizer checks).
@@ -61,14 +62,15 @@ fn scribble(dst: &mut [u8], region: std::ops::Range<usize>, offset: usize, src: 
     }
 }
 
-/// One consumer step on lane `index`, through the collector's own `LaneConsumer::drain`, with a
-/// handler that touches every item; returns the number of records taken. Must never panic,
-/// hang or read outside the lane, whatever the lane holds.
-fn drain_lane(consumer: &mut LaneConsumer, view: &RingView, index: u32) -> u64 {
+/// One consumer step on lane `index`, through the collector's own
+/// `LaneConsumer::drain_in_blocks` (`block` records at a time, clamped by it), with a handler
+/// that touches every item; returns the number of records taken. Must never panic, hang or
+/// read outside the lane, whatever the lane holds.
+fn drain_lane(consumer: &mut LaneConsumer, view: &RingView, index: u32, block: usize) -> u64 {
     let capacity = view.geometry().lane_capacity as u64;
     let before = view.lane(index).map(|lane| lane.tail.load(Ordering::Relaxed));
     let mut string_bytes = 0usize;
-    let drained = consumer.drain(view, index, |item| {
+    let drained = consumer.drain_in_blocks(view, index, block, |item| {
         match item {
             LaneItem::String { bytes, .. } => string_bytes += bytes.len(),
             LaneItem::Record(event) => {
@@ -116,6 +118,8 @@ fuzz_target!(|data: &[u8]| {
     // Safety: the mapping outlives the views; sized for GEOMETRY.
     let view = unsafe { RingView::new(mapping.base, GEOMETRY) };
     let mut consumer = LaneConsumer::new();
+    // Block sizes 0..=599: below, at and past the consumer's 512 (it clamps).
+    let block = (usize::from(ctl[0]) * 7 + usize::from(ctl[1])) % 600;
     // 1. The producer's header check: any answer, no panic; a geometry it accepts fits.
     if let Ok(geometry) = validate_header(view.header(), total as u64) {
         assert!(geometry.total_bytes() <= total as u64);
@@ -123,7 +127,7 @@ fuzz_target!(|data: &[u8]| {
         // Safety: validate_header checked that the geometry fits the mapping.
         let accepted = unsafe { RingView::new(mapping.base, geometry) };
         for index in 0..geometry.lane_count {
-            drain_lane(&mut consumer, &accepted, index);
+            drain_lane(&mut consumer, &accepted, index, block);
         }
     }
 
@@ -134,7 +138,7 @@ fuzz_target!(|data: &[u8]| {
         if state != LANE_ACTIVE && state != LANE_RETIRED {
             continue;
         }
-        drain_lane(&mut consumer, &view, index);
+        drain_lane(&mut consumer, &view, index, block);
         let _ = lane.dropped.load(Ordering::Relaxed);
         for slot in &lane.aggregates {
             let _ = slot.count.load(Ordering::Relaxed);
@@ -168,13 +172,13 @@ fuzz_target!(|data: &[u8]| {
         view.count_interrupted(index, 2);
         view.count_no_lane_drop(tid);
         view.retire(claim);
-        drain_lane(&mut consumer, &view, index);
+        drain_lane(&mut consumer, &view, index, block);
     }
     for index in 0..GEOMETRY.lane_count {
         let event = Event::default();
         // Lanes the scribble left in any state: writing into them must stay in bounds.
         view.push(index, &event);
         view.push_string(index, &event, header_part);
-        drain_lane(&mut consumer, &view, index);
+        drain_lane(&mut consumer, &view, index, block);
     }
 });

@@ -12,8 +12,8 @@ use mlprof_filewrite::BackgroundFile;
 use mlprof_format::func::{AGG_SLOTS, Func, agg_slot_meaning};
 use mlprof_format::rank::{RankInfo, RankRecord};
 use mlprof_format::record::{
-    CONTROL_KIND_BASE, Event, KIND_PROCESS_EXIT, KIND_PROCESS_RANK, KIND_PROCESS_START, KIND_SYMBOL_DEF,
-    PROC_FORKED,
+    CONTROL_KIND_BASE, Event, KIND_PROCESS_EXIT, KIND_PROCESS_RANK, KIND_PROCESS_START, KIND_STRING_DEF,
+    KIND_SYMBOL_DEF, MAX_STRING_BYTES, PROC_FORKED, string_payload_slots,
 };
 use mlprof_format::ring::{
     Drained, LANE_ACTIVE, LANE_CLAIMING, LANE_RETIRED, LaneConsumer, LaneItem, lane_generation, lane_state,
@@ -40,8 +40,76 @@ const ZOMBIE_CHECK_EVERY: u32 = 10;
 /// calls a second is 64 KB) waking the writer thread every pass cost two context switches and
 /// a lock hand-off per pass, a sixth of the idle collector's CPU.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
+/// Events a pass gathers before it writes them out as a frame and goes on (128 KiB). A pass in
+/// a burst takes a lane or two (~120 K records); gathered whole, its batch and the sort's
+/// scratch were ~15 MiB of memory the collector touched for the first time in its first
+/// passes, which ran ~5× slower per record than later ones (page faults, costly in a VM),
+/// while the producers' lanes filled and dropped; later passes went through memory, not the
+/// cache. A small batch and its scratch are reused from the first pass on and stay in the
+/// cache (bench/burst_ab.py, 30 rounds: 1–4 Ki events alike, 8 Ki a little slower, 64 Ki
+/// dropping again; BENCHMARKS.md).
+const BATCH_EVENTS: usize = 2 * 1024;
 /// String bytes kept in memory to name processes (ids are kept for every string).
 const STRING_MEMORY_LIMIT: usize = 64 << 20;
+
+/// A lane in a drain pass.
+struct PassLane {
+    index: u32,
+    /// Its owner had exited when the pass began: the lane is freed after it.
+    retired: bool,
+    /// Its records wait for paths other lanes deliver, unless no lane got further in a whole
+    /// round (the string was lost: then they are held aside, as between passes).
+    hold: bool,
+    /// Its last step stopped before a record whose path was not defined yet.
+    waiting: bool,
+    /// Events it added to the batch in this round.
+    in_round: usize,
+    /// The lane's `head` when the pass began: the pass takes the records up to there.
+    until: u64,
+    /// Records taken in this pass.
+    taken: usize,
+    done: bool,
+}
+
+/// How far one consumer step on a lane may go.
+struct StepLimits {
+    /// Events it may add to the batch.
+    room: usize,
+    /// Whether it stops before a record whose path no lane has defined yet.
+    hold: bool,
+    /// It stops before an event that ends later than this (ring clock), if given.
+    cut: Option<u64>,
+}
+
+/// What one consumer step on a lane did.
+struct LaneStep {
+    /// Records taken (slots, string payloads included).
+    taken: usize,
+    /// Events it added to the batch.
+    events: usize,
+    /// It stopped before a record: the batch had no room for it, or its path was not defined
+    /// yet and the step was asked to wait for it (`needs_string`).
+    stopped: bool,
+    /// It stopped before a record whose path another lane has not delivered yet.
+    needs_string: bool,
+}
+
+/// Why a lane's consumer step stopped early.
+enum Stop {
+    /// The batch holds [`BATCH_EVENTS`]: write it out, then go on with the lane.
+    BatchFull,
+    /// A record names a path not defined yet (another thread of the process sent it, in a
+    /// lane this pass has not reached that far): take the other lanes first.
+    NeedsString,
+    /// Writing the run file failed.
+    Io(io::Error),
+}
+
+impl From<io::Error> for Stop {
+    fn from(err: io::Error) -> Stop {
+        Stop::Io(err)
+    }
+}
 
 /// One claim of one lane by one thread.
 struct Stream {
@@ -107,6 +175,8 @@ pub struct Drainer {
     /// pass can end between the two).
     pending_ranks: HashMap<u32, RankInfo>,
     quiet: bool,
+    /// The lanes of the current pass (kept: a pass allocates nothing).
+    pass_lanes: Vec<PassLane>,
     /// Records taken from the fullest lane in the last pass (what the next sleep is sized by).
     busiest_lane: usize,
     pub totals: Totals,
@@ -146,6 +216,7 @@ impl Drainer {
             exits: HashSet::new(),
             pending_ranks: HashMap::new(),
             quiet,
+            pass_lanes: Vec::new(),
             busiest_lane: 0,
             totals: Totals::default(),
         }
@@ -192,8 +263,8 @@ impl Drainer {
     /// One pass over all lanes; returns the number of records taken.
     pub fn drain_once(&mut self) -> io::Result<usize> {
         self.segment.heartbeat(self.timebase.now());
-        let mut taken = 0;
-        let mut busiest = 0;
+        let mut lanes = std::mem::take(&mut self.pass_lanes);
+        lanes.clear();
         for index in 0..self.segment.geometry.lane_count {
             let word = self.lane(index).state.load(Ordering::Acquire);
             let state = lane_state(word);
@@ -201,13 +272,95 @@ impl Drainer {
                 continue;
             }
             self.open_stream(index)?;
-            let from_lane = self.drain_lane(index)?;
-            taken += from_lane;
-            busiest = busiest.max(from_lane);
-            if state == LANE_RETIRED {
-                self.close_stream(index)?;
+            let until = self.lane(index).head.load(Ordering::Acquire);
+            let retired = state == LANE_RETIRED;
+            lanes.push(PassLane {
+                index,
+                retired,
+                hold: true,
+                waiting: false,
+                in_round: 0,
+                until,
+                taken: 0,
+                done: false,
+            });
+        }
+        // In rounds: each lane adds its share of a batch, then the batch is written, until
+        // every lane gave what it had published when the pass began. So a frame holds every
+        // busy thread's records over the same stretch of time, in end-time order, as when a
+        // pass was one frame; and a lane that keeps filling cannot hold the pass forever.
+        // A round takes the records that end by a common time (the earliest, among the lanes,
+        // of the end of the record their share reaches), so frames also follow each other in
+        // time across threads (readers stream fd histories in file order). A thread's records
+        // reach the file in its lane's order: one naming a path that another lane defines
+        // stops its lane until that lane got there (readers build a thread's slices in arrival
+        // order); such lanes get a second sweep in the same round.
+        let capacity = self.segment.geometry.lane_capacity as usize;
+        let mut timed = true;
+        loop {
+            let pending = lanes.iter().filter(|lane| !lane.done).count();
+            if pending == 0 {
+                break;
+            }
+            let share = (BATCH_EVENTS / pending).max(1);
+            let cut = if timed {
+                lanes
+                    .iter()
+                    .filter(|lane| !lane.done)
+                    .filter_map(|lane| self.end_at_share(lane.index, share))
+                    .min()
+            } else {
+                None
+            };
+            timed = true;
+            let (mut progress, mut waiting) = (false, false);
+            for sweep in 0..2 {
+                // Lanes that gave what they had at the pass's start take part too: what they
+                // published since and ends by the round's time belongs in this frame.
+                for lane in lanes.iter_mut().filter(|lane| sweep == 0 || lane.waiting) {
+                    let was_done = lane.done;
+                    let room = if sweep == 0 { share } else { share.saturating_sub(lane.in_round) };
+                    let limits = StepLimits { room, hold: lane.hold, cut };
+                    let step = self.drain_lane_step(lane.index, limits)?;
+                    progress |= !was_done && (step.taken > 0 || !step.stopped);
+                    lane.waiting = step.needs_string;
+                    waiting |= step.needs_string;
+                    lane.taken += step.taken;
+                    lane.in_round = if sweep == 0 { step.events } else { lane.in_round + step.events };
+                    let tail = self.lane(lane.index).tail.load(Ordering::Relaxed);
+                    // Wrapping: positions count up from a claim and never wrap in practice; a
+                    // hostile producer's cannot hold the pass beyond two lanes' worth.
+                    let reached = (tail.wrapping_sub(lane.until) as i64) >= 0;
+                    lane.done |= !step.stopped || reached || lane.taken >= 2 * capacity;
+                }
+                if !waiting {
+                    break;
+                }
+            }
+            if !progress {
+                if lanes.iter().any(|lane| lane.waiting) {
+                    // The paths they wait for come after records past the round's time, or
+                    // were lost: those records wait aside, as between passes.
+                    lanes.iter_mut().filter(|lane| lane.waiting).for_each(|lane| lane.hold = false);
+                } else {
+                    // Records out of end order at the lanes' heads: one round by count alone.
+                    timed = false;
+                }
+            }
+            self.release_waiting();
+            self.write_events()?;
+        }
+        let (mut taken, mut busiest) = (0, 0);
+        for lane in &lanes {
+            taken += lane.taken;
+            busiest = busiest.max(lane.taken);
+            if lane.retired {
+                // What the owner left after the pass began (nothing: it had exited).
+                self.drain_lane(lane.index)?;
+                self.close_stream(lane.index)?;
             }
         }
+        self.pass_lanes = lanes;
         self.busiest_lane = busiest;
         self.free_replaced_images()?;
         self.write_batch()?;
@@ -296,13 +449,73 @@ impl Drainer {
         Ok(())
     }
 
-    /// One consumer step on lane `index` (see [`LaneConsumer::drain`]): the records become
-    /// events of the pass's batch, strings and metadata frames; a refused stream's are only
-    /// counted. Returns the number of records taken.
+    /// Drains lane `index` (see [`LaneConsumer::drain`]): the records become events of the
+    /// pass's batch, strings and metadata frames; a refused stream's are only counted. The
+    /// batch is written out whenever it holds [`BATCH_EVENTS`] events, and the lane's step goes
+    /// on. Returns the number of records taken.
     fn drain_lane(&mut self, index: u32) -> io::Result<usize> {
+        let mut taken = 0;
+        loop {
+            let room = BATCH_EVENTS.saturating_sub(self.batch.len());
+            let step = self.drain_lane_step(index, StepLimits { room, hold: false, cut: None })?;
+            taken += step.taken;
+            if !step.stopped {
+                return Ok(taken);
+            }
+            self.write_events()?;
+        }
+    }
+
+    /// The end time (ring clock) of the `share`-th event past lane `index`'s tail (string
+    /// definitions and control records skipped, as the step skips them), when the lane holds
+    /// that many: how far in time a round's share of the lane reaches. Reads only published
+    /// slots; a hostile lane's garbage only makes a round take less or more.
+    fn end_at_share(&self, index: u32, share: usize) -> Option<u64> {
+        let lane = self.lane(index);
+        let (head, tail) = (lane.head.load(Ordering::Acquire), lane.tail.load(Ordering::Relaxed));
+        if head.wrapping_sub(tail) > self.segment.geometry.lane_capacity as u64 {
+            return None;
+        }
+        let view = self.segment.view();
+        let (mut position, mut events) = (tail, 0);
+        while position < head {
+            let (kind, arg2, end) = view.peek_slot(index, position)?;
+            position += 1;
+            if kind == KIND_STRING_DEF {
+                let len = (arg2 as usize).min(MAX_STRING_BYTES);
+                position = position.saturating_add(string_payload_slots(len) as u64);
+            } else if kind < CONTROL_KIND_BASE {
+                events += 1;
+                if events == share {
+                    return Some(end);
+                }
+            }
+        }
+        None
+    }
+
+    /// Moves the events held aside for their path into the batch, those whose path is known.
+    fn release_waiting(&mut self) {
+        if !self.waiting_for_path.is_empty() {
+            let strings = &self.strings;
+            let (ready, still): (Vec<Event>, Vec<Event>) =
+                self.waiting_for_path.drain(..).partition(|e| strings.is_known(e.arg2));
+            self.waiting_for_path = still;
+            self.batch.extend(ready);
+        }
+    }
+
+    /// One consumer step on lane `index` within `limits` (see [`StepLimits`]); the record it
+    /// stops before is handed out again by the next step. Without `hold`, a record whose path
+    /// is not defined yet waits aside until its path comes (in a later pass, at the latest at
+    /// the end).
+    fn drain_lane_step(&mut self, index: u32, limits: StepLimits) -> io::Result<LaneStep> {
+        let StepLimits { room, hold, cut } = limits;
         let Some(stream) = self.streams.get(&index) else {
-            return Ok(0);
+            return Ok(LaneStep { taken: 0, events: 0, stopped: false, needs_string: false });
         };
+        let tail = self.lane(index).tail.load(Ordering::Relaxed);
+        let batch_before = self.batch.len();
         let (pid, tid, image, refused) = (stream.pid, stream.tid, stream.image, stream.refused);
         let Drainer {
             segment,
@@ -319,13 +532,14 @@ impl Drainer {
             totals,
             ..
         } = self;
-        let drained = consumer.drain(segment.view(), index, |item| {
+        // Blocks no larger than the room: a lane's share of a round may be a few records.
+        let step = consumer.drain_in_blocks(segment.view(), index, room, |item| {
             if refused {
                 totals.refused_records += 1;
                 return Ok(());
             }
             let mut event = match item {
-                LaneItem::String { id, bytes } => return strings.define(writer, id, bytes),
+                LaneItem::String { id, bytes } => return Ok(strings.define(writer, id, bytes)?),
                 LaneItem::Record(event) => event,
             };
             match event.kind {
@@ -368,6 +582,10 @@ impl Drainer {
                     })?;
                 }
                 kind if kind >= CONTROL_KIND_BASE => {}
+                _ if batch.len() - batch_before >= room => return Err(Stop::BatchFull),
+                _ if cut.is_some_and(|cut| event.start.saturating_add(event.dur) > cut) => {
+                    return Err(Stop::BatchFull);
+                }
                 _ => {
                     event.pid = pid;
                     event.tid = tid;
@@ -375,6 +593,9 @@ impl Drainer {
                     event.dur = timebase.duration_ns(event.dur);
                     let needs_path = event.arg2 != 0 && Func::kind_has_path(event.kind);
                     if needs_path && !strings.is_known(event.arg2) {
+                        if hold {
+                            return Err(Stop::NeedsString);
+                        }
                         waiting_for_path.push(event);
                     } else {
                         batch.push(event);
@@ -382,14 +603,26 @@ impl Drainer {
                 }
             }
             Ok(())
-        })?;
+        });
+        let drained = match step {
+            Ok(drained) => drained,
+            Err(Stop::Io(err)) => return Err(err),
+            Err(stop) => {
+                // The step released what it handled (the tail is ours alone to move).
+                let taken = self.lane(index).tail.load(Ordering::Relaxed).wrapping_sub(tail) as usize;
+                let needs_string = matches!(stop, Stop::NeedsString);
+                let events = self.batch.len() - batch_before;
+                return Ok(LaneStep { taken, events, stopped: true, needs_string });
+            }
+        };
         if let Drained::CorruptPositions { tail, head } = drained {
             self.totals.corrupt_lanes += 1;
             eprintln!(
                 "mlprof-collect: lane {index} has inconsistent positions ({tail}..{head}); skipping its records"
             );
         }
-        Ok(drained.taken())
+        let events = self.batch.len() - batch_before;
+        Ok(LaneStep { taken: drained.taken(), events, stopped: false, needs_string: false })
     }
 
     /// Writes the process records whose command line is known (all of them when `all`; those
@@ -415,16 +648,16 @@ impl Drainer {
 }
 
 impl Drainer {
-    /// Writes the pass's events in end-time order, and any held events whose path is now known.
+    /// Writes the process records whose command line is known, then the pass's events in
+    /// end-time order and any held events whose path is now known.
     fn write_batch(&mut self) -> io::Result<()> {
         self.write_processes(false)?;
-        if !self.waiting_for_path.is_empty() {
-            let strings = &self.strings;
-            let (ready, still): (Vec<Event>, Vec<Event>) =
-                self.waiting_for_path.drain(..).partition(|e| strings.is_known(e.arg2));
-            self.waiting_for_path = still;
-            self.batch.extend(ready);
-        }
+        self.release_waiting();
+        self.write_events()
+    }
+
+    /// Writes the batch's events in end-time order, as one frame, and empties it.
+    fn write_events(&mut self) -> io::Result<()> {
         if self.batch.is_empty() {
             return Ok(());
         }

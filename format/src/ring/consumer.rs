@@ -34,6 +34,26 @@ impl RingView {
         out
     }
 
+    /// The kind, `arg2` and end time (`start + dur`, saturating) of the record at `position` of
+    /// lane `index`, read field by field (volatile: a producer may be writing neighbouring
+    /// slots): what a consumer needs to look ahead in a lane without copying it (a string
+    /// definition's `arg2` is its length). `None` for an index outside the ring.
+    pub fn peek_slot(&self, index: u32, position: u64) -> Option<(u16, u64, u64)> {
+        if index >= self.geometry().lane_count {
+            return None;
+        }
+        let record = self.slot(index, position) as *const Event;
+        // Safety: `record` is the slot of a lane inside the ring (checked above), 64-byte aligned
+        // (slot arrays start page aligned); Event is plain data, so any bits are a value.
+        unsafe {
+            let kind = core::ptr::read_volatile(core::ptr::addr_of!((*record).kind));
+            let arg2 = core::ptr::read_volatile(core::ptr::addr_of!((*record).arg2));
+            let start = core::ptr::read_volatile(core::ptr::addr_of!((*record).start));
+            let dur = core::ptr::read_volatile(core::ptr::addr_of!((*record).dur));
+            Some((kind, arg2, start.saturating_add(dur)))
+        }
+    }
+
     /// Appends the records at positions `from..to` of lane `index` to `out` (at most one lane's
     /// capacity; two bulk copies when the range wraps). The caller has read `to` from `head`
     /// with acquire ordering, so these slots are published.
@@ -300,8 +320,24 @@ impl LaneConsumer {
         &mut self,
         view: &RingView,
         index: u32,
+        handle: impl FnMut(LaneItem<'_>) -> Result<(), E>,
+    ) -> Result<Drained, E> {
+        self.drain_in_blocks(view, index, DRAIN_BLOCK, handle)
+    }
+
+    /// [`LaneConsumer::drain`] with blocks of `block` records (1..=[`DRAIN_BLOCK`]; clamped):
+    /// for a caller whose handler stops after a few items (the collector's bounded batch takes
+    /// a share of each busy lane in turn), so that a step copies little more than it hands
+    /// out; a handler that stopped after 8 items of a 512-record block had 504 copied for
+    /// nothing, again at the next step.
+    pub fn drain_in_blocks<E>(
+        &mut self,
+        view: &RingView,
+        index: u32,
+        block: usize,
         mut handle: impl FnMut(LaneItem<'_>) -> Result<(), E>,
     ) -> Result<Drained, E> {
+        let block = block.clamp(1, DRAIN_BLOCK);
         let Some(lane) = view.lane(index) else { return Ok(Drained::Taken(0)) };
         let capacity = view.geometry().lane_capacity as u64;
         let head = lane.head.load(Ordering::Acquire);
@@ -315,7 +351,7 @@ impl LaneConsumer {
         }
         // A string starting in a block has its payload in the copied window (unless `head`
         // cuts it off, as when the whole backlog was copied at once).
-        let window = (DRAIN_BLOCK + string_payload_slots(MAX_STRING_BYTES)) as u64;
+        let window = (block + string_payload_slots(MAX_STRING_BYTES)) as u64;
         let mut position = tail;
         while position < head {
             // Saturating: hostile positions may sit just below u64::MAX.
@@ -324,7 +360,7 @@ impl LaneConsumer {
             view.copy_out(index, position, end, &mut self.records);
             debug_assert_eq!(self.records.len() as u64, end - position, "copied what was published");
             let mut items = LaneItems::new(&self.records);
-            while items.consumed() < DRAIN_BLOCK {
+            while items.consumed() < block {
                 let before = items.consumed();
                 let Some(item) = items.next() else { break };
                 if let Err(error) = handle(item) {
@@ -436,6 +472,68 @@ mod tests {
             assert_eq!(*item, Item::Record(record(61 + i as u64, 1)));
         }
         assert_eq!(positions(&view, lane), (104, 104));
+    }
+
+    #[test]
+    fn small_blocks_deliver_the_same_items_and_release_only_what_was_handled() {
+        let text: Vec<u8> = (0..150u8).collect();
+        let fill = |view: &RingView, lane: u32| {
+            for seq in 0..10 {
+                assert!(view.push(lane, &record(seq, 1)));
+            }
+            assert!(view.push_string(lane, &string_def(7, text.len()), &text));
+            for seq in 10..20 {
+                assert!(view.push(lane, &record(seq, 1)));
+            }
+        };
+        let mapping = Mapping::new(GEOMETRY);
+        let view = mapping.view();
+        let mut consumer = LaneConsumer::new();
+        let lane = view.claim(1, 1, 0, 0, None).unwrap().index;
+        fill(&view, lane);
+        let (whole, expected) = drain_all(&mut consumer, &view, lane);
+        assert_eq!(expected.len(), 21);
+        for block in [0, 1, 3, 7, DRAIN_BLOCK, DRAIN_BLOCK + 1] {
+            fill(&view, lane);
+            let mut items = Vec::new();
+            let drained = consumer
+                .drain_in_blocks(&view, lane, block, |item| {
+                    items.push(Item::from(item));
+                    Ok::<(), ()>(())
+                })
+                .unwrap();
+            assert_eq!((drained, &items), (whole, &expected), "block {block}");
+        }
+        // A handler that stops after 4 items: exactly those are released, the 5th comes again.
+        fill(&view, lane);
+        let (tail, _) = positions(&view, lane);
+        let mut seen = 0;
+        let stopped = consumer.drain_in_blocks(&view, lane, 3, |_| {
+            if seen == 4 {
+                return Err(());
+            }
+            seen += 1;
+            Ok(())
+        });
+        assert_eq!(stopped, Err(()));
+        assert_eq!(positions(&view, lane).0, tail + 4);
+        let (_, rest) = drain_all(&mut consumer, &view, lane);
+        assert_eq!(rest, expected[4..]);
+    }
+
+    #[test]
+    fn peek_slot_reads_kind_length_and_end_without_consuming() {
+        let mapping = Mapping::new(GEOMETRY);
+        let view = mapping.view();
+        let lane = view.claim(1, 1, 0, 0, None).unwrap().index;
+        let mut event = record(0, 1);
+        (event.start, event.dur) = (100, 7);
+        assert!(view.push(lane, &event));
+        assert!(view.push_string(lane, &string_def(9, 70), &[b'x'; 70]));
+        assert_eq!(view.peek_slot(lane, 0), Some((event.kind, event.arg2, 107)));
+        assert_eq!(view.peek_slot(lane, 1), Some((KIND_STRING_DEF, 70, 0)));
+        assert_eq!(view.peek_slot(GEOMETRY.lane_count, 0), None);
+        assert_eq!(positions(&view, lane), (0, 1 + 1 + string_payload_slots(70) as u64));
     }
 
     #[test]
