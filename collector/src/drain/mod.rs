@@ -12,8 +12,8 @@ use mlprof_filewrite::BackgroundFile;
 use mlprof_format::func::{AGG_SLOTS, Func, agg_slot_meaning};
 use mlprof_format::rank::{RankInfo, RankRecord};
 use mlprof_format::record::{
-    CONTROL_KIND_BASE, Event, KIND_PROCESS_EXIT, KIND_PROCESS_RANK, KIND_PROCESS_START, KIND_STRING_DEF,
-    KIND_SYMBOL_DEF, MAX_STRING_BYTES, PROC_FORKED, string_payload_slots,
+    CONTROL_KIND_BASE, Event, KIND_PROCESS_EXIT, KIND_PROCESS_RANK, KIND_PROCESS_START, KIND_SYMBOL_DEF,
+    PROC_FORKED,
 };
 use mlprof_format::ring::{
     Drained, LANE_ACTIVE, LANE_CLAIMING, LANE_RETIRED, LaneConsumer, LaneItem, lane_generation, lane_state,
@@ -87,16 +87,25 @@ struct LaneStep {
     taken: usize,
     /// Events it added to the batch.
     events: usize,
-    /// It stopped before a record: the batch had no room for it, or its path was not defined
-    /// yet and the step was asked to wait for it (`needs_string`).
-    stopped: bool,
+    /// Why it ended.
+    end: StepEnd,
+}
+
+/// How a consumer step on a lane ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StepEnd {
+    /// It took everything the lane had published.
+    Drained,
+    /// It stopped before a record the step's room or the round's time left out.
+    Full,
     /// It stopped before a record whose path another lane has not delivered yet.
-    needs_string: bool,
+    NeedsString,
 }
 
 /// Why a lane's consumer step stopped early.
 enum Stop {
-    /// The batch holds [`BATCH_EVENTS`]: write it out, then go on with the lane.
+    /// The step's room is used up, or the record ends past the round's time: write the batch
+    /// out, then go on with the lane.
     BatchFull,
     /// A record names a path not defined yet (another thread of the process sent it, in a
     /// lane this pass has not reached that far): take the other lanes first.
@@ -307,13 +316,13 @@ impl Drainer {
                 lanes
                     .iter()
                     .filter(|lane| !lane.done)
-                    .filter_map(|lane| self.end_at_share(lane.index, share))
+                    .filter_map(|lane| self.segment.view().record_end_ahead(lane.index, share))
                     .min()
             } else {
                 None
             };
             timed = true;
-            let (mut progress, mut waiting) = (false, false);
+            let mut progress = false;
             for sweep in 0..2 {
                 // Lanes that gave what they had at the pass's start take part too: what they
                 // published since and ends by the round's time belongs in this frame.
@@ -322,18 +331,17 @@ impl Drainer {
                     let room = if sweep == 0 { share } else { share.saturating_sub(lane.in_round) };
                     let limits = StepLimits { room, hold: lane.hold, cut };
                     let step = self.drain_lane_step(lane.index, limits)?;
-                    progress |= !was_done && (step.taken > 0 || !step.stopped);
-                    lane.waiting = step.needs_string;
-                    waiting |= step.needs_string;
+                    progress |= !was_done && (step.taken > 0 || step.end == StepEnd::Drained);
+                    lane.waiting = step.end == StepEnd::NeedsString;
                     lane.taken += step.taken;
                     lane.in_round = if sweep == 0 { step.events } else { lane.in_round + step.events };
                     let tail = self.lane(lane.index).tail.load(Ordering::Relaxed);
                     // Wrapping: positions count up from a claim and never wrap in practice; a
                     // hostile producer's cannot hold the pass beyond two lanes' worth.
                     let reached = (tail.wrapping_sub(lane.until) as i64) >= 0;
-                    lane.done |= !step.stopped || reached || lane.taken >= 2 * capacity;
+                    lane.done |= step.end == StepEnd::Drained || reached || lane.taken >= 2 * capacity;
                 }
-                if !waiting {
+                if !lanes.iter().any(|lane| lane.waiting) {
                     break;
                 }
             }
@@ -459,39 +467,11 @@ impl Drainer {
             let room = BATCH_EVENTS.saturating_sub(self.batch.len());
             let step = self.drain_lane_step(index, StepLimits { room, hold: false, cut: None })?;
             taken += step.taken;
-            if !step.stopped {
+            if step.end == StepEnd::Drained {
                 return Ok(taken);
             }
             self.write_events()?;
         }
-    }
-
-    /// The end time (ring clock) of the `share`-th event past lane `index`'s tail (string
-    /// definitions and control records skipped, as the step skips them), when the lane holds
-    /// that many: how far in time a round's share of the lane reaches. Reads only published
-    /// slots; a hostile lane's garbage only makes a round take less or more.
-    fn end_at_share(&self, index: u32, share: usize) -> Option<u64> {
-        let lane = self.lane(index);
-        let (head, tail) = (lane.head.load(Ordering::Acquire), lane.tail.load(Ordering::Relaxed));
-        if head.wrapping_sub(tail) > self.segment.geometry.lane_capacity as u64 {
-            return None;
-        }
-        let view = self.segment.view();
-        let (mut position, mut events) = (tail, 0);
-        while position < head {
-            let (kind, arg2, end) = view.peek_slot(index, position)?;
-            position += 1;
-            if kind == KIND_STRING_DEF {
-                let len = (arg2 as usize).min(MAX_STRING_BYTES);
-                position = position.saturating_add(string_payload_slots(len) as u64);
-            } else if kind < CONTROL_KIND_BASE {
-                events += 1;
-                if events == share {
-                    return Some(end);
-                }
-            }
-        }
-        None
     }
 
     /// Moves the events held aside for their path into the batch, those whose path is known.
@@ -512,7 +492,7 @@ impl Drainer {
     fn drain_lane_step(&mut self, index: u32, limits: StepLimits) -> io::Result<LaneStep> {
         let StepLimits { room, hold, cut } = limits;
         let Some(stream) = self.streams.get(&index) else {
-            return Ok(LaneStep { taken: 0, events: 0, stopped: false, needs_string: false });
+            return Ok(LaneStep { taken: 0, events: 0, end: StepEnd::Drained });
         };
         let tail = self.lane(index).tail.load(Ordering::Relaxed);
         let batch_before = self.batch.len();
@@ -610,9 +590,10 @@ impl Drainer {
             Err(stop) => {
                 // The step released what it handled (the tail is ours alone to move).
                 let taken = self.lane(index).tail.load(Ordering::Relaxed).wrapping_sub(tail) as usize;
-                let needs_string = matches!(stop, Stop::NeedsString);
                 let events = self.batch.len() - batch_before;
-                return Ok(LaneStep { taken, events, stopped: true, needs_string });
+                let end =
+                    if matches!(stop, Stop::NeedsString) { StepEnd::NeedsString } else { StepEnd::Full };
+                return Ok(LaneStep { taken, events, end });
             }
         };
         if let Drained::CorruptPositions { tail, head } = drained {
@@ -622,7 +603,7 @@ impl Drainer {
             );
         }
         let events = self.batch.len() - batch_before;
-        Ok(LaneStep { taken: drained.taken(), events, stopped: false, needs_string: false })
+        Ok(LaneStep { taken: drained.taken(), events, end: StepEnd::Drained })
     }
 
     /// Writes the process records whose command line is known (all of them when `all`; those

@@ -10,7 +10,15 @@ use super::layout::{
     LANE_CLAIMING, LANE_FREE, LANE_OPEN, LANE_UNBACKED, Lane, lane_generation, lane_state, lane_word,
 };
 use super::view::RingView;
-use crate::record::{Event, KIND_STRING_DEF, MAX_STRING_BYTES, RECORD_BYTES, string_payload_slots};
+use crate::record::{
+    CONTROL_KIND_BASE, Event, KIND_STRING_DEF, MAX_STRING_BYTES, RECORD_BYTES, string_payload_slots,
+};
+
+/// A string definition's payload length, as a consumer honours it: the `arg2` it declares, at
+/// most [`MAX_STRING_BYTES`]. One rule for [`LaneItems`] and [`RingView::record_end_ahead`].
+fn string_len(arg2: u64) -> usize {
+    (arg2 as usize).min(MAX_STRING_BYTES)
+}
 
 impl RingView {
     /// The address and length of lane `index`'s slot array (for the collector to pre-fault it).
@@ -34,11 +42,40 @@ impl RingView {
         out
     }
 
+    /// The end time (`start + dur`, ring clock) of the `n`-th record (n ≥ 1) lane `index` has
+    /// published past its tail, counting what a [`LaneConsumer::drain`] step hands out as
+    /// [`LaneItem::Record`] with a kind below [`CONTROL_KIND_BASE`] (string definitions with
+    /// their payloads and control records skipped), when the lane holds that many: how far in
+    /// time taking `n` of its records reaches, without copying them (the collector takes every
+    /// lane up to a common time). Reads only published slots; garbage from a hostile producer
+    /// only gives a wrong time.
+    pub fn record_end_ahead(&self, index: u32, n: usize) -> Option<u64> {
+        let lane = self.lane(index)?;
+        let head = lane.head.load(Ordering::Acquire);
+        let tail = lane.tail.load(Ordering::Relaxed);
+        if head.wrapping_sub(tail) > self.geometry().lane_capacity as u64 {
+            return None;
+        }
+        let (mut position, mut records) = (tail, 0);
+        while position < head {
+            let (kind, arg2, end) = self.peek_slot(index, position)?;
+            position += 1;
+            if kind == KIND_STRING_DEF {
+                position = position.saturating_add(string_payload_slots(string_len(arg2)) as u64);
+            } else if kind < CONTROL_KIND_BASE {
+                records += 1;
+                if records == n {
+                    return Some(end);
+                }
+            }
+        }
+        None
+    }
+
     /// The kind, `arg2` and end time (`start + dur`, saturating) of the record at `position` of
     /// lane `index`, read field by field (volatile: a producer may be writing neighbouring
-    /// slots): what a consumer needs to look ahead in a lane without copying it (a string
-    /// definition's `arg2` is its length). `None` for an index outside the ring.
-    pub fn peek_slot(&self, index: u32, position: u64) -> Option<(u16, u64, u64)> {
+    /// slots), for looking ahead without copying. `None` for an index outside the ring.
+    fn peek_slot(&self, index: u32, position: u64) -> Option<(u16, u64, u64)> {
         if index >= self.geometry().lane_count {
             return None;
         }
@@ -240,7 +277,7 @@ impl<'a> Iterator for LaneItems<'a> {
         if event.kind != KIND_STRING_DEF {
             return Some(LaneItem::Record(event));
         }
-        let len = (event.arg2 as usize).min(MAX_STRING_BYTES);
+        let len = string_len(event.arg2);
         let slots = string_payload_slots(len);
         let Some(payload) = self.records.get(self.at..self.at + slots) else {
             self.at = self.records.len();
@@ -534,6 +571,14 @@ mod tests {
         assert_eq!(view.peek_slot(lane, 1), Some((KIND_STRING_DEF, 70, 0)));
         assert_eq!(view.peek_slot(GEOMETRY.lane_count, 0), None);
         assert_eq!(positions(&view, lane), (0, 1 + 1 + string_payload_slots(70) as u64));
+        // Looking ahead by records skips the string and its payload.
+        let mut later = record(1, 1);
+        (later.start, later.dur) = (200, 3);
+        assert!(view.push(lane, &later));
+        assert_eq!(view.record_end_ahead(lane, 1), Some(107));
+        assert_eq!(view.record_end_ahead(lane, 2), Some(203));
+        assert_eq!(view.record_end_ahead(lane, 3), None);
+        assert_eq!(view.record_end_ahead(GEOMETRY.lane_count, 1), None);
     }
 
     #[test]
