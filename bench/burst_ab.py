@@ -26,13 +26,11 @@ bench/calls.c is built into --build-dir (default bench/build) by bench/run.py's 
 import argparse
 import os
 import re
-import resource
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import run as common  # noqa: E402  (builds bench/calls.c)
+import run as common  # noqa: E402  (builds bench/calls.c, runs commands)
 from stats import median_ci  # noqa: E402
 
 
@@ -49,16 +47,15 @@ def parse_variant(text):
 
 
 def one_run(collect, env, exe, n, threads, out):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     cmd = [collect, "--no-energy", "--out", out, "--", exe, "write_null", str(n), str(threads)]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **env))
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        sys.exit(f"burst_ab.py: {' '.join(cmd)} exited {done.returncode}:\n{done.stderr}")
-    tree_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    app_cpu = float(re.search(r"cpu_s=([\d.]+)", done.stdout).group(1))
-    events = int(re.search(r"recorded (\d+) calls", done.stderr).group(1))
-    dropped = re.search(r"(\d+) RECORDS WERE DROPPED", done.stderr)
+    try:
+        done = common.run_cmd(cmd, env_extra=env, echo=False)
+    except common.BenchError as e:
+        sys.exit(f"burst_ab.py: {e}")
+    # The tree's CPU (RUSAGE_CHILDREN delta) minus the application's own: the collector's.
+    tree_cpu, app_cpu, stderr = done["tree_cpu_s"], float(done["kv"]["cpu_s"]), done["stderr"]
+    events = int(re.search(r"recorded (\d+) calls", stderr).group(1))
+    dropped = re.search(r"(\d+) RECORDS WERE DROPPED", stderr)
     dropped = int(dropped.group(1)) if dropped else 0
     return 100 * dropped / (events + dropped), (tree_cpu - app_cpu) * 1e9 / events
 
