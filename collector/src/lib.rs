@@ -244,11 +244,13 @@ fn run(args: Args) -> Result<ExitCode, String> {
         if args.all_syscalls {
             extra_env.push(("MLPROF_ALL_SYSCALLS", "1".into()));
         }
+        let mut watch = launch::ChildWatch::new();
         let mut child = launch::spawn(&args.command, &preload, &shm_path, &session, &extra_env)?;
         let child_pid = child.id();
+        drainer.watch_launched(child_pid);
         let mut since = Instant::now();
         let status = loop {
-            let exited = child.try_wait().map_err(|e| e.to_string())?;
+            let exited = if watch.should_ask() { child.try_wait().map_err(|e| e.to_string())? } else { None };
             if exited.is_some() {
                 // Backing spare lanes now would only be undone at exit (~3 ms of CPU each).
                 drainer.stop_offering_lanes();

@@ -180,12 +180,18 @@ pub struct Drainer {
     claiming: HashMap<u32, u32>,
     /// Pids whose exit is recorded.
     exits: HashSet<u32>,
+    /// The launched command's pid: the launcher's `waitpid` tells its end, so its leader needs
+    /// no zombie check through /proc.
+    launched: Option<u32>,
     /// Rank records waiting for the process start that follows them on the same lane (a
     /// pass can end between the two).
     pending_ranks: HashMap<u32, RankInfo>,
     quiet: bool,
     /// The lanes of the current pass (kept: a pass allocates nothing).
     pass_lanes: Vec<PassLane>,
+    /// The streams a snapshot goes through, and the samples of one (kept, like `pass_lanes`).
+    snapshot_order: Vec<u32>,
+    aggregate_samples: Vec<AggregateSample>,
     /// Records taken from the fullest lane in the last pass (what the next sleep is sized by).
     busiest_lane: usize,
     pub totals: Totals,
@@ -223,9 +229,12 @@ impl Drainer {
             current_images: HashMap::new(),
             claiming: HashMap::new(),
             exits: HashSet::new(),
+            launched: None,
             pending_ranks: HashMap::new(),
             quiet,
             pass_lanes: Vec::new(),
+            snapshot_order: Vec::new(),
+            aggregate_samples: Vec::new(),
             busiest_lane: 0,
             totals: Totals::default(),
         }
@@ -402,6 +411,11 @@ impl Drainer {
     /// backed stay on offer to whatever the command left behind.
     pub fn stop_offering_lanes(&mut self) {
         self.offer_lanes = false;
+    }
+
+    /// The launcher waits for process `pid` itself (see `launched`).
+    pub fn watch_launched(&mut self, pid: u32) {
+        self.launched = Some(pid);
     }
 
     /// Whether some lane still belongs to a live thread.
@@ -675,7 +689,8 @@ impl Drainer {
                 _ => continue,
             }
             let (pid, tid) = (lane.pid.load(Ordering::Relaxed), lane.tid.load(Ordering::Relaxed));
-            if thread_alive(pid, tid, zombies) {
+            // The launched command ends as a zombie that the launcher reaps in its next pass.
+            if thread_alive(pid, tid, zombies && self.launched != Some(pid)) {
                 continue;
             }
             self.open_stream(index)?;
@@ -747,10 +762,15 @@ impl Drainer {
     }
 
     fn snapshot_all(&mut self) -> io::Result<()> {
-        let indexes: Vec<u32> = self.streams.keys().copied().collect();
-        for index in indexes {
+        // A kept list, not a fresh one: this runs every pass (an allocation was 2 % of an idle
+        // collector's CPU).
+        let mut indexes = std::mem::take(&mut self.snapshot_order);
+        indexes.clear();
+        indexes.extend(self.streams.keys().copied());
+        for &index in &indexes {
             self.snapshot_stream(index)?;
         }
+        self.snapshot_order = indexes;
         let no_lane = self.segment.view().header().no_lane_drops_total();
         if no_lane != self.no_lane_drops {
             self.no_lane_drops = no_lane;
@@ -779,7 +799,8 @@ impl Drainer {
             return Ok(());
         };
         let time_ns = crate::timebase::monotonic_ns();
-        let mut samples = Vec::new();
+        let mut samples = std::mem::take(&mut self.aggregate_samples);
+        samples.clear();
         for (slot, counters) in lane.aggregates.iter().enumerate() {
             let now = (
                 counters.count.load(Ordering::Relaxed),
@@ -805,9 +826,9 @@ impl Drainer {
                 timed_ns: self.timebase.duration_ns(now.2),
             });
         }
-        if !samples.is_empty() {
-            self.writer.write_aggregates(&samples)?;
-        }
+        let written = if samples.is_empty() { Ok(()) } else { self.writer.write_aggregates(&samples) };
+        self.aggregate_samples = samples;
+        written?;
         let interrupted = lane.interrupted.load(Ordering::Relaxed);
         let dropped = lane.dropped.load(Ordering::Relaxed).wrapping_add(interrupted);
         if (dropped, interrupted) != stream.dropped {
