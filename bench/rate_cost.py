@@ -110,7 +110,11 @@ def main():
                     except common.BenchError as e:
                         errors.append(f"round {rnd + 1} rate {rate} {v}: {e}")
                         continue
-                    sample = {"cpu": r["tree_cpu_s"], "wall": r["wall_s"], "job_cpu": float(r["kv"]["cpu_s"])}
+                    job_cpu = float(r["kv"]["cpu_s"])
+                    # What the tree spent outside the job's own process: the collector (and, bare,
+                    # only the exec before the job's rusage starts counting).
+                    sample = {"cpu": r["tree_cpu_s"], "wall": r["wall_s"], "job_cpu": job_cpu}
+                    sample["outside_cpu"] = r["tree_cpu_s"] - job_cpu
                     if v != "bare":
                         ok, text, dropped = check_counts(bins[v], out, args.op, n)
                         sample.update(check=text, dropped=dropped, calls=n)
@@ -130,7 +134,9 @@ def main():
         f"`python3 bench/rate_cost.py {' '.join(sys.argv[1:])}`: `calls {args.op} N 1 RATE` "
         f"(one thread, paced in 1 ms ticks, {args.seconds:g} s per run), {args.pairs} interleaved "
         "rounds. Added CPU = tree CPU (collector + job) under mlprof minus bare, in the same round; "
-        "median over pairs, bootstrap 95 % CI, as % of one core over the run's length.\n"
+        "median over pairs, bootstrap 95 % CI, as % of one core over the run's length. Split: "
+        "the collector's process (tree CPU outside the job's own rusage, paired) and the job's "
+        "(its own rusage, paired; the medians of the parts need not add up to the whole's).\n"
     )
     report += [f"- {n}" for n in notes] + [f"- build: `{c}`" for c in build_cmds[:1]] + [""]
     rows = []
@@ -155,6 +161,18 @@ def main():
                 verdict = f"above {target:g} %"
             else:
                 verdict = f"straddles {target:g} %"
+            # The split: the collector's process (paired difference of the tree CPU outside the
+            # job: steady, so its interval is narrow) and the job's (hooks and libmlprof's start:
+            # paired difference of the job's own rusage, as noisy as the job's CPU).
+            split = []
+            for key in ("outside_cpu", "job_cpu"):
+                part = [d / seconds * 100 for d in stats.paired(vs, bare, key, op="diff")]
+                pm, plo, phi = stats.median_ci(part)
+                split.append(
+                    "–"
+                    if pm is None
+                    else f"{pm:+.2f} %" + ("" if plo is None else f" [{plo:+.2f}, {phi:+.2f}]")
+                )
             bare_cpu = stats.median_ci([s["cpu"] for s in bare.values()])[0]
             drops = sum(s.get("dropped", 0) for s in vs.values())
             rows.append(
@@ -169,6 +187,7 @@ def main():
                     else f"{med:+.2f} %" + ("" if lo is None else f" [{lo:+.2f}, {hi:+.2f}]"),
                     "–" if target is None else f"≤ {target:g} %",
                     verdict,
+                    *split,
                     f"{drops:,}",
                 ]
             )
@@ -183,10 +202,12 @@ def main():
                 "added, % of a core [95 % CI]",
                 "target",
                 "verdict",
+                "of which the collector",
+                "of which the job (hooks)",
                 "dropped (all rounds)",
             ],
             rows,
-            ["--:", "---", "--:", "--:", "--:", "--:", "--:", "---", "--:"],
+            ["--:", "---", "--:", "--:", "--:", "--:", "--:", "---", "--:", "--:", "--:"],
         )
     )
     report.append("")
