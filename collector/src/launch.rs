@@ -196,7 +196,8 @@ extern "C" fn on_signal(signal: libc::c_int) {
 /// SIGINT and SIGTERM set a flag: attach mode stops; launcher mode forwards SIGTERM to the child
 /// (a terminal's Ctrl-C already reaches the child through its process group).
 pub fn install_signal_handlers() {
-    // Safety: the handlers only store to an atomic (or nothing). SIGCHLD gets a handler of its
+    // Safety: the handlers only touch atomics; the signal set is a zeroed local that
+    // sigemptyset initializes before use. SIGCHLD gets a handler of its
     // own (not SIG_IGN, which would reap children behind waitpid's back) so that the end of the
     // command interrupts the collector's sleep at once (no SA_RESTART, so the futex wait
     // returns early).
@@ -206,6 +207,12 @@ pub fn install_signal_handlers() {
         let mut child: libc::sigaction = std::mem::zeroed();
         child.sa_sigaction = on_child as *const () as libc::sighandler_t;
         libc::sigaction(libc::SIGCHLD, &child, std::ptr::null_mut());
+        // A SIGCHLD blocked in the mask this process inherited would neither cut the sleep
+        // short nor tell `ChildWatch`: the end of the command would wait for its safety net.
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
     }
 }
 

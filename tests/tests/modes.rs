@@ -99,6 +99,88 @@ fn attach_mode() {
     e.finish();
 }
 
+/// A collector started with SIGCHLD blocked (a mask some job launchers pass on) unblocks it in
+/// its main thread, where the signal of the command's end cuts its sleep short and tells it to
+/// reap: without that it would notice the end only at its once-a-second safety net. Read from
+/// /proc while it runs: no timing involved. The command's records are whole as ever.
+#[test]
+fn a_blocked_sigchld_is_unblocked() {
+    const SIGCHLD_BIT: u64 = 1 << (libc::SIGCHLD - 1);
+    let dir = TempDir::new("sigchld-blocked");
+    let prog = compile("writer", &dir);
+    let path = dir.file("w.dat");
+    let out = dir.join("run.bin");
+    let fifo = dir.join("go");
+    let made = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // Safety: mkfifo with a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(made.as_ptr(), 0o600) }, 0, "mkfifo");
+    // The command waits on the fifo until the mask has been read, then writes.
+    let script = format!("read _ < {}; exec {prog} {path} 4 0", fifo.display());
+    let mut cmd = collect_command(&out, &[], &["sh", "-c", &script]);
+    block_sigchld(&mut cmd);
+    let blocked_at_exec = {
+        let mut probe = Command::new("grep");
+        clean_env(&mut probe).args(["SigBlk", "/proc/self/status"]);
+        block_sigchld(&mut probe);
+        let o = output_with_timeout(probe, default_timeout());
+        sig_blocked(&String::from_utf8_lossy(&o.stdout)) & SIGCHLD_BIT != 0
+    };
+    assert!(blocked_at_exec, "the pre_exec mask must reach the program (else this test tests nothing)");
+    let driven = Driven::spawn(cmd, false, default_timeout());
+    let pid = driven.pid();
+    let status = format!("/proc/{pid}/task/{pid}/status");
+    // The collector's main thread unblocks it before it starts the command; the command waits
+    // for us, so the collector is alive while we look.
+    // Milliseconds after its start; 20 s is for a machine under load.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut mask = u64::MAX;
+    while mask & SIGCHLD_BIT != 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        mask = sig_blocked(&std::fs::read_to_string(&status).unwrap_or_default());
+    }
+    // Opening the fifo waits for the command's shell to open it: from a thread of its own, so
+    // that a collector that never starts the command fails the test instead of hanging it.
+    let go = fifo.clone();
+    std::thread::spawn(move || std::fs::write(go, "go\n"));
+    let done = driven.finish("the collector with SIGCHLD blocked");
+    assert_eq!(
+        mask & SIGCHLD_BIT,
+        0,
+        "SIGCHLD still blocked in the collector's main thread: SigBlk {mask:x}"
+    );
+    assert!(done.status.success(), "{:?}\n{}", done.status, done.stderr);
+    let s = clean_summary(&out);
+    let p = s.proc_exact(&format!("{prog} {path} 4 0"));
+    let mut e = s.expect();
+    e.calls("writer", p.calls(), &[("open", 1), ("write", 4), ("close", 1)], &[("write", 256)]);
+    e.finish();
+}
+
+/// Makes `cmd` start with SIGCHLD blocked.
+fn block_sigchld(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // Safety: only sigemptyset, sigaddset and sigprocmask on a local set, async-signal-safe,
+    // between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGCHLD);
+            libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+}
+
+/// The SigBlk mask of a /proc status text (all bits set when absent).
+fn sig_blocked(status: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(u64::MAX)
+}
+
 /// No collector serves the session: the program runs exactly as without
 /// the preload (same stdout, exit status and file), and libmlprof prints
 /// exactly one stderr line starting `mlprof: no session`; none with
