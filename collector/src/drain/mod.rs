@@ -488,15 +488,12 @@ impl Drainer {
         }
     }
 
-    /// Moves the events held aside for their path into the batch, those whose path is known.
+    /// Moves the events held aside for their path into the batch, those whose path is known,
+    /// in place (this runs every round of a pass; a partition into two new vectors allocated
+    /// each time while anything waited).
     fn release_waiting(&mut self) {
-        if !self.waiting_for_path.is_empty() {
-            let strings = &self.strings;
-            let (ready, still): (Vec<Event>, Vec<Event>) =
-                self.waiting_for_path.drain(..).partition(|e| strings.is_known(e.arg2));
-            self.waiting_for_path = still;
-            self.batch.extend(ready);
-        }
+        let strings = &self.strings;
+        self.batch.extend(self.waiting_for_path.extract_if(.., |e| strings.is_known(e.arg2)));
     }
 
     /// One consumer step on lane `index` within `limits` (see [`StepLimits`]); the record it
