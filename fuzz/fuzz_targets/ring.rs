@@ -3,10 +3,10 @@
 //! and slots (the first bytes pick which region gets how much).  Then:
 //!
 //! 1. `validate_header` must accept or refuse it without panicking (the producer's check);
-//! 2. a consumer pass like the collector's (`collector/src/drain.rs`): lane states, then
-//!    `LaneConsumer::drain_in_blocks`, the consumer step the collector itself runs (head/tail
-//!    sanity, copy-out in blocks of a size the input picks, string definitions with their
-//!    payload slots, tail release), then `free`;
+//! 2. a consumer pass like the collector's (`collector/src/drain/mod.rs`): lane states, the
+//!    look-ahead `RingView::record_end_ahead`, then `LaneConsumer::drain_in_blocks`, the
+//!    consumer step the collector itself runs (head/tail sanity, copy-out in blocks of a size
+//!    the input picks, string definitions with their payload slots, tail release), then `free`;
 //! 3. lane transitions and producer operations on the scribbled lanes (`offer`,
 //!    `reclaim_stale_claim`, `claim`, `push`, `push_string`, `retire`, the drop counters,
 //!    `aggregate_slot`) must stay inside the mapping (AddressSanitizer checks).
@@ -69,6 +69,14 @@ fn scribble(dst: &mut [u8], region: std::ops::Range<usize>, offset: usize, src: 
 fn drain_lane(consumer: &mut LaneConsumer, view: &RingView, index: u32, block: usize) -> u64 {
     let capacity = view.geometry().lane_capacity as u64;
     let before = view.lane(index).map(|lane| lane.tail.load(Ordering::Relaxed));
+    // The collector's look-ahead reads the same untrusted slots before the step (any answer,
+    // no panic, nothing released).
+    let _ = view.record_end_ahead(index, block.max(1));
+    assert_eq!(
+        view.lane(index).map(|lane| lane.tail.load(Ordering::Relaxed)),
+        before,
+        "look-ahead releases nothing"
+    );
     let mut string_bytes = 0usize;
     let drained = consumer.drain_in_blocks(view, index, block, |item| {
         match item {
