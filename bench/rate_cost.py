@@ -64,6 +64,11 @@ def check_counts(ml, binfile, op, n):
     return ok, f"{func}={recorded:,} dropped={dropped:,}", dropped
 
 
+def added_pct(samples_v, samples_bare, key, seconds):
+    """Per-round differences of `key` (CPU seconds) against bare, in % of a core over the run."""
+    return [d / seconds * 100 for d in stats.paired(samples_v, samples_bare, key, op="diff")]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rates", default="1000,10000,1000000", help="calls/s, comma-separated")
@@ -145,8 +150,7 @@ def main():
         bare = samples.get((rate, "bare"), {})
         for v in bins:
             vs = samples.get((rate, v), {})
-            diffs = stats.paired(vs, bare, "cpu", op="diff")
-            pct = [d / seconds * 100 for d in diffs]
+            pct = added_pct(vs, bare, "cpu", seconds)
             med, lo, hi = stats.median_ci(pct)
             target = TARGETS.get(rate)
             if med is None:
@@ -164,15 +168,10 @@ def main():
             # The split: the collector's process (paired difference of the tree CPU outside the
             # job: steady, so its interval is narrow) and the job's (hooks and libmlprof's start:
             # paired difference of the job's own rusage, as noisy as the job's CPU).
-            split = []
-            for key in ("outside_cpu", "job_cpu"):
-                part = [d / seconds * 100 for d in stats.paired(vs, bare, key, op="diff")]
-                pm, plo, phi = stats.median_ci(part)
-                split.append(
-                    "–"
-                    if pm is None
-                    else f"{pm:+.2f} %" + ("" if plo is None else f" [{plo:+.2f}, {phi:+.2f}]")
-                )
+            split = [
+                stats.fmt_points_ci(*stats.median_ci(added_pct(vs, bare, key, seconds)))
+                for key in ("outside_cpu", "job_cpu")
+            ]
             bare_cpu = stats.median_ci([s["cpu"] for s in bare.values()])[0]
             drops = sum(s.get("dropped", 0) for s in vs.values())
             rows.append(
@@ -182,9 +181,7 @@ def main():
                     len(pct),
                     "–" if bare_cpu is None else f"{bare_cpu:.3f} s",
                     "–" if med is None else f"{med * seconds / 100:+.3f} s",
-                    "–"
-                    if med is None
-                    else f"{med:+.2f} %" + ("" if lo is None else f" [{lo:+.2f}, {hi:+.2f}]"),
+                    stats.fmt_points_ci(med, lo, hi),
                     "–" if target is None else f"≤ {target:g} %",
                     verdict,
                     *split,

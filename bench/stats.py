@@ -62,6 +62,16 @@ def fmt_ratio_ci(med, lo, hi):
     return s
 
 
+def fmt_points_ci(med, lo, hi):
+    """A difference in percent (of a core, of a run) with its interval: '+0.22 % [+0.17, +0.34]'."""
+    if med is None:
+        return "–"
+    s = f"{med:+.2f} %"
+    if lo is not None:
+        s += f" [{lo:+.2f}, {hi:+.2f}]"
+    return s
+
+
 def verdict(lo, hi, target):
     """How a ratio's CI sits against a slowdown target such as 1.01."""
     if lo is None:
