@@ -54,21 +54,16 @@ def paired(samples_v, samples_b, key, op="ratio"):
 
 def fmt_ratio_ci(med, lo, hi):
     """'×1.012 [0.998, 1.027]' as a percent change: '+1.2 % [−0.2, +2.7]'."""
-    if med is None:
-        return "–"
-    s = f"{(med - 1) * 100:+.1f} %"
-    if lo is not None:
-        s += f" [{(lo - 1) * 100:+.1f}, {(hi - 1) * 100:+.1f}]"
-    return s
+    return fmt_points_ci(*(None if x is None else (x - 1) * 100 for x in (med, lo, hi)), digits=1)
 
 
-def fmt_points_ci(med, lo, hi):
+def fmt_points_ci(med, lo, hi, digits=2):
     """A difference in percent (of a core, of a run) with its interval: '+0.22 % [+0.17, +0.34]'."""
     if med is None:
         return "–"
-    s = f"{med:+.2f} %"
+    s = f"{med:+.{digits}f} %"
     if lo is not None:
-        s += f" [{lo:+.2f}, {hi:+.2f}]"
+        s += f" [{lo:+.{digits}f}, {hi:+.{digits}f}]"
     return s
 
 
