@@ -22,15 +22,30 @@
 //! the page cache, which takes them at once, until the writer has caught up. So do the
 //! partial chunks of flushes, for which a direct write costs more than it saves.
 //!
+//! At a job's everyday rates the collector's producer writes small chunks itself
+//! ([`BackgroundFile::write_small_now`], and `flush`): when nothing waits for the writer thread
+//! and the chunk, and what was written since the last such call, are at most `CALLER_WRITE_MAX`
+//! bytes, they go through the page cache from the caller's thread and the chunk is reused at
+//! once (at a burst's rates everything still goes the writer thread's way, direct). At 10,000 calls a second a pass's 64 KB
+//! frame was otherwise copied into a 1 MiB chunk whose pages were last written two seconds
+//! before, and in some hours on these VMs a write to a page not written lately costs ~14 µs
+//! (`perf record`: that copy was a quarter of the collector's CPU, and growing the first
+//! chunks to 1 MiB, zeroing fresh pages, another quarter of a 10 s run's); written each pass,
+//! the chunk's few pages stay hot, and the writer thread is not woken at all. A caller's write
+//! that took long (the page cache throttles writers while the job itself dirties pages faster
+//! than the disk takes them) sends its bytes to the writer thread for a while again.
+//!
 //! A producer for which waiting is harmless (`mlprof convert`, `mlprof merge`) takes the
-//! other policy, [`BackgroundFile::paced`]: four chunks queued, every full chunk direct.
+//! other policy, [`BackgroundFile::paced`]: four chunks queued, every full chunk direct, no
+//! writes from its own thread.
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::direct_file::{BLOCK_BYTES, BlockBuf, DirectFile};
 
@@ -49,6 +64,18 @@ const BEHIND_CHUNKS: usize = 4;
 const PACED_CHUNKS: usize = 4;
 /// Emptied chunks kept for reuse.
 const SPARE_CHUNKS: usize = 16;
+/// The most bytes the caller's thread writes itself: a pass's records at a few tens of
+/// thousands of calls a second. More go to the writer thread, which a full chunk wakes anyway.
+const CALLER_WRITE_MAX: usize = 256 << 10;
+/// The least bytes [`BackgroundFile::write_small_now`] writes: fewer wait in the chunk for the
+/// next call or the flush. A write costs a few system calls (the page cache's, and turning
+/// `O_DIRECT` off and on): at 1,000 calls a second (64 KB a second) one a second, the flush's,
+/// is enough; at 10,000 a pass gathers ~64 KB, written each pass.
+const CALLER_WRITE_MIN: usize = 48 << 10;
+/// A caller's write that took longer than this was throttled by the page cache: the caller's
+/// bytes go to the writer thread for `CALLER_WRITE_BACKOFF`.
+const CALLER_WRITE_SLOW: Duration = Duration::from_millis(10);
+const CALLER_WRITE_BACKOFF: Duration = Duration::from_secs(10);
 
 /// A [`Write`] whose bytes a background thread writes to a file, in order.
 pub struct BackgroundFile {
@@ -64,6 +91,14 @@ pub struct BackgroundFile {
     handed: u64,
     /// Chunks handed over and not yet written.
     backlog: Arc<AtomicUsize>,
+    /// The sink, shared with the writer thread, for the caller's own writes.
+    sink: Arc<Mutex<dyn ChunkSink + Send>>,
+    /// The most bytes the caller's thread writes itself (0: none).
+    caller_write_max: usize,
+    /// Until when the caller's bytes go to the writer thread (a write of its own was slow).
+    caller_writes_after: Option<Instant>,
+    /// Bytes written since the last `write_small_now` or `flush` (a pass's, for the collector).
+    gathered: usize,
 }
 
 /// Bytes for the writer thread: a chunk copied into block-aligned memory, or a caller's own
@@ -101,7 +136,12 @@ impl BackgroundFile {
     /// Starts the writer thread for `file`, for a producer that must not wait on the disk
     /// (the collector's drain): a deep queue, and the page cache when the disk falls behind.
     pub fn new(file: File) -> io::Result<BackgroundFile> {
-        BackgroundFile::with_sink(DirectFile::new(file, CHUNK_BYTES)?, QUEUED_CHUNKS, BEHIND_CHUNKS)
+        BackgroundFile::with_sink(
+            DirectFile::new(file, CHUNK_BYTES)?,
+            QUEUED_CHUNKS,
+            BEHIND_CHUNKS,
+            CALLER_WRITE_MAX,
+        )
     }
 
     /// Starts the writer thread for `file`, for a producer that may wait on the disk (a
@@ -109,16 +149,20 @@ impl BackgroundFile {
     /// disk's speed (a deep queue held 60 MiB more while a 20 GB Chrome trace was written),
     /// and no chunk costs the page cache's CPU.
     pub fn paced(file: File) -> io::Result<BackgroundFile> {
-        BackgroundFile::with_sink(DirectFile::new(file, CHUNK_BYTES)?, PACED_CHUNKS, usize::MAX)
+        BackgroundFile::with_sink(DirectFile::new(file, CHUNK_BYTES)?, PACED_CHUNKS, usize::MAX, 0)
     }
 
     /// The writer thread for `sink`: at most `queued` chunks wait for it; beyond `behind`
-    /// waiting, it writes without waiting for the device.
+    /// waiting, it writes without waiting for the device. Chunks of up to `caller_write_max`
+    /// bytes the caller may write itself.
     fn with_sink<S: ChunkSink + Send + 'static>(
-        mut sink: S,
+        sink: S,
         queued: usize,
         behind_limit: usize,
+        caller_write_max: usize,
     ) -> io::Result<BackgroundFile> {
+        let sink = Arc::new(Mutex::new(sink));
+        let shared_sink = Arc::clone(&sink);
         let (to_writer, chunks) = sync_channel::<(Chunk, bool)>(queued);
         let (give_back, spare) = sync_channel::<BlockBuf>(SPARE_CHUNKS);
         let (give_back_owned, spare_owned) = sync_channel::<Vec<u8>>(SPARE_CHUNKS);
@@ -126,15 +170,18 @@ impl BackgroundFile {
         let behind = Arc::clone(&backlog);
         let writer = std::thread::Builder::new().name("mlprof-writer".into()).spawn(move || {
             for (chunk, full) in chunks {
+                let mut out = sink.lock().map_err(|_| poisoned())?;
                 // Partial chunks (flushes) too: a direct write costs the writer a device round
                 // trip (~0.3 ms of CPU each, measured at 1,000 calls/s) and rewriting the
                 // partial block it leaves, the page cache a copy; direct pays for full chunks.
                 if !full || behind.load(Ordering::Relaxed) > behind_limit {
-                    sink.write_without_waiting(chunk.as_slice())?;
+                    out.write_without_waiting(chunk.as_slice())?;
                 } else {
-                    sink.write_all(chunk.as_slice())?;
+                    out.write_all(chunk.as_slice())?;
                 }
-                behind.fetch_sub(1, Ordering::Relaxed);
+                // Unlocked first: a caller that sees no backlog then never waits for the lock.
+                drop(out);
+                behind.fetch_sub(1, Ordering::Release);
                 // Full when the producer has enough spares: the chunk is simply freed.
                 match chunk {
                     Chunk::Blocks(mut blocks) => {
@@ -147,7 +194,8 @@ impl BackgroundFile {
                     }
                 }
             }
-            sink.flush()
+            let mut out = sink.lock().map_err(|_| poisoned())?;
+            out.flush()
         })?;
         Ok(BackgroundFile {
             chunk: BlockBuf::with_capacity(FIRST_CHUNK_BYTES),
@@ -157,7 +205,54 @@ impl BackgroundFile {
             writer: Some(writer),
             handed: 0,
             backlog,
+            sink: shared_sink,
+            caller_write_max,
+            caller_writes_after: None,
+            gathered: 0,
         })
+    }
+
+    /// Writes the current chunk out from the caller's thread if it holds at least
+    /// `CALLER_WRITE_MIN` bytes and the writer thread need not be woken for it (see
+    /// [`BackgroundFile::write_here`]); otherwise the bytes wait for more, as after `write`.
+    /// The collector calls this after each drain pass.
+    pub fn write_small_now(&mut self) -> io::Result<()> {
+        if self.chunk.len() >= CALLER_WRITE_MIN {
+            self.write_here()?;
+        }
+        self.gathered = 0;
+        Ok(())
+    }
+
+    /// Writes the current chunk through the page cache from the caller's thread, and keeps
+    /// the chunk's memory for the next bytes, when that is cheaper than a hand-over: nothing
+    /// waits for the writer thread (so the file's order holds), the chunk is small, so were
+    /// the writes since the last call (at a burst's rates the chunk's tail waits to go direct
+    /// with the next full chunk, and this thread stays out of the page cache, which throttles
+    /// a fast writer), and the caller's writes were not slow lately. True if it wrote.
+    fn write_here(&mut self) -> io::Result<bool> {
+        let len = self.chunk.len();
+        if len == 0
+            || len > self.caller_write_max
+            || self.gathered > self.caller_write_max
+            || self.backlog.load(Ordering::Acquire) != 0
+        {
+            return Ok(false);
+        }
+        if let Some(after) = self.caller_writes_after {
+            if Instant::now() < after {
+                return Ok(false);
+            }
+            self.caller_writes_after = None;
+        }
+        let started = Instant::now();
+        self.sink.lock().map_err(|_| poisoned())?.write_without_waiting(self.chunk.as_slice())?;
+        if started.elapsed() >= CALLER_WRITE_SLOW {
+            self.caller_writes_after = Some(Instant::now() + CALLER_WRITE_BACKOFF);
+        }
+        self.handed += len as u64;
+        self.chunk.clear();
+        Ok(true)
     }
 
     /// Hands the current chunk to the writer thread (waits only while the queue is full); a
@@ -230,7 +325,7 @@ impl BackgroundFile {
         match self.writer.take().map(JoinHandle::join) {
             None => Ok(()),
             Some(Ok(result)) => result,
-            Some(Err(_)) => Err(io::Error::other("the file's writer thread panicked")),
+            Some(Err(_)) => Err(poisoned()),
         }
     }
 
@@ -241,6 +336,11 @@ impl BackgroundFile {
         let written = self.stop_writer();
         handed.and(written)
     }
+}
+
+/// The error of a file whose writer thread panicked.
+fn poisoned() -> io::Error {
+    io::Error::other("the file's writer thread panicked")
 }
 
 /// Empties `buf` and puts `leftover` in it at the first offset where the bytes that follow
@@ -259,6 +359,7 @@ impl Write for BackgroundFile {
     /// Fills chunks up to `CHUNK_BYTES` (a pass's frame of events may be megabytes), handing
     /// each over when full.
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.gathered = self.gathered.saturating_add(bytes.len());
         let mut rest = bytes;
         while !rest.is_empty() {
             let n = rest.len().min(CHUNK_BYTES.saturating_sub(self.chunk.len()).max(1));
@@ -271,8 +372,14 @@ impl Write for BackgroundFile {
         Ok(bytes.len())
     }
 
-    /// Hands the partial chunk over; does not wait for the disk.
+    /// Writes the partial chunk from this thread where [`BackgroundFile::write_here`] may,
+    /// else hands it over; does not wait for the disk.
     fn flush(&mut self) -> io::Result<()> {
+        let written = self.write_here()?;
+        self.gathered = 0;
+        if written {
+            return Ok(());
+        }
         self.hand_over(false)
     }
 }
@@ -301,6 +408,8 @@ mod tests {
         uncached: Arc<Mutex<usize>>,
         /// Each write waits this long (a slow disk).
         delay: Option<std::time::Duration>,
+        /// The thread of each write.
+        writers: Arc<Mutex<Vec<std::thread::ThreadId>>>,
     }
 
     /// Records the chunks written without waiting (through the page cache for a file).
@@ -322,6 +431,7 @@ mod tests {
             }
             bytes.extend_from_slice(buf);
             self.ends.lock().unwrap().push(bytes.len());
+            self.writers.lock().unwrap().push(std::thread::current().id());
             Ok(buf.len())
         }
         fn flush(&mut self) -> io::Result<()> {
@@ -331,7 +441,7 @@ mod tests {
 
     /// A file writing into `sink` with `BackgroundFile::new`'s policy (the collector's).
     fn unpaced(sink: &Sink) -> BackgroundFile {
-        BackgroundFile::with_sink(sink.clone(), QUEUED_CHUNKS, BEHIND_CHUNKS).unwrap()
+        BackgroundFile::with_sink(sink.clone(), QUEUED_CHUNKS, BEHIND_CHUNKS, CALLER_WRITE_MAX).unwrap()
     }
 
     #[test]
@@ -349,6 +459,10 @@ mod tests {
             expected.extend_from_slice(&piece);
             if i % 777 == 0 {
                 file.flush().unwrap();
+            }
+            if i % 13 == 0 {
+                // Small chunks from this thread, between the writer thread's.
+                file.write_small_now().unwrap();
             }
         }
         file.close().unwrap();
@@ -407,7 +521,7 @@ mod tests {
     #[test]
     fn a_paced_writer_makes_its_producer_wait_and_never_skips_the_device() {
         let sink = Sink { delay: Some(std::time::Duration::from_millis(2)), ..Sink::default() };
-        let mut file = BackgroundFile::with_sink(sink.clone(), PACED_CHUNKS, usize::MAX).unwrap();
+        let mut file = BackgroundFile::with_sink(sink.clone(), PACED_CHUNKS, usize::MAX, 0).unwrap();
         let piece = vec![5u8; CHUNK_BYTES];
         for _ in 0..8 * PACED_CHUNKS {
             file.write_all(&piece).unwrap();
@@ -483,6 +597,118 @@ mod tests {
         file.write_all(&buf[start..]).unwrap();
         file.close().unwrap();
         assert_eq!(sink.bytes.lock().unwrap().as_slice(), expected.as_slice());
+    }
+
+    #[test]
+    fn small_chunks_are_written_by_the_caller_into_the_file_at_once_and_keep_their_memory() {
+        let sink = Sink::default();
+        let mut file = unpaced(&sink);
+        let here = std::thread::current().id();
+        let mut expected = b"0123456789".to_vec();
+        file.write_all(&expected).unwrap();
+        // Too few bytes to be worth a write of their own: they wait.
+        file.write_small_now().unwrap();
+        assert!(sink.bytes.lock().unwrap().is_empty());
+        let memory = (file.chunk.as_slice().as_ptr(), file.chunk.capacity());
+        let piece = vec![9u8; CALLER_WRITE_MIN];
+        file.write_all(&piece).unwrap();
+        expected.extend_from_slice(&piece);
+        file.write_small_now().unwrap();
+        // In the file when the call returns, written by this thread, the chunk reused.
+        assert_eq!(sink.bytes.lock().unwrap().as_slice(), expected.as_slice());
+        assert_eq!(*sink.writers.lock().unwrap(), [here]);
+        assert!(file.chunk.is_empty());
+        assert_eq!((file.chunk.as_slice().as_ptr(), file.chunk.capacity()), memory);
+        // A flush of a few bytes too.
+        file.write_all(b"tail").unwrap();
+        expected.extend_from_slice(b"tail");
+        file.flush().unwrap();
+        assert_eq!(sink.bytes.lock().unwrap().as_slice(), expected.as_slice());
+        // More than a caller writes: the writer thread's.
+        let large = vec![4u8; CALLER_WRITE_MAX + 1];
+        file.write_all(&large).unwrap();
+        expected.extend_from_slice(&large);
+        file.write_small_now().unwrap();
+        assert_eq!(file.chunk.len(), large.len(), "a large chunk was written by the caller");
+        file.close().unwrap();
+        assert_eq!(sink.bytes.lock().unwrap().as_slice(), expected.as_slice());
+        let writers = sink.writers.lock().unwrap().clone();
+        assert_eq!(writers[..2], [here, here]);
+        assert!(writers[2..].iter().all(|&writer| writer != here), "{writers:?}");
+    }
+
+    #[test]
+    fn the_tail_of_a_pass_that_gathered_much_waits_for_the_next_full_chunk() {
+        let sink = Sink::default();
+        let mut file = unpaced(&sink);
+        let here = std::thread::current().id();
+        // A burst's pass: a full chunk and a tail of 100 KiB.
+        file.write_all(&vec![1u8; CHUNK_BYTES + (100 << 10)]).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while file.backlog.load(Ordering::Acquire) != 0 {
+            assert!(std::time::Instant::now() < deadline, "the full chunk was never written");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        file.write_small_now().unwrap();
+        assert!(file.chunk.len() >= 100 << 10, "the burst's tail was written by the caller");
+        // The next pass gathered little: the tail and its bytes go now, from this thread.
+        file.write_all(&[2u8; 10]).unwrap();
+        file.write_small_now().unwrap();
+        assert!(file.chunk.is_empty());
+        assert_eq!(sink.bytes.lock().unwrap().len(), CHUNK_BYTES + (100 << 10) + 10);
+        assert_eq!(sink.writers.lock().unwrap().last(), Some(&here));
+        file.close().unwrap();
+    }
+
+    #[test]
+    fn the_caller_writes_nothing_while_the_writer_thread_has_chunks_to_write() {
+        let sink = Sink { delay: Some(std::time::Duration::from_millis(50)), ..Sink::default() };
+        let mut file = unpaced(&sink);
+        let full = vec![1u8; CHUNK_BYTES];
+        file.write_all(&full).unwrap();
+        let small = vec![2u8; CALLER_WRITE_MIN];
+        file.write_all(&small).unwrap();
+        // The full chunk is still being written: the small one must come after it.
+        file.write_small_now().unwrap();
+        assert_eq!(file.chunk.len(), small.len());
+        file.close().unwrap();
+        let bytes = sink.bytes.lock().unwrap();
+        assert_eq!(bytes.len(), CHUNK_BYTES + CALLER_WRITE_MIN);
+        assert!(bytes[..CHUNK_BYTES].iter().all(|&b| b == 1) && bytes[CHUNK_BYTES..].iter().all(|&b| b == 2));
+    }
+
+    #[test]
+    fn a_slow_write_by_the_caller_sends_its_next_bytes_to_the_writer_thread() {
+        let sink = Sink { delay: Some(CALLER_WRITE_SLOW), ..Sink::default() };
+        let mut file = unpaced(&sink);
+        let here = std::thread::current().id();
+        let piece = vec![6u8; CALLER_WRITE_MIN];
+        file.write_all(&piece).unwrap();
+        file.write_small_now().unwrap();
+        assert_eq!(*sink.writers.lock().unwrap(), [here]);
+        // Throttled (as the page cache throttles writers while the job fills it): backing off.
+        file.write_all(&piece).unwrap();
+        file.write_small_now().unwrap();
+        assert_eq!(file.chunk.len(), piece.len());
+        file.flush().unwrap();
+        file.close().unwrap();
+        let writers = sink.writers.lock().unwrap().clone();
+        assert_eq!(writers.len(), 2);
+        assert_ne!(writers[1], here, "the caller wrote while backing off");
+        assert_eq!(sink.bytes.lock().unwrap().len(), 2 * piece.len());
+    }
+
+    #[test]
+    fn a_paced_file_never_writes_from_the_callers_thread() {
+        let sink = Sink::default();
+        let mut file = BackgroundFile::with_sink(sink.clone(), PACED_CHUNKS, usize::MAX, 0).unwrap();
+        file.write_all(&vec![3u8; CALLER_WRITE_MIN]).unwrap();
+        file.write_small_now().unwrap();
+        file.flush().unwrap();
+        file.close().unwrap();
+        let here = std::thread::current().id();
+        assert_eq!(sink.bytes.lock().unwrap().len(), CALLER_WRITE_MIN);
+        assert!(sink.writers.lock().unwrap().iter().all(|&writer| writer != here));
     }
 
     #[test]

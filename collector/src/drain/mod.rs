@@ -35,10 +35,11 @@ const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);
 const LIVENESS_EVERY: Duration = Duration::from_millis(100);
 /// Every how many liveness checks a leader thread is asked whether it is a zombie.
 const ZOMBIE_CHECK_EVERY: u32 = 10;
-/// How long records may wait in the collector's partial chunk before the writer thread gets
-/// it. A chunk fills and goes at once at high rates; at a job's everyday rates (a thousand
-/// calls a second is 64 KB) waking the writer thread every pass cost two context switches and
-/// a lock hand-off per pass, a sixth of the idle collector's CPU.
+/// How long records may wait in the collector's partial chunk before they are written (by
+/// this thread where the chunk is small, else by the writer thread). A chunk fills and goes at
+/// once at high rates; at a job's everyday rates (a thousand calls a second is 64 KB) waking
+/// the writer thread every pass cost two context switches and a lock hand-off per pass, a
+/// sixth of the idle collector's CPU; a pass that gathered 48 KiB writes them itself.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// Events a pass gathers before it writes them out as a frame and goes on (128 KiB). A pass in
 /// a burst takes a lane or two (~120 K records); gathered whole, its batch and the sort's
@@ -458,6 +459,10 @@ impl Drainer {
         if now.duration_since(self.last_flush) >= FLUSH_EVERY {
             self.last_flush = now;
             self.writer.flush()?;
+        } else {
+            // A pass's records at everyday rates go out now, from this thread, through a chunk
+            // whose pages stay hot (see `BackgroundFile::write_small_now`).
+            self.writer.get_mut().write_small_now()?;
         }
         Ok(taken)
     }

@@ -58,6 +58,12 @@ impl<W: Write> RunWriter<W> {
         self.bytes
     }
 
+    /// The output, for calls of its own between frames (the collector's
+    /// `BackgroundFile::write_small_now`); bytes written through it are not frames.
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.out
+    }
+
     /// Writes one frame of kind `kind` around `payload` (at most [`MAX_FRAME_BYTES`], else
     /// `InvalidInput` and nothing is written), padded to a multiple of 8 bytes.
     pub fn write_frame(&mut self, kind: u16, payload: &[u8]) -> io::Result<()> {
