@@ -12,7 +12,8 @@ that recording added to the whole process tree (collector + job with its hooks) 
 as a median over pairs with a bootstrap 95 % confidence interval (bench/stats.py), against
 issue 10's targets: <= 0.3 % at 1,000 calls/s, <= 1 % at 10,000, <= 10 % at 1,000,000. Every
 mlprof run is also checked: recorded + dropped = the calls made, and the drops are reported.
-`--base-bin-dir` adds an older build (mlprof_base) to the same rounds for a before/after.
+`--base-bin-dir` adds an older build (mlprof_base) to the same rounds for a before/after, and
+a row per rate of the paired difference, new − base, with the rounds in which the new cost more.
 
     python3 bench/rate_cost.py [--rates 1000,10000,1000000] [--seconds 10] [--pairs 10]
                                [--op write_null] [--base-bin-dir DIR] [--out FILE.md]
@@ -67,6 +68,44 @@ def check_counts(ml, binfile, op, n):
 def added_pct(samples_v, samples_bare, key, seconds):
     """Per-round differences of `key` (CPU seconds) against bare, in % of a core over the run."""
     return [d / seconds * 100 for d in stats.paired(samples_v, samples_bare, key, op="diff")]
+
+
+def before_after_row(rate, samples, seconds):
+    """The paired difference of the new build against the old one (`--base-bin-dir`), round by
+    round, in % of a core: the whole tree, the collector's process and the job; the verdict
+    says whether the whole's interval excludes 0, and in how many rounds the new build cost
+    more (each part's count is beside it)."""
+    new, base = samples.get((rate, "mlprof"), {}), samples.get((rate, "mlprof_base"), {})
+
+    def diff(key):
+        pct = added_pct(new, base, key, seconds)
+        med, lo, hi = stats.median_ci(pct)
+        higher = sum(1 for d in pct if d > 0)
+        return pct, med, lo, hi, f"{stats.fmt_points_ci(med, lo, hi)}, {higher}/{len(pct)} higher"
+
+    pct, med, lo, hi, _ = diff("cpu")
+    if lo is None:
+        verdict = "too few pairs"
+    elif hi < 0:
+        verdict = "new build lower"
+    elif lo > 0:
+        verdict = "new build higher"
+    else:
+        verdict = "not resolved"
+    higher = sum(1 for d in pct if d > 0)
+    return [
+        f"{rate:,}",
+        "mlprof − mlprof_base (paired)",
+        len(pct),
+        "–",
+        "–" if med is None else f"{med * seconds / 100:+.3f} s",
+        stats.fmt_points_ci(med, lo, hi),
+        "–",
+        f"{verdict}; {higher}/{len(pct)} rounds higher",
+        diff("outside_cpu")[4],
+        diff("job_cpu")[4],
+        "–",
+    ]
 
 
 def main():
@@ -188,6 +227,8 @@ def main():
                     f"{drops:,}",
                 ]
             )
+        if "mlprof_base" in bins:
+            rows.append(before_after_row(rate, samples, seconds))
     report.append(
         common.md_table(
             [
