@@ -69,8 +69,8 @@ const SPARE_CHUNKS: usize = 16;
 const CALLER_WRITE_MAX: usize = 256 << 10;
 /// The least bytes [`BackgroundFile::write_small_now`] writes: fewer wait in the chunk for the
 /// next call or the flush. A write costs a few system calls (the page cache's, and turning
-/// `O_DIRECT` off and on): at 1,000 calls a second (64 KB a second) one a second, the flush's,
-/// is enough; at 10,000 a pass gathers ~64 KB, written each pass.
+/// `O_DIRECT` off and on): at 1,000 calls a second (64 KB a second) a write or two a second
+/// (the chunk reaching this, and the flush); at 10,000 a pass gathers ~64 KB, written each pass.
 const CALLER_WRITE_MIN: usize = 48 << 10;
 /// A caller's write that took longer than this was throttled by the page cache: the caller's
 /// bytes go to the writer thread for `CALLER_WRITE_BACKOFF`.
