@@ -26,14 +26,15 @@
 //! ([`BackgroundFile::write_small_now`], and `flush`): when nothing waits for the writer thread
 //! and the chunk, and what was written since the last such call, are at most `CALLER_WRITE_MAX`
 //! bytes, they go through the page cache from the caller's thread and the chunk is reused at
-//! once (at a burst's rates everything still goes the writer thread's way, direct). At 10,000 calls a second a pass's 64 KB
-//! frame was otherwise copied into a 1 MiB chunk whose pages were last written two seconds
-//! before, and in some hours on these VMs a write to a page not written lately costs ~14 µs
-//! (`perf record`: that copy was a quarter of the collector's CPU, and growing the first
-//! chunks to 1 MiB, zeroing fresh pages, another quarter of a 10 s run's); written each pass,
-//! the chunk's few pages stay hot, and the writer thread is not woken at all. A caller's write
-//! that took long (the page cache throttles writers while the job itself dirties pages faster
-//! than the disk takes them) sends its bytes to the writer thread for a while again.
+//! once (at a burst's rates everything still goes the writer thread's way, direct). At 10,000
+//! calls a second a pass's 64 KB frame was otherwise copied into a 1 MiB chunk whose pages
+//! were last written two seconds before, and in some hours on these VMs a write to a page not
+//! written lately costs ~14 µs (`perf record`: that copy was a quarter of the collector's CPU,
+//! and growing the first chunks to 1 MiB, zeroing fresh pages, another quarter of a 10 s
+//! run's); written each pass, the chunk's few pages stay hot, and the writer thread is not
+//! woken at all. A caller's write that took long (the page cache throttles writers while the
+//! job itself dirties pages faster than the disk takes them) sends its bytes to the writer
+//! thread for a while again.
 //!
 //! A producer for which waiting is harmless (`mlprof convert`, `mlprof merge`) takes the
 //! other policy, [`BackgroundFile::paced`]: four chunks queued, every full chunk direct, no
@@ -97,8 +98,9 @@ pub struct BackgroundFile {
     caller_write_max: usize,
     /// Until when the caller's bytes go to the writer thread (a write of its own was slow).
     caller_writes_after: Option<Instant>,
-    /// Bytes written since the last `write_small_now` or `flush` (a pass's, for the collector).
-    gathered: usize,
+    /// Where the file stood (`handed` + the chunk) at the last `write_small_now` or `flush`:
+    /// what was written since is a pass's bytes, for the collector.
+    checked_at: u64,
 }
 
 /// Bytes for the writer thread: a chunk copied into block-aligned memory, or a caller's own
@@ -208,7 +210,7 @@ impl BackgroundFile {
             sink: shared_sink,
             caller_write_max,
             caller_writes_after: None,
-            gathered: 0,
+            checked_at: 0,
         })
     }
 
@@ -220,8 +222,13 @@ impl BackgroundFile {
         if self.chunk.len() >= CALLER_WRITE_MIN {
             self.write_here()?;
         }
-        self.gathered = 0;
+        self.checked_at = self.position();
         Ok(())
+    }
+
+    /// Bytes written so far: handed over (or written by the caller) and in the chunk.
+    fn position(&self) -> u64 {
+        self.handed + self.chunk.len() as u64
     }
 
     /// Writes the current chunk through the page cache from the caller's thread, and keeps
@@ -232,23 +239,20 @@ impl BackgroundFile {
     /// a fast writer), and the caller's writes were not slow lately. True if it wrote.
     fn write_here(&mut self) -> io::Result<bool> {
         let len = self.chunk.len();
+        let gathered = self.position() - self.checked_at;
         if len == 0
             || len > self.caller_write_max
-            || self.gathered > self.caller_write_max
+            || gathered > self.caller_write_max as u64
             || self.backlog.load(Ordering::Acquire) != 0
+            || self.caller_writes_after.is_some_and(|after| Instant::now() < after)
         {
             return Ok(false);
         }
-        if let Some(after) = self.caller_writes_after {
-            if Instant::now() < after {
-                return Ok(false);
-            }
-            self.caller_writes_after = None;
-        }
         let started = Instant::now();
         self.sink.lock().map_err(|_| poisoned())?.write_without_waiting(self.chunk.as_slice())?;
-        if started.elapsed() >= CALLER_WRITE_SLOW {
-            self.caller_writes_after = Some(Instant::now() + CALLER_WRITE_BACKOFF);
+        let finished = Instant::now();
+        if finished - started >= CALLER_WRITE_SLOW {
+            self.caller_writes_after = Some(finished + CALLER_WRITE_BACKOFF);
         }
         self.handed += len as u64;
         self.chunk.clear();
@@ -359,7 +363,6 @@ impl Write for BackgroundFile {
     /// Fills chunks up to `CHUNK_BYTES` (a pass's frame of events may be megabytes), handing
     /// each over when full.
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.gathered = self.gathered.saturating_add(bytes.len());
         let mut rest = bytes;
         while !rest.is_empty() {
             let n = rest.len().min(CHUNK_BYTES.saturating_sub(self.chunk.len()).max(1));
@@ -376,7 +379,7 @@ impl Write for BackgroundFile {
     /// else hands it over; does not wait for the disk.
     fn flush(&mut self) -> io::Result<()> {
         let written = self.write_here()?;
-        self.gathered = 0;
+        self.checked_at = self.position();
         if written {
             return Ok(());
         }

@@ -39,7 +39,8 @@ const ZOMBIE_CHECK_EVERY: u32 = 10;
 /// this thread where the chunk is small, else by the writer thread). A chunk fills and goes at
 /// once at high rates; at a job's everyday rates (a thousand calls a second is 64 KB) waking
 /// the writer thread every pass cost two context switches and a lock hand-off per pass, a
-/// sixth of the idle collector's CPU; a pass that gathered 48 KiB writes them itself.
+/// sixth of the idle collector's CPU. Between flushes a pass that gathered enough writes them
+/// itself (`BackgroundFile::write_small_now` says how much).
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// Events a pass gathers before it writes them out as a frame and goes on (128 KiB). A pass in
 /// a burst takes a lane or two (~120 K records); gathered whole, its batch and the sort's
