@@ -73,17 +73,15 @@ def added_pct(samples_v, samples_bare, key, seconds):
 def before_after_row(rate, samples, seconds):
     """The paired difference of the new build against the old one (`--base-bin-dir`), round by
     round, in % of a core: the whole tree, the collector's process and the job; the verdict
-    says whether the whole's interval excludes 0, and in how many rounds the new build cost
-    more (each part's count is beside it)."""
+    says whether the whole's interval excludes 0, and each column in how many rounds the new
+    build cost more."""
     new, base = samples.get((rate, "mlprof"), {}), samples.get((rate, "mlprof_base"), {})
+    pct = {key: added_pct(new, base, key, seconds) for key in ("cpu", "outside_cpu", "job_cpu")}
 
-    def diff(key):
-        pct = added_pct(new, base, key, seconds)
-        med, lo, hi = stats.median_ci(pct)
-        higher = sum(1 for d in pct if d > 0)
-        return pct, med, lo, hi, f"{stats.fmt_points_ci(med, lo, hi)}, {higher}/{len(pct)} higher"
+    def higher(key):
+        return f"{sum(1 for d in pct[key] if d > 0)}/{len(pct[key])} rounds higher"
 
-    pct, med, lo, hi, _ = diff("cpu")
+    med, lo, hi = stats.median_ci(pct["cpu"])
     if lo is None:
         verdict = "too few pairs"
     elif hi < 0:
@@ -92,18 +90,19 @@ def before_after_row(rate, samples, seconds):
         verdict = "new build higher"
     else:
         verdict = "not resolved"
-    higher = sum(1 for d in pct if d > 0)
     return [
         f"{rate:,}",
         "mlprof − mlprof_base (paired)",
-        len(pct),
+        len(pct["cpu"]),
         "–",
         "–" if med is None else f"{med * seconds / 100:+.3f} s",
         stats.fmt_points_ci(med, lo, hi),
         "–",
-        f"{verdict}; {higher}/{len(pct)} rounds higher",
-        diff("outside_cpu")[4],
-        diff("job_cpu")[4],
+        f"{verdict}; {higher('cpu')}",
+        *(
+            f"{stats.fmt_points_ci(*stats.median_ci(pct[key]))}, {higher(key)}"
+            for key in ("outside_cpu", "job_cpu")
+        ),
         "–",
     ]
 
