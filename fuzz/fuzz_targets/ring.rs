@@ -12,7 +12,7 @@
 //!    `aggregate_slot`) must stay inside the mapping (AddressSanitizer checks).
 #![no_main]
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libfuzzer_sys::fuzz_target;
 use mlprof_format::record::{CONTROL_KIND_BASE, Event, KIND_STRING_DEF};
@@ -52,6 +52,17 @@ impl Drop for Mapping {
 }
 
 /// Writes `src` at `region.start + offset` (wrapping within the region).
+/// The slots of the current input's mapping (start, end): what a lane's owner may ask to back.
+static SLOTS: (AtomicUsize, AtomicUsize) = (AtomicUsize::new(0), AtomicUsize::new(0));
+
+/// The backing a producer brings, for heap memory (backed already): it only checks that growing
+/// a lane, whatever the scribbles left in `backed`, asks for slots of the ring.
+fn back_heap_slots(start: *mut u8, len: usize) -> bool {
+    let (lo, hi) = (SLOTS.0.load(Ordering::Relaxed), SLOTS.1.load(Ordering::Relaxed));
+    assert!(start as usize >= lo && start as usize + len <= hi, "backing outside the slots");
+    true
+}
+
 fn scribble(dst: &mut [u8], region: std::ops::Range<usize>, offset: usize, src: &[u8]) {
     let len = region.len();
     if len == 0 {
@@ -123,8 +134,11 @@ fuzz_target!(|data: &[u8]| {
     scribble(bytes, lanes, ctl[2] as usize * 8, lanes_part);
     scribble(bytes, slots, ctl[3] as usize * 64, slots_part);
 
+    let slots_at = mapping.base as usize + GEOMETRY.slots_offset() as usize;
+    SLOTS.0.store(slots_at, Ordering::Relaxed);
+    SLOTS.1.store(mapping.base as usize + total, Ordering::Relaxed);
     // Safety: the mapping outlives the views; sized for GEOMETRY.
-    let view = unsafe { RingView::new(mapping.base, GEOMETRY) };
+    let view = unsafe { RingView::new(mapping.base, GEOMETRY) }.with_backing(back_heap_slots);
     let mut consumer = LaneConsumer::new();
     // Block sizes 0..=599: below, at and past the consumer's 512 (it clamps).
     let block = (usize::from(ctl[0]) * 7 + usize::from(ctl[1])) % 600;

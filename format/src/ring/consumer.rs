@@ -23,8 +23,15 @@ fn string_len(arg2: u64) -> usize {
 impl RingView {
     /// The address and length of lane `index`'s slot array (for the collector to pre-fault it).
     pub fn lane_slots(&self, index: u32) -> Option<(*mut u8, usize)> {
-        (index < self.geometry().lane_count)
-            .then(|| (self.slot(index, 0), self.geometry().lane_slots_bytes() as usize))
+        self.lane_part(index, 0, self.geometry().lane_capacity as u64)
+    }
+
+    /// The address and length of slots `from..to` of lane `index` (what backing a lane's first
+    /// slots, or growing it, takes); `None` outside the ring or the lane.
+    pub fn lane_part(&self, index: u32, from: u64, to: u64) -> Option<(*mut u8, usize)> {
+        let capacity = self.geometry().lane_capacity as u64;
+        (index < self.geometry().lane_count && from <= to && to <= capacity)
+            .then(|| (self.slot_of(index, from), (to - from) as usize * RECORD_BYTES))
     }
 
     /// Copies the record at `position` of lane `index` (volatile: another process may be
@@ -131,9 +138,17 @@ impl RingView {
     }
 
     /// Offers an unbacked lane to producers (`UNBACKED → FREE`) once the collector has backed
-    /// its slots with memory; false if it was not unbacked.
+    /// all its slots with memory; false if it was not unbacked.
     pub fn offer(&self, index: u32) -> bool {
+        self.offer_backed(index, self.geometry().lane_capacity as u64)
+    }
+
+    /// Offers an unbacked lane to producers (`UNBACKED → FREE`) once the collector has backed
+    /// its first `records` slots with memory (the owner or the collector backs more as the lane
+    /// fills: see [`Lane::backed`]); false if it was not unbacked.
+    pub fn offer_backed(&self, index: u32, records: u64) -> bool {
         let Some(lane) = self.lane(index) else { return false };
+        lane.backed.fetch_max(records, Ordering::Release);
         let word = lane.state.load(Ordering::Acquire);
         lane_state(word) == LANE_UNBACKED
             && lane
@@ -213,6 +228,8 @@ impl RingView {
 fn clear(lane: &Lane) {
     lane.head.store(0, Ordering::Relaxed);
     lane.cached_tail.store(0, Ordering::Relaxed);
+    lane.limit.store(0, Ordering::Relaxed);
+    lane.grow_failed_at.store(0, Ordering::Relaxed);
     lane.tail.store(0, Ordering::Relaxed);
     lane.dropped.store(0, Ordering::Relaxed);
     lane.interrupted.store(0, Ordering::Relaxed);

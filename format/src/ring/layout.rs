@@ -14,7 +14,16 @@ pub const RING_MAGIC: [u8; 8] = *b"MLPRING\0";
 /// Bumped on any change of the layout below; producers refuse a ring of another version.
 /// 3: lane states carry their generation and start unbacked; the image nonce, the interrupted
 /// count, the heartbeat, the check period, the wake word and spread no-lane counters.
-pub const RING_ABI_VERSION: u32 = 3;
+/// 4: lanes grow: a lane's `backed` count and its owner's `limit` (see [`LANE_FIRST_BACKED`]).
+pub const RING_ABI_VERSION: u32 = 4;
+
+/// Records of a lane backed with memory before it is offered or claimed (256 KiB). Its owner
+/// backs more, doubling, when its head reaches the end of what is backed (and the collector
+/// does when it sees the head half-way there): a thread costs memory, and the zeroing and
+/// freeing of it, for what it records, not for the whole 4 MiB lane. Backing whole lanes cost
+/// ~3 ms of CPU each at start and exit, most of a short run's fixed cost, for threads that
+/// record a few hundred calls.
+pub const LANE_FIRST_BACKED: u64 = 4096;
 
 /// Per-cache-line counters of records that found no lane ([`RingHeader::no_lane_drops`]).
 pub const NO_LANE_COUNTERS: usize = 16;
@@ -212,15 +221,28 @@ pub struct Lane {
     /// Calls a signal handler made while the owner was writing a record (the lane has one
     /// writer, so they cannot be recorded), cumulative.
     pub interrupted: AtomicU64,
+    /// The owner's last view of the position it may write up to (exclusive): `tail +
+    /// capacity`, or `backed` while that is less. A record below it is written with no other
+    /// check; one at it makes the owner look at `tail` and `backed` again (and grow the lane).
+    pub limit: AtomicU64,
+    /// `dropped` + 1 when the owner last failed to back more of the lane (memory ran out), 0
+    /// when it has not: it tries again only after [`GROW_RETRY_DROPS`] more drops.
+    pub grow_failed_at: AtomicU64,
     /// Zero; fills line 1.
-    pub _pad1: [u8; 96],
+    pub _pad1: [u8; 80],
     // Line 2: consumer-owned.
     /// Position of the first record the consumer has not released; written only by the
     /// consumer, with a release store once the records are copied out. `head - tail` is at
     /// most the capacity.
     pub tail: AtomicU64,
+    /// Slots backed with memory, from slot 0 (a count, up to the capacity): while it is below
+    /// the capacity the owner writes only positions below it (positions then have not wrapped).
+    /// Raised, never lowered (`fetch_max`), by whoever backs more: the collector before it
+    /// offers the lane and when a head gets half-way, an owner that claims an `OPEN` lane or
+    /// reaches the end. Kept when the lane is freed: the memory stays backed.
+    pub backed: AtomicU64,
     /// Zero; fills line 2.
-    pub _pad2: [u8; 120],
+    pub _pad2: [u8; 112],
     // Lines 3..6: aggregates.
     /// Counters of aggregated calls, indexed as [`crate::func::agg_slot_meaning`] says.
     pub aggregates: [AggSlot; AGG_SLOTS],
@@ -231,7 +253,11 @@ const _: () = assert!(core::mem::size_of::<Lane>() == LANE_BYTES);
 const _: () = assert!(core::mem::offset_of!(Lane, image) == 16);
 const _: () = assert!(core::mem::offset_of!(Lane, head) == 128);
 const _: () = assert!(core::mem::offset_of!(Lane, tail) == 256);
+const _: () = assert!(core::mem::offset_of!(Lane, backed) == 264);
 const _: () = assert!(core::mem::offset_of!(Lane, aggregates) == 384);
+
+/// Drops between two tries of an owner to back more of its lane after one failed.
+pub const GROW_RETRY_DROPS: u64 = 1024;
 
 /// Sizes of a ring; the collector picks them, producers read them from the header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -270,6 +296,12 @@ impl RingGeometry {
     /// Bytes of one lane's slot array (`lane_capacity` records).
     pub fn lane_slots_bytes(&self) -> u64 {
         self.lane_capacity as u64 * RECORD_BYTES as u64
+    }
+
+    /// Records of a lane backed before it is offered or claimed ([`LANE_FIRST_BACKED`], or the
+    /// whole lane when smaller).
+    pub fn first_backed(&self) -> u64 {
+        LANE_FIRST_BACKED.min(self.lane_capacity as u64)
     }
 
     /// Size of the whole segment: header, lane blocks and slot arrays.

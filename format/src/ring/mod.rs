@@ -7,8 +7,9 @@
 //! [RingHeader, 4096 bytes][Lane; lane_count][slots: lane_count × lane_capacity × 64 bytes]
 //! ```
 //!
-//! Lanes start `UNBACKED`; the collector backs a lane's slots with memory (so a producer can
-//! never fault on a full tmpfs) and offers it (`FREE`). Each producer thread claims one lane
+//! Lanes start `UNBACKED`; the collector backs the first slots of a lane with memory (so a
+//! producer can never fault on a full tmpfs) and offers it (`FREE`); the lane grows, backed
+//! further by its owner or the collector, as its owner writes it (`Lane::backed`). Each producer thread claims one lane
 //! (CAS `FREE → CLAIMING` with the next generation, fills `pid`/`tid`/`image`, CAS to
 //! `ACTIVE`), so every lane has a single writer and the hot path needs no lock and no
 //! read-modify-write: the producer writes `slot[head % capacity]` and then publishes with a
@@ -39,10 +40,11 @@ mod view;
 
 pub use consumer::{DRAIN_BLOCK, Drained, LaneConsumer, LaneItem, LaneItems};
 pub use layout::{
-    AggSlot, CLOCK_MONOTONIC, CLOCK_TSC, HEADER_BYTES, LANE_ACTIVE, LANE_BYTES, LANE_CLAIMING, LANE_FREE,
-    LANE_OPEN, LANE_RETIRED, LANE_STATE_BITS, LANE_UNBACKED, Lane, NO_LANE_COUNTERS, PaddedCounter,
-    RING_ABI_VERSION, RING_CLOSED, RING_MAGIC, RING_SERVING, RingGeometry, RingHeader, is_valid_session_name,
-    lane_generation, lane_state, lane_word, session_shm_name, validate_header,
+    AggSlot, CLOCK_MONOTONIC, CLOCK_TSC, GROW_RETRY_DROPS, HEADER_BYTES, LANE_ACTIVE, LANE_BYTES,
+    LANE_CLAIMING, LANE_FIRST_BACKED, LANE_FREE, LANE_OPEN, LANE_RETIRED, LANE_STATE_BITS, LANE_UNBACKED,
+    Lane, NO_LANE_COUNTERS, PaddedCounter, RING_ABI_VERSION, RING_CLOSED, RING_MAGIC, RING_SERVING,
+    RingGeometry, RingHeader, is_valid_session_name, lane_generation, lane_state, lane_word,
+    session_shm_name, validate_header,
 };
-pub use producer::{Claim, LaneWriter, Pushed, signal_safe_add};
+pub use producer::{BackFn, Claim, LaneWriter, Pushed, signal_safe_add};
 pub use view::RingView;

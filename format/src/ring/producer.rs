@@ -1,15 +1,81 @@
 //! The producer side (`libmlprof.so`, on the hook path): claim a lane, write records and
 //! strings into it without waiting, count what could not be written, retire the lane at thread
-//! exit. Nothing here allocates, locks or makes a system call.
+//! exit. Nothing here allocates, locks or makes a system call, but for the backing function a
+//! producer that grows its lane brings ([`BackFn`]: a few times in a lane's life).
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::layout::{
-    AggSlot, LANE_ACTIVE, LANE_CLAIMING, LANE_FREE, LANE_OPEN, LANE_RETIRED, LANE_UNBACKED, Lane,
-    NO_LANE_COUNTERS, lane_generation, lane_state, lane_word,
+    AggSlot, GROW_RETRY_DROPS, LANE_ACTIVE, LANE_CLAIMING, LANE_FIRST_BACKED, LANE_FREE, LANE_OPEN,
+    LANE_RETIRED, LANE_UNBACKED, Lane, NO_LANE_COUNTERS, lane_generation, lane_state, lane_word,
 };
 use super::view::RingView;
 use crate::record::{Event, MAX_STRING_BYTES, RECORD_BYTES, string_payload_slots};
+
+/// Backs `len` bytes of the ring's memory from `start` (within one lane's slots, `start` not
+/// necessarily page-aligned) so that writing them cannot fault; false when it could not (memory
+/// ran out). `libmlprof.so` passes one (`MADV_POPULATE_WRITE`); it is called when a thread
+/// claims an `OPEN` lane and when its head reaches the end of what is backed.
+pub type BackFn = fn(*mut u8, usize) -> bool;
+
+/// The slow path of a record that reached its lane's `limit`: looks at the consumer's tail and
+/// at what is backed again, grows the lane if that is what stops it, and refreshes the limit.
+/// False (the drop counted) when `count` records from `head` still do not fit. `slots` is the
+/// lane's slot array.
+#[cold]
+#[inline(never)]
+fn make_room(
+    lane: &Lane,
+    slots: *mut u8,
+    capacity: u64,
+    head: u64,
+    count: u64,
+    back: Option<BackFn>,
+) -> bool {
+    let tail = lane.tail.load(Ordering::Acquire);
+    lane.cached_tail.store(tail, Ordering::Relaxed);
+    let end = head.wrapping_add(count);
+    let mut backed = lane.backed.load(Ordering::Acquire);
+    if backed < capacity && end > backed {
+        backed = grow(lane, slots, capacity, backed, end, back);
+    }
+    // Positions never wrap a u64; a tail past the head (a foreign write into the lane) leaves
+    // no room at all, as the wrapping difference did before.
+    let room = if head.wrapping_sub(tail) > capacity { 0 } else { tail.wrapping_add(capacity) };
+    let limit = if backed < capacity { room.min(backed) } else { room };
+    lane.limit.store(limit, Ordering::Relaxed);
+    if end > limit {
+        signal_safe_add(&lane.dropped, 1);
+        return false;
+    }
+    true
+}
+
+/// Backs more of a lane whose head reached `backed`, doubling it (at least to `end`, in whole
+/// [`LANE_FIRST_BACKED`] steps); returns what is backed now. After a failure (memory ran out)
+/// it tries again only every [`GROW_RETRY_DROPS`] drops, so a full shm filesystem costs the
+/// thread a system call per thousand records, not per record.
+fn grow(lane: &Lane, slots: *mut u8, capacity: u64, backed: u64, end: u64, back: Option<BackFn>) -> u64 {
+    let Some(back) = back else { return backed };
+    let failed_at = lane.grow_failed_at.load(Ordering::Relaxed);
+    let dropped = lane.dropped.load(Ordering::Relaxed);
+    if failed_at != 0 && dropped.wrapping_sub(failed_at - 1) < GROW_RETRY_DROPS {
+        return backed;
+    }
+    let step = LANE_FIRST_BACKED.min(capacity);
+    // `end` is clamped first: a head another process scribbled on may be anything.
+    let target =
+        backed.max(step / 2).saturating_mul(2).max(end.min(capacity)).next_multiple_of(step).min(capacity);
+    // Safety: `backed < target <= capacity`: the range lies in the lane's slot array.
+    let start = unsafe { slots.add(backed as usize * RECORD_BYTES) };
+    if back(start, (target - backed) as usize * RECORD_BYTES) {
+        lane.grow_failed_at.store(0, Ordering::Relaxed);
+        lane.backed.fetch_max(target, Ordering::Release).max(target)
+    } else {
+        lane.grow_failed_at.store(dropped.wrapping_add(1), Ordering::Relaxed);
+        backed
+    }
+}
 
 impl AggSlot {
     /// Counts one call; returns the new count. The owner thread is the only writer, but a
@@ -83,8 +149,11 @@ impl RingView {
                 continue;
             }
             if let Some(back) = back {
-                let backed = self.lane_slots(index).is_some_and(|(start, len)| back(start, len));
-                if !backed {
+                let first = self.geometry().first_backed();
+                let backed = self.lane_part(index, 0, first).is_some_and(|(start, len)| back(start, len));
+                if backed {
+                    lane.backed.fetch_max(first, Ordering::Release);
+                } else {
                     let unbacked = lane_word(generation, LANE_UNBACKED);
                     let _ =
                         lane.state.compare_exchange(claiming, unbacked, Ordering::Release, Ordering::Relaxed);
@@ -123,16 +192,14 @@ impl RingView {
     }
 
     /// Room for `count` records in lane `index`: the head position to write at, or `None` (and
-    /// the drop is counted) when the lane is full.
+    /// the drop is counted) when the lane is full, or ends where its backing does and cannot
+    /// grow.
     #[inline(always)]
-    fn reserve(&self, lane: &Lane, count: u64) -> Option<u64> {
-        let capacity = self.geometry().lane_capacity as u64;
+    fn reserve(&self, index: u32, lane: &Lane, count: u64) -> Option<u64> {
         let head = lane.head.load(Ordering::Relaxed);
-        if head.wrapping_add(count).wrapping_sub(lane.cached_tail.load(Ordering::Relaxed)) > capacity {
-            let tail = lane.tail.load(Ordering::Acquire);
-            lane.cached_tail.store(tail, Ordering::Relaxed);
-            if head.wrapping_add(count).wrapping_sub(tail) > capacity {
-                signal_safe_add(&lane.dropped, 1);
+        if head.wrapping_add(count) > lane.limit.load(Ordering::Relaxed) {
+            let capacity = self.geometry().lane_capacity as u64;
+            if !make_room(lane, self.slot_of(index, 0), capacity, head, count, self.back) {
                 return None;
             }
         }
@@ -144,12 +211,14 @@ impl RingView {
     #[inline(always)]
     pub fn push(&self, index: u32, event: &Event) -> bool {
         let Some(lane) = self.lane(index) else { return false };
-        let Some(head) = self.reserve(lane, 1) else { return false };
+        let Some(head) = self.reserve(index, lane, 1) else { return false };
         // Safety: the slot belongs to this lane, which only its owner writes; the consumer does
         // not read it before the release store below.
         unsafe { (self.slot(index, head) as *mut Event).write(*event) };
-        lane.head.store(head + 1, Ordering::Release);
-        prefetch_for_write(self.slot(index, head + 1));
+        // Wrapping: positions never reach 2^64 from a claim, but a lane another process
+        // scribbled on may hold any head (its slot is still the lane's, by the mask).
+        lane.head.store(head.wrapping_add(1), Ordering::Release);
+        prefetch_for_write(self.slot(index, head.wrapping_add(1)));
         true
     }
 
@@ -159,19 +228,19 @@ impl RingView {
         let Some(lane) = self.lane(index) else { return false };
         let bytes = &bytes[..bytes.len().min(MAX_STRING_BYTES)];
         let payload = string_payload_slots(bytes.len()) as u64;
-        let Some(head) = self.reserve(lane, 1 + payload) else { return false };
+        let Some(head) = self.reserve(index, lane, 1 + payload) else { return false };
         // Safety: as in `push`; all slots up to head + payload belong to this lane.
         unsafe {
             (self.slot(index, head) as *mut Event).write(*definition);
             for (i, chunk) in bytes.chunks(RECORD_BYTES).enumerate() {
                 core::ptr::copy_nonoverlapping(
                     chunk.as_ptr(),
-                    self.slot(index, head + 1 + i as u64),
+                    self.slot(index, head.wrapping_add(1 + i as u64)),
                     chunk.len(),
                 );
             }
         }
-        lane.head.store(head + 1 + payload, Ordering::Release);
+        lane.head.store(head.wrapping_add(1 + payload), Ordering::Release);
         true
     }
 
@@ -203,8 +272,8 @@ impl RingView {
 }
 
 /// A claimed lane as its owner writes it: the addresses a record needs, computed once per
-/// claim, so a push is a head load, a capacity check against the cached tail, one 64-byte
-/// store and a head store.
+/// claim, so a push is a head load, a check against the lane's cached limit, one 64-byte store
+/// and a head store.
 #[derive(Clone, Copy, Debug)]
 pub struct LaneWriter {
     header: *const super::RingHeader,
@@ -212,6 +281,8 @@ pub struct LaneWriter {
     slots: *mut u8,
     /// `capacity - 1`.
     mask: u64,
+    /// How the owner backs more of the lane (`None`: it writes only what the collector backed).
+    back: Option<BackFn>,
 }
 
 impl LaneWriter {
@@ -221,6 +292,7 @@ impl LaneWriter {
         lane: core::ptr::null(),
         slots: core::ptr::null_mut(),
         mask: 0,
+        back: None,
     };
 
     /// Writes one record (the caller owns the lane, and holds its thread's guard so that no
@@ -235,13 +307,10 @@ impl LaneWriter {
         let Some(lane) = (unsafe { self.lane.as_ref() }) else { return Pushed::Dropped };
         let head = lane.head.load(Ordering::Relaxed);
         let capacity = self.mask + 1;
-        if head.wrapping_add(1).wrapping_sub(lane.cached_tail.load(Ordering::Relaxed)) > capacity {
-            let tail = lane.tail.load(Ordering::Acquire);
-            lane.cached_tail.store(tail, Ordering::Relaxed);
-            if head.wrapping_add(1).wrapping_sub(tail) > capacity {
-                signal_safe_add(&lane.dropped, 1);
-                return Pushed::Dropped;
-            }
+        if head.wrapping_add(1) > lane.limit.load(Ordering::Relaxed)
+            && !make_room(lane, self.slots, capacity, head, 1, self.back)
+        {
+            return Pushed::Dropped;
         }
         let slot = (head & self.mask) as usize * RECORD_BYTES;
         // Safety: the slot lies in this lane's array, which only its owner writes; the consumer
@@ -302,7 +371,13 @@ impl RingView {
     pub fn writer(&'static self, index: u32) -> Option<LaneWriter> {
         let lane = self.lane(index)? as *const Lane;
         let mask = self.geometry().lane_capacity as u64 - 1;
-        Some(LaneWriter { header: self.header() as *const _, lane, slots: self.slot(index, 0), mask })
+        Some(LaneWriter {
+            header: self.header() as *const _,
+            lane,
+            slots: self.slot(index, 0),
+            mask,
+            back: self.back,
+        })
     }
 }
 
@@ -478,6 +553,128 @@ mod tests {
             lane_word(1, LANE_UNBACKED),
             "a lane that could not be backed goes back to the collector"
         );
+    }
+
+    /// A mapping whose lanes are backed only as far as `LANE_FIRST_BACKED`, as the collector
+    /// offers them (heap memory is backed whole; the count is what the protocol goes by).
+    fn first_backed_lanes(geometry: RingGeometry) -> Mapping {
+        let mapping = Mapping::new(geometry);
+        let view = mapping.view();
+        for index in 0..geometry.lane_count {
+            assert!(view.withdraw(index));
+            view.lane(index).unwrap().backed.store(0, Ordering::Relaxed);
+            assert!(view.offer_backed(index, geometry.first_backed()));
+        }
+        mapping
+    }
+
+    std::thread_local! {
+        /// The ranges a test's backing function was asked for, and whether it succeeds.
+        static BACKED: std::cell::RefCell<(Vec<(usize, usize)>, bool)> = const { std::cell::RefCell::new((Vec::new(), true)) };
+    }
+
+    fn back_for_test(start: *mut u8, len: usize) -> bool {
+        BACKED.with_borrow_mut(|(calls, succeed)| {
+            calls.push((start as usize, len));
+            *succeed
+        })
+    }
+
+    #[test]
+    fn a_lane_is_written_only_as_far_as_it_is_backed_without_a_way_to_grow_it() {
+        let geometry = RingGeometry { lane_count: 1, lane_capacity: 4 * LANE_FIRST_BACKED as u32 };
+        let mapping = first_backed_lanes(geometry);
+        let view = mapping.view();
+        let lane = view.claim(1, 7, 0, 0, None).unwrap().index;
+        let writer = Box::leak(Box::new(mapping.view())).writer(lane).unwrap();
+        let (mut next, mut seq) = (0, 0);
+        for _ in 0..LANE_FIRST_BACKED + 10 {
+            if writer.push(&record(seq, 7)) != Pushed::Dropped {
+                seq += 1;
+            }
+            // A consumer that keeps up: only the backing stops the writer.
+            take(&view, lane, &mut next);
+        }
+        assert_eq!(seq, LANE_FIRST_BACKED, "nothing is written past the backed slots");
+        assert_eq!(view.lane(lane).unwrap().dropped.load(Ordering::Relaxed), 10);
+        // The collector backs more (as its drain pass does): the writer goes on.
+        view.lane(lane).unwrap().backed.fetch_max(2 * LANE_FIRST_BACKED, Ordering::Release);
+        assert_eq!(writer.push(&record(seq, 7)), Pushed::Written);
+        assert_eq!(take(&view, lane, &mut next), 1);
+    }
+
+    #[test]
+    fn an_owner_that_can_back_memory_grows_its_lane_by_doubling_and_then_wraps() {
+        let first = LANE_FIRST_BACKED as usize;
+        let geometry = RingGeometry { lane_count: 2, lane_capacity: 4 * first as u32 };
+        let mapping = first_backed_lanes(geometry);
+        let view: &'static RingView = Box::leak(Box::new(mapping.view().with_backing(back_for_test)));
+        let lane = view.claim(1, 7, 0, 0, None).unwrap().index;
+        let writer = view.writer(lane).unwrap();
+        BACKED.with_borrow_mut(|b| *b = (Vec::new(), true));
+        let (mut next, mut seq) = (0, 0);
+        for _ in 0..3 * geometry.lane_capacity as usize {
+            assert_ne!(writer.push(&record(seq, 7)), Pushed::Dropped);
+            seq += 1;
+            if seq % 1000 == 0 {
+                take(view, lane, &mut next);
+            }
+        }
+        take(view, lane, &mut next);
+        assert_eq!(next, seq, "every record arrived, in order, over three laps");
+        let slots = view.lane_slots(lane).unwrap().0 as usize;
+        let calls = BACKED.with_borrow(|b| b.0.clone());
+        assert_eq!(
+            calls,
+            vec![(slots + first * 64, first * 64), (slots + 2 * first * 64, 2 * first * 64)],
+            "backed from 1 to 2 to 4 times the first slots, each range once"
+        );
+        assert_eq!(view.lane(lane).unwrap().backed.load(Ordering::Relaxed), 4 * first as u64);
+        // A string that crosses the end of what is backed grows the lane too.
+        let other = view.claim(1, 8, 0, 0, None).unwrap().index;
+        let definition = Event { kind: crate::record::KIND_STRING_DEF, ..Event::default() };
+        for _ in 0..first - 2 {
+            assert!(view.push(other, &record(0, 8)));
+        }
+        assert!(view.push_string(other, &definition, &[b'x'; 200]));
+        assert_eq!(view.lane(other).unwrap().backed.load(Ordering::Relaxed), 2 * first as u64);
+        view.free(lane);
+        assert_eq!(
+            view.lane(lane).unwrap().backed.load(Ordering::Relaxed),
+            4 * first as u64,
+            "a freed lane keeps its memory"
+        );
+    }
+
+    #[test]
+    fn an_owner_that_cannot_back_more_drops_and_retries_only_every_thousand_drops() {
+        let geometry = RingGeometry { lane_count: 1, lane_capacity: 2 * LANE_FIRST_BACKED as u32 };
+        let mapping = first_backed_lanes(geometry);
+        let view: &'static RingView = Box::leak(Box::new(mapping.view().with_backing(back_for_test)));
+        let lane = view.claim(1, 7, 0, 0, None).unwrap().index;
+        let writer = view.writer(lane).unwrap();
+        BACKED.with_borrow_mut(|b| *b = (Vec::new(), false));
+        let mut written = 0;
+        let attempts = LANE_FIRST_BACKED + 2 * GROW_RETRY_DROPS + 1;
+        for _ in 0..attempts {
+            if writer.push(&record(0, 7)) != Pushed::Dropped {
+                written += 1;
+            }
+        }
+        assert_eq!(written, LANE_FIRST_BACKED);
+        let dropped = view.lane(lane).unwrap().dropped.load(Ordering::Relaxed);
+        assert_eq!(written + dropped, attempts, "recorded + dropped = calls made");
+        assert_eq!(
+            BACKED.with_borrow(|b| b.0.len()),
+            3,
+            "the first try, then one per {GROW_RETRY_DROPS} drops"
+        );
+        // Memory came back: the next try grows the lane.
+        BACKED.with_borrow_mut(|b| b.1 = true);
+        for _ in 0..GROW_RETRY_DROPS {
+            writer.push(&record(0, 7));
+        }
+        assert_eq!(view.lane(lane).unwrap().backed.load(Ordering::Relaxed), 2 * LANE_FIRST_BACKED);
     }
 
     #[test]

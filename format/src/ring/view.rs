@@ -13,6 +13,8 @@ pub struct RingView {
     lanes: *const Lane,
     slots: *mut u8,
     geometry: RingGeometry,
+    /// How this process backs more of a lane it owns (see [`RingView::with_backing`]).
+    pub(super) back: Option<super::BackFn>,
 }
 
 // Safety: the pointers refer to a shared mapping that outlives the view (the creator of the view
@@ -36,7 +38,16 @@ impl RingView {
             // Safety: as above.
             slots: unsafe { base.add(geometry.slots_offset() as usize) },
             geometry,
+            back: None,
         }
+    }
+
+    /// The view of a producer that can back memory of the ring itself (`MADV_POPULATE_WRITE`
+    /// in `libmlprof.so`): it claims `OPEN` lanes and grows the lanes it owns. Without it, a
+    /// producer writes only what the collector backed.
+    pub fn with_backing(mut self, back: super::BackFn) -> RingView {
+        self.back = Some(back);
+        self
     }
 
     /// Writes a fresh header into a zeroed mapping (the collector's side). The magic goes last,
@@ -95,6 +106,18 @@ impl RingView {
     pub fn lane(&self, index: u32) -> Option<&Lane> {
         // Safety: in range, within the mapping.
         (index < self.geometry.lane_count).then(|| unsafe { &*self.lanes.add(index as usize) })
+    }
+
+    /// The address of slot `slot` of lane `index`, `slot <= capacity` (the capacity: the end of
+    /// the lane's array). Callers pass `index < lane_count`.
+    pub(super) fn slot_of(&self, index: u32, slot: u64) -> *mut u8 {
+        // Safety: callers pass `index < lane_count` and `slot <= capacity`: within the lane's
+        // array or one past its end.
+        unsafe {
+            self.slots.add(
+                index as usize * self.geometry.lane_slots_bytes() as usize + slot as usize * RECORD_BYTES,
+            )
+        }
     }
 
     /// The slot that position `position` of lane `index` maps to (positions wrap by the
