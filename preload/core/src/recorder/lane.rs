@@ -58,17 +58,40 @@ fn claim(ring: &'static RingView, thread: &ThreadState, owner: u64) -> Option<u3
     }
 }
 
+/// The page size, from the auxiliary vector libc keeps (no system call, no allocation, unlike
+/// rustix's `page_size`, which asks the kernel the first time).
+fn page_bytes() -> usize {
+    // Safety: getauxval only reads the vector libc saved at start-up.
+    match unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize {
+        0 => 4096,
+        size => size,
+    }
+}
+
 /// Whether this process may back an open lane itself (cleared when the kernel lacks
 /// `MADV_POPULATE_WRITE`, older than 5.14).
 static SELF_BACKING: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(true);
 
-/// Backs an open lane's slots before the thread writes them: `MADV_POPULATE_WRITE` allocates
-/// and maps every page now, and returns an error (not a SIGBUS) when the shm filesystem is full.
-/// Once per thread; it also spares the thread the page faults of its first lap over the lane.
-fn back_lane(start: *mut u8, len: usize) -> bool {
-    // Safety: the range is one lane's slots inside our shared mapping of the ring.
+/// Backs slots of this thread's lane before the thread writes them (an open lane's first slots
+/// when it claims one, more when its head reaches the end of what is backed):
+/// `MADV_POPULATE_WRITE` allocates and maps every page now, and returns an error (not a SIGBUS)
+/// when the shm filesystem is full. A few times in a lane's life; it also spares the thread the
+/// page faults of its first lap over those slots.
+pub(super) fn back_lane(start: *mut u8, len: usize) -> bool {
+    if !SELF_BACKING.load(Ordering::Relaxed) {
+        return false;
+    }
+    // The advice wants a page-aligned start; a lane's slots start at one only where the lane
+    // blocks fill whole pages (256 of them do). The page before belongs to the ring too.
+    let misalignment = start as usize % page_bytes();
+    // Safety: the range is slots of one lane inside our shared mapping of the ring, widened
+    // down to the start of its page, which the mapping (page-aligned) also holds.
     match unsafe {
-        rustix::mm::madvise(start as *mut core::ffi::c_void, len, rustix::mm::Advice::LinuxPopulateWrite)
+        rustix::mm::madvise(
+            start.sub(misalignment) as *mut core::ffi::c_void,
+            len + misalignment,
+            rustix::mm::Advice::LinuxPopulateWrite,
+        )
     } {
         Ok(()) => true,
         Err(rustix::io::Errno::INVAL) => {

@@ -252,7 +252,7 @@ fn try_join(first: bool) -> Joined {
             clock::set_use_tsc(header.clock_source == CLOCK_TSC);
             // Safety: the header was validated against the mapping size; the mapping stays
             // valid memory for good (see `release`).
-            let view = unsafe { RingView::new(base, geometry) };
+            let view = unsafe { RingView::new(base, geometry) }.with_backing(super::lane::back_lane);
             adopt(slot, view, header);
             None
         }
