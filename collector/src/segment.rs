@@ -4,7 +4,9 @@
 //! unlinked when the collector finishes.
 //!
 //! Memory is backed before anyone may write it: the header and lane blocks when the segment is
-//! made, each lane's slots (`fallocate`) before the lane is offered to producers. A producer
+//! made, a lane's first slots (`fallocate`) before the lane is offered to producers, and more of
+//! them, doubling, as its owner's head gets there (by the owner itself, `MADV_POPULATE_WRITE`,
+//! or by the collector's pass half-way before). A producer
 //! writing into a sparse tmpfs page that the filesystem cannot back would be killed by SIGBUS
 //! (Docker gives /dev/shm 64 MiB); here a lane that cannot be backed is simply never offered,
 //! and the records of threads that find no lane are counted as dropped.
@@ -148,6 +150,10 @@ pub struct Segment {
     /// Backing a lane failed (the filesystem is full): said once, not retried until a lane is
     /// freed.
     backing_failed: bool,
+    /// Records of a lane backed before it is offered: the first part
+    /// ([`RingGeometry::first_backed`]) where producers can back more themselves
+    /// (`MADV_POPULATE_WRITE`), else the whole lane.
+    first_backed: u64,
 }
 
 impl Segment {
@@ -206,6 +212,12 @@ impl Segment {
             );
             RingView::new(base, geometry)
         };
+        // Producers grow their lanes with the advice the collector tries here, on the header's
+        // first page (backed above): a kernel without it (before 5.14) gets whole lanes.
+        // Safety: the page lies in our mapping and is backed; populating it changes nothing.
+        let can_grow =
+            unsafe { libc::madvise(base as *mut libc::c_void, 4096, libc::MADV_POPULATE_WRITE) } == 0;
+        let first_backed = if can_grow { geometry.first_backed() } else { geometry.lane_capacity as u64 };
         let mut segment = Segment {
             path,
             file,
@@ -217,6 +229,7 @@ impl Segment {
             max_backed: plan.max_backed_lanes,
             open_lanes: plan.note.is_none(),
             backing_failed: false,
+            first_backed,
         };
         segment.replenish(false);
         if let Err(err) = rename_no_replace(&temporary, &segment.path) {
@@ -260,7 +273,7 @@ impl Segment {
             if !(state == LANE_UNBACKED || (state == LANE_OPEN && self.view.withdraw_open(index))) {
                 continue;
             }
-            let Some((start, len)) = self.view.lane_slots(index) else { break };
+            let Some((start, len)) = self.view.lane_part(index, 0, self.first_backed) else { break };
             if let Err(err) = allocate(&self.file, start as u64 - self.base as u64, len as u64) {
                 self.backing_failed = true;
                 message = Some(format!(
@@ -270,7 +283,7 @@ impl Segment {
                 ));
                 break;
             }
-            if self.view.offer(index) {
+            if self.view.offer_backed(index, self.first_backed) {
                 free += 1;
                 backed += 1;
             }
@@ -287,6 +300,25 @@ impl Segment {
             }
         }
         message
+    }
+
+    /// Backs more of lane `index` once its owner's head (`head`, as a pass read it) is half-way
+    /// through what is backed, doubling it, so an owner that cannot back memory itself (a
+    /// kernel without `MADV_POPULATE_WRITE`, a seccomp filter) rarely reaches the end; an owner
+    /// that can usually gets there first at high rates. Nothing when the lane is backed whole
+    /// or the filesystem is full (the owner then drops and counts, and tries again itself).
+    pub fn grow_lane(&mut self, index: u32, head: u64) {
+        let capacity = self.geometry.lane_capacity as u64;
+        let Some(lane) = self.view.lane(index) else { return };
+        let backed = lane.backed.load(Ordering::Acquire);
+        if backed >= capacity || head < backed / 2 {
+            return;
+        }
+        let target = backed.max(self.first_backed / 2).saturating_mul(2).min(capacity);
+        let Some((start, len)) = self.view.lane_part(index, backed, target) else { return };
+        if allocate(&self.file, start as u64 - self.base as u64, len as u64).is_ok() {
+            lane.backed.fetch_max(target, Ordering::Release);
+        }
     }
 
     /// A lane was freed: backing may be retried if it had failed (memory came back).

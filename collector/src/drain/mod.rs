@@ -352,6 +352,9 @@ impl Drainer {
             self.open_stream(index)?;
             let until = self.lane(index).head.load(Ordering::Acquire);
             let retired = state == LANE_RETIRED;
+            if !retired {
+                self.segment.grow_lane(index, until);
+            }
             lanes.push(PassLane {
                 index,
                 retired,
