@@ -7,15 +7,21 @@ use std::process::{Command, Output};
 
 use mlprof_tests::*;
 
-/// Runs `mlprof-collect ARGS -- CMD` in a private mount namespace whose /dev/shm is a fresh
-/// tmpfs of `size` (as a container gives it).
+/// Runs `mlprof-collect --out OUT -- CMD` in a private mount namespace whose /dev/shm is a
+/// fresh tmpfs of `size` (as a container gives it).
 fn collect_in_small_shm(size: &str, out: &Path, cmd: &[&str]) -> Output {
+    collect_in_small_shm_with(size, &[], out, cmd)
+}
+
+/// As [`collect_in_small_shm`], with collector options `args` before `--out`.
+fn collect_in_small_shm_with(size: &str, args: &[&str], out: &Path, cmd: &[&str]) -> Output {
     let mut c = Command::new("unshare");
     clean_env(&mut c);
     c.args(["--mount", "--propagation", "private", "sh", "-c"])
         .arg(format!("mount -t tmpfs -o size={size} tmpfs /dev/shm && exec \"$@\""))
         .arg("sh")
         .arg(&bins().collect)
+        .args(args)
         .arg("--out")
         .arg(out)
         .arg("--")
@@ -77,6 +83,58 @@ fn small_shared_memory_never_kills_the_job() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "done 4000\n");
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("without profiling") && stderr.contains("--shm-size"), "{stderr}");
+}
+
+/// A lane grows as its thread writes (its first 256 KiB are backed before the claim, more as
+/// the head gets there). When the job itself takes all of /dev/shm first (as a DataLoader's
+/// shared tensors can), growing fails: the program still finishes normally (no SIGBUS), the
+/// threads' first records are recorded, and every write is recorded or counted as dropped.
+#[test]
+fn a_lane_that_cannot_grow_drops_and_counts_and_never_kills_the_job() {
+    if !require_root("to mount a small tmpfs on /dev/shm in a private mount namespace")
+        || !require_program("unshare", "to make a private mount namespace")
+        || !require_program("dd", "to fill /dev/shm as the job")
+    {
+        return;
+    }
+    const THREADS: u64 = 4;
+    const WRITES: u64 = 100_000;
+    let dir = TempDir::new("full-shm");
+    let prog = compile("mtwriter", &dir);
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let out = dir.join("run.bin");
+    // 16 lanes of 4 MiB fit a quarter of 300 MiB whole: lanes are open and grow as usual.
+    // The job's own data takes what is left, to the last block (dd stops at ENOSPC); dd runs
+    // unprofiled, so the writes counted are the program's alone.
+    let fill =
+        "env -u LD_PRELOAD dd if=/dev/zero of=/dev/shm/job-tensors bs=64k 2>/dev/null; exec \"$0\" \"$@\"";
+    let o = collect_in_small_shm_with(
+        "300m",
+        &["--lanes", "16"],
+        &out,
+        &[
+            "sh",
+            "-c",
+            fill,
+            &prog,
+            &data.display().to_string(),
+            &THREADS.to_string(),
+            &WRITES.to_string(),
+            "1",
+            "join",
+        ],
+    );
+    assert!(o.status.success(), "the program must finish normally\n{}", describe(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), format!("done {}\n", THREADS * WRITES));
+    let s = Summary::load(&out);
+    assert!(!s.truncated(), "run file truncated");
+    let writes = s.calls().count("write");
+    let mut e = s.expect();
+    e.eq("recorded + dropped writes", writes + s.dropped(), THREADS * WRITES);
+    e.that("writes were dropped: the lanes could not grow", s.dropped() > 0);
+    e.that("the records that fit were recorded", writes > 0);
+    e.finish();
 }
 
 /// Runs `prog` bare and under the collector (writing `out`): both succeed and print the same
