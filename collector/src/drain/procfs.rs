@@ -3,7 +3,7 @@
 /// A thread is alive while it exists and is not a zombie. With `zombies: false` a process
 /// leader that exists counts as alive without asking /proc whether it is a zombie.
 ///
-/// The collector asks this of every recording thread ten times a second, so it must be cheap.
+/// The collector asks this of every recording thread once a second, so it must be cheap.
 /// Whether a thread exists is one `tgkill` with no signal; a thread other than its process's
 /// leader is gone, not a zombie, once it has exited (only a leader stays, as a zombie, until
 /// its parent reaps the process), so that answers for it. For a leader, telling a zombie takes
@@ -25,6 +25,19 @@ pub(super) fn thread_alive(pid: u32, tid: u32, zombies: bool) -> bool {
         Some(mut fields) => !matches!(fields.next(), Some(b"Z" | b"X")),
         None => false,
     }
+}
+
+/// Whether process `pid` exists (a zombie does, until its parent reaps it): one `kill` with no
+/// signal, which sends nothing. A pid that is no process id at all (0, or past `i32::MAX`,
+/// which `kill` would read as a process group) counts as existing, as `tgkill` answers for it
+/// (the thread check once a second then decides, as before).
+pub(super) fn process_exists(pid: u32) -> bool {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return true;
+    }
+    // Safety: signal 0 sends nothing; it only checks that the process exists (EPERM: it does).
+    let sent = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    !(sent != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH))
 }
 
 /// Room for a whole /proc stat line (52 numeric fields and a 16-byte command name).
@@ -90,6 +103,22 @@ mod tests {
             }
             assert!(!thread_alive(pid, 1 << 30, zombies), "no such thread");
         }
+    }
+
+    #[test]
+    fn a_process_exists_until_it_is_reaped() {
+        assert!(process_exists(std::process::id()));
+        assert!(process_exists(0) && process_exists(u32::MAX), "not process ids: left to the thread check");
+        let mut child = std::process::Command::new("sh").args(["-c", "exit 3"]).spawn().unwrap();
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while zombie_exit(pid).is_none() {
+            assert!(std::time::Instant::now() < deadline, "the child did not end");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(process_exists(pid), "a zombie exists until it is reaped");
+        child.wait().unwrap();
+        assert!(!process_exists(pid));
     }
 
     #[test]
