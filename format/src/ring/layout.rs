@@ -18,8 +18,8 @@ pub const RING_MAGIC: [u8; 8] = *b"MLPRING\0";
 pub const RING_ABI_VERSION: u32 = 4;
 
 /// Records of a lane backed with memory before it is offered or claimed (256 KiB). Its owner
-/// backs more, doubling, when its head reaches the end of what is backed (and the collector
-/// does when it sees the head half-way there): a thread costs memory, and the zeroing and
+/// backs more, doubling, when its head reaches the end of what is backed (the collector does,
+/// ahead of the head, for an owner that could not): a thread costs memory, and the zeroing and
 /// freeing of it, for what it records, not for the whole 4 MiB lane. Backing whole lanes cost
 /// ~3 ms of CPU each at start and exit, most of a short run's fixed cost, for threads that
 /// record a few hundred calls.
@@ -225,8 +225,9 @@ pub struct Lane {
     /// capacity`, or `backed` while that is less. A record below it is written with no other
     /// check; one at it makes the owner look at `tail` and `backed` again (and grow the lane).
     pub limit: AtomicU64,
-    /// `dropped` + 1 when the owner last failed to back more of the lane (memory ran out), 0
-    /// when it has not: it tries again only after [`GROW_RETRY_DROPS`] more drops.
+    /// `dropped` + 1 when the owner last failed to back more of the lane (memory ran out, or
+    /// it has no way to), 0 when it has not: it tries again only after [`GROW_RETRY_DROPS`]
+    /// more drops, and the collector grows such a lane from then on, ahead of its head.
     pub grow_failed_at: AtomicU64,
     /// Zero; fills line 1.
     pub _pad1: [u8; 80],
@@ -238,8 +239,10 @@ pub struct Lane {
     /// Slots backed with memory, from slot 0 (a count, up to the capacity): while it is below
     /// the capacity the owner writes only positions below it (positions then have not wrapped).
     /// Raised, never lowered (`fetch_max`), by whoever backs more: the collector before it
-    /// offers the lane and when a head gets half-way, an owner that claims an `OPEN` lane or
-    /// reaches the end. Kept when the lane is freed: the memory stays backed.
+    /// offers the lane, an owner that claims an `OPEN` lane or reaches the end (it maps the
+    /// pages as it backs them, so it takes no page fault on them later), the collector when a
+    /// head gets half-way in a lane whose owner could not. Kept when the lane is freed: the
+    /// memory stays backed.
     pub backed: AtomicU64,
     /// Zero; fills line 2.
     pub _pad2: [u8; 112],

@@ -54,11 +54,16 @@ fn make_room(
 /// Backs more of a lane whose head reached `backed`, doubling it (at least to `end`, in whole
 /// [`LANE_FIRST_BACKED`] steps); returns what is backed now. After a failure (memory ran out)
 /// it tries again only every [`GROW_RETRY_DROPS`] drops, so a full shm filesystem costs the
-/// thread a system call per thousand records, not per record.
+/// thread a system call per thousand records, not per record. A failure, or having no way to
+/// back memory, is marked in `grow_failed_at`, which asks the collector to grow the lane.
 fn grow(lane: &Lane, slots: *mut u8, capacity: u64, backed: u64, end: u64, back: Option<BackFn>) -> u64 {
-    let Some(back) = back else { return backed };
     let failed_at = lane.grow_failed_at.load(Ordering::Relaxed);
     let dropped = lane.dropped.load(Ordering::Relaxed);
+    let Some(back) = back else {
+        // The collector grows the lanes of owners that cannot (see `Lane::grow_failed_at`).
+        lane.grow_failed_at.store(dropped.wrapping_add(1), Ordering::Relaxed);
+        return backed;
+    };
     if failed_at != 0 && dropped.wrapping_sub(failed_at - 1) < GROW_RETRY_DROPS {
         return backed;
     }
@@ -597,6 +602,11 @@ mod tests {
         }
         assert_eq!(seq, LANE_FIRST_BACKED, "nothing is written past the backed slots");
         assert_eq!(view.lane(lane).unwrap().dropped.load(Ordering::Relaxed), 10);
+        assert_ne!(
+            view.lane(lane).unwrap().grow_failed_at.load(Ordering::Relaxed),
+            0,
+            "the lane asks the collector to grow it"
+        );
         // The collector backs more (as its drain pass does): the writer goes on.
         view.lane(lane).unwrap().backed.fetch_max(2 * LANE_FIRST_BACKED, Ordering::Release);
         assert_eq!(writer.push(&record(seq, 7)), Pushed::Written);
