@@ -3,7 +3,7 @@
 //! threads that exited or died. Everything read from the segment is validated: a producer can
 //! lose its own records, never crash the collector.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::io;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -275,7 +275,7 @@ impl Drainer {
             segment,
             timebase,
             writer,
-            streams: HashMap::new(),
+            streams: HashMap::default(),
             next_stream: 1,
             strings: Strings::default(),
             batch: Vec::with_capacity(1 << 16),
@@ -292,12 +292,12 @@ impl Drainer {
             final_aggregates: 0,
             // Safety: geteuid cannot fail.
             uid: unsafe { libc::geteuid() },
-            new_images: HashMap::new(),
-            current_images: HashMap::new(),
-            claiming: HashMap::new(),
-            exits: HashSet::new(),
+            new_images: HashMap::default(),
+            current_images: HashMap::default(),
+            claiming: HashMap::default(),
+            exits: HashSet::default(),
             launched: None,
-            pending_ranks: HashMap::new(),
+            pending_ranks: HashMap::default(),
             quiet,
             pass_lanes: Vec::new(),
             aggregate_samples: Vec::new(),
@@ -750,7 +750,7 @@ impl Drainer {
         let threads = self.liveness_checks.is_multiple_of(THREAD_CHECK_EVERY);
         let mut processes = std::mem::take(&mut self.processes_seen);
         processes.clear();
-        let mut claiming = HashMap::new();
+        let mut claiming = HashMap::default();
         for index in 0..self.segment.geometry.lane_count {
             let lane = self.lane(index);
             let word = lane.state.load(Ordering::Acquire);

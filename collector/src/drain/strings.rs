@@ -1,7 +1,7 @@
 //! The strings a run defines (paths, command lines, kernel names), kept so that each is
 //! written once and process records can be named by their command line.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::io;
 
 use mlprof_format::runfile::RunWriter;
