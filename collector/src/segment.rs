@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
 use mlprof_format::ring::{
-    LANE_FREE, LANE_OPEN, LANE_UNBACKED, RING_CLOSED, RingGeometry, RingHeader, RingView, lane_state,
+    LANE_FREE, LANE_OPEN, LANE_UNBACKED, RING_CLOSED, RingGeometry, RingHeader, RingView, grown_backing,
+    lane_state,
 };
 
 /// Where segments live: `$MLPROF_SHM_DIR`, else `/dev/shm`.
@@ -317,7 +318,7 @@ impl Segment {
         if backed >= capacity || head < backed / 2 || lane.grow_failed_at.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let target = backed.max(self.first_backed / 2).saturating_mul(2).min(capacity);
+        let target = grown_backing(capacity, backed, 0);
         let Some((start, len)) = self.view.lane_part(index, backed, target) else { return };
         if allocate(&self.file, start as u64 - self.base as u64, len as u64).is_ok() {
             lane.backed.fetch_max(target, Ordering::Release);

@@ -259,6 +259,15 @@ const _: () = assert!(core::mem::offset_of!(Lane, tail) == 256);
 const _: () = assert!(core::mem::offset_of!(Lane, backed) == 264);
 const _: () = assert!(core::mem::offset_of!(Lane, aggregates) == 384);
 
+/// How far a lane of `capacity` slots backed up to `backed` is grown so that `end` slots fit:
+/// doubled (from at least [`LANE_FIRST_BACKED`]), in whole steps of it, at most the capacity.
+/// `end` is clamped first: a head another process scribbled on may be anything. The owner and
+/// the collector both grow lanes by this.
+pub fn grown_backing(capacity: u64, backed: u64, end: u64) -> u64 {
+    let step = LANE_FIRST_BACKED.min(capacity);
+    backed.max(step / 2).saturating_mul(2).max(end.min(capacity)).next_multiple_of(step).min(capacity)
+}
+
 /// Drops between two tries of an owner to back more of its lane after one failed.
 pub const GROW_RETRY_DROPS: u64 = 1024;
 

@@ -43,7 +43,7 @@ pub use layout::{
     AggSlot, CLOCK_MONOTONIC, CLOCK_TSC, GROW_RETRY_DROPS, HEADER_BYTES, LANE_ACTIVE, LANE_BYTES,
     LANE_CLAIMING, LANE_FIRST_BACKED, LANE_FREE, LANE_OPEN, LANE_RETIRED, LANE_STATE_BITS, LANE_UNBACKED,
     Lane, NO_LANE_COUNTERS, PaddedCounter, RING_ABI_VERSION, RING_CLOSED, RING_MAGIC, RING_SERVING,
-    RingGeometry, RingHeader, is_valid_session_name, lane_generation, lane_state, lane_word,
+    RingGeometry, RingHeader, grown_backing, is_valid_session_name, lane_generation, lane_state, lane_word,
     session_shm_name, validate_header,
 };
 pub use producer::{BackFn, Claim, LaneWriter, Pushed, signal_safe_add};

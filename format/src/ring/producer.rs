@@ -6,8 +6,8 @@
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::layout::{
-    AggSlot, GROW_RETRY_DROPS, LANE_ACTIVE, LANE_CLAIMING, LANE_FIRST_BACKED, LANE_FREE, LANE_OPEN,
-    LANE_RETIRED, LANE_UNBACKED, Lane, NO_LANE_COUNTERS, lane_generation, lane_state, lane_word,
+    AggSlot, GROW_RETRY_DROPS, LANE_ACTIVE, LANE_CLAIMING, LANE_FREE, LANE_OPEN, LANE_RETIRED, LANE_UNBACKED,
+    Lane, NO_LANE_COUNTERS, grown_backing, lane_generation, lane_state, lane_word,
 };
 use super::view::RingView;
 use crate::record::{Event, MAX_STRING_BYTES, RECORD_BYTES, string_payload_slots};
@@ -67,10 +67,7 @@ fn grow(lane: &Lane, slots: *mut u8, capacity: u64, backed: u64, end: u64, back:
     if failed_at != 0 && dropped.wrapping_sub(failed_at - 1) < GROW_RETRY_DROPS {
         return backed;
     }
-    let step = LANE_FIRST_BACKED.min(capacity);
-    // `end` is clamped first: a head another process scribbled on may be anything.
-    let target =
-        backed.max(step / 2).saturating_mul(2).max(end.min(capacity)).next_multiple_of(step).min(capacity);
+    let target = grown_backing(capacity, backed, end);
     // Safety: `backed < target <= capacity`: the range lies in the lane's slot array.
     let start = unsafe { slots.add(backed as usize * RECORD_BYTES) };
     if back(start, (target - backed) as usize * RECORD_BYTES) {
@@ -434,8 +431,8 @@ pub fn signal_safe_add(counter: &AtomicU64, n: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::RingGeometry;
     use crate::ring::testing::{Mapping, record, take};
+    use crate::ring::{LANE_FIRST_BACKED, RingGeometry};
 
     #[test]
     fn wrap_around_keeps_order_and_full_lane_drops_exactly() {
