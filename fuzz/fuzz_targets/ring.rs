@@ -179,9 +179,9 @@ fuzz_target!(|data: &[u8]| {
         let seen = view.lane(index).map_or(0, |lane| lane.state.load(Ordering::Relaxed));
         view.reclaim_stale_claim(index, seen);
     }
-    // Heap memory needs no backing, so the backer only says yes: OPEN lanes are claimable too.
-    let back_heap = |_: *mut u8, _: usize| true;
-    if let Some(claim) = view.claim(1, tid, 0, u64::from(tid), Some(&back_heap)) {
+    // The view's backer (heap memory, already backed) says yes to ranges inside the slots:
+    // OPEN lanes are claimable too, and a claim's first part is checked like a growth.
+    if let Some(claim) = view.claim(1, tid, 0, u64::from(tid), true) {
         let index = claim.index;
         let event = Event { kind: 20, tid, ..Event::default() };
         for _ in 0..70 {

@@ -489,7 +489,7 @@ mod tests {
         let mapping = Mapping::new(GEOMETRY);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
-        let lane = view.claim(1, 1, 0, 0, None).unwrap().index;
+        let lane = view.claim(1, 1, 0, 0, false).unwrap().index;
         assert_eq!(drain_all(&mut consumer, &view, lane), (Drained::Taken(0), vec![]));
         assert_eq!(drain_all(&mut consumer, &view, GEOMETRY.lane_count), (Drained::Taken(0), vec![]));
         // After a drain, the lane is empty again.
@@ -504,7 +504,7 @@ mod tests {
         let mapping = Mapping::new(GEOMETRY);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
-        let lane = view.claim(1, 1, 0, 0, None).unwrap().index;
+        let lane = view.claim(1, 1, 0, 0, false).unwrap().index;
         // 60 records, drained: the next writes start 4 slots before the end of the array.
         for seq in 0..60 {
             assert!(view.push(lane, &record(seq, 1)));
@@ -543,7 +543,7 @@ mod tests {
         let mapping = Mapping::new(GEOMETRY);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
-        let lane = view.claim(1, 1, 0, 0, None).unwrap().index;
+        let lane = view.claim(1, 1, 0, 0, false).unwrap().index;
         fill(&view, lane);
         let (whole, expected) = drain_all(&mut consumer, &view, lane);
         assert_eq!(expected.len(), 21);
@@ -579,7 +579,7 @@ mod tests {
     fn peek_slot_reads_kind_length_and_end_without_consuming() {
         let mapping = Mapping::new(GEOMETRY);
         let view = mapping.view();
-        let lane = view.claim(1, 1, 0, 0, None).unwrap().index;
+        let lane = view.claim(1, 1, 0, 0, false).unwrap().index;
         let mut event = record(0, 1);
         (event.start, event.dur) = (100, 7);
         assert!(view.push(lane, &event));
@@ -603,7 +603,7 @@ mod tests {
         let mapping = Mapping::new(GEOMETRY);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
-        let lane_index = view.claim(1, 1, 0, 0, None).unwrap().index;
+        let lane_index = view.claim(1, 1, 0, 0, false).unwrap().index;
         let lane = view.lane(lane_index).unwrap();
         // Tail ahead of head.
         lane.head.store(5, Ordering::Relaxed);
@@ -631,7 +631,7 @@ mod tests {
         let mapping = Mapping::new(GEOMETRY);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
-        let lane = view.claim(1, 1, 0, 0, None).unwrap().index;
+        let lane = view.claim(1, 1, 0, 0, false).unwrap().index;
         // A record, then a definition claiming 4000 bytes (63 slots) with 2 slots after it.
         assert!(view.push(lane, &record(0, 1)));
         assert!(view.push(lane, &string_def(5, 4000)));
@@ -653,7 +653,7 @@ mod tests {
         let mapping = Mapping::new(geometry);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
-        let lane = view.claim(1, 1, 0, 0, None).unwrap().index;
+        let lane = view.claim(1, 1, 0, 0, false).unwrap().index;
         // Records up to just before the first block's end, then a string whose payload crosses
         // it, then records filling the lane but for a few slots.
         let before = DRAIN_BLOCK - 2;
@@ -710,7 +710,7 @@ mod tests {
         let mapping = Mapping::new(GEOMETRY);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
-        let lane = view.claim(1, 1, 0, 0, None).unwrap().index;
+        let lane = view.claim(1, 1, 0, 0, false).unwrap().index;
         let block = view.lane(lane).unwrap();
         block.tail.store(u64::MAX - 10, Ordering::Relaxed);
         block.head.store(u64::MAX - 5, Ordering::Relaxed);
@@ -725,7 +725,7 @@ mod tests {
         let mapping = Mapping::new(GEOMETRY);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
-        let lane = view.claim(1, 1, 0, 0, None).unwrap().index;
+        let lane = view.claim(1, 1, 0, 0, false).unwrap().index;
         assert!(view.push(lane, &record(0, 1)));
         assert!(view.push_string(lane, &string_def(3, 100), &[b'p'; 100]));
         assert!(view.push(lane, &record(1, 1)));
@@ -750,7 +750,7 @@ mod tests {
         let attempts = 100_000u64;
         let done = std::sync::atomic::AtomicBool::new(false);
         let producer_view = mapping.view();
-        let lane = producer_view.claim(1, 1, 0, 0, None).unwrap().index;
+        let lane = producer_view.claim(1, 1, 0, 0, false).unwrap().index;
         let accepted = std::thread::scope(|scope| {
             let done = &done;
             let producer = scope.spawn(move || {

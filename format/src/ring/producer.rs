@@ -110,20 +110,17 @@ pub struct Claim {
 impl RingView {
     /// Claims a lane for thread `tid` of process image `image` of process `pid` (running as
     /// effective uid `uid`), starting the search at a hash of the tid: a `FREE` lane (backed by
-    /// the collector) if there is one, else, when `back` is given, an `OPEN` lane whose slots
-    /// `back(start, len)` backs with memory first (a lane it fails to back goes back to the
-    /// collector, `UNBACKED`, and the search goes on). `None` when no lane could be had (the
-    /// caller counts the record with [`RingView::count_no_lane_drop`]).
-    pub fn claim(
-        &self,
-        pid: u32,
-        tid: u32,
-        uid: u32,
-        image: u64,
-        back: Option<&dyn Fn(*mut u8, usize) -> bool>,
-    ) -> Option<Claim> {
-        self.claim_in(LANE_FREE, pid, tid, uid, image, None)
-            .or_else(|| back.and_then(|back| self.claim_in(LANE_OPEN, pid, tid, uid, image, Some(back))))
+    /// the collector) if there is one, else, when `may_back` and the view has a backer
+    /// ([`RingView::with_backing`]), an `OPEN` lane whose first part the backer backs first (a
+    /// lane it fails to back goes back to the collector, `UNBACKED`, and the search goes on).
+    /// `may_back` lets a producer whose kernel refused the backing once stop trying without
+    /// sending every open lane back. `None` when no lane could be had (the caller counts the
+    /// record with [`RingView::count_no_lane_drop`]).
+    pub fn claim(&self, pid: u32, tid: u32, uid: u32, image: u64, may_back: bool) -> Option<Claim> {
+        self.claim_in(LANE_FREE, pid, tid, uid, image, None).or_else(|| {
+            let back = self.back.filter(|_| may_back)?;
+            self.claim_in(LANE_OPEN, pid, tid, uid, image, Some(back))
+        })
     }
 
     /// One pass over the lanes for a lane in state `wanted`.
@@ -134,7 +131,7 @@ impl RingView {
         tid: u32,
         uid: u32,
         image: u64,
-        back: Option<&dyn Fn(*mut u8, usize) -> bool>,
+        back: Option<BackFn>,
     ) -> Option<Claim> {
         let count = self.geometry().lane_count;
         let start = tid.wrapping_mul(2_654_435_761) % count;
@@ -439,7 +436,7 @@ mod tests {
         let geometry = RingGeometry { lane_count: 2, lane_capacity: 64 };
         let mapping = Mapping::new(geometry);
         let view = mapping.view();
-        let lane = view.claim(1, 7, 0, 0, None).unwrap().index;
+        let lane = view.claim(1, 7, 0, 0, false).unwrap().index;
         let mut next = 0;
         let mut seq = 0;
         // Many laps around a 64-slot lane.
@@ -476,14 +473,14 @@ mod tests {
         let geometry = RingGeometry { lane_count: 3, lane_capacity: 64 };
         let mapping = Mapping::new(geometry);
         let view = mapping.view();
-        let claims: Vec<Claim> = (0..3).map(|t| view.claim(1, t, 0, 77, None).unwrap()).collect();
+        let claims: Vec<Claim> = (0..3).map(|t| view.claim(1, t, 0, 77, false).unwrap()).collect();
         let mut sorted: Vec<u32> = claims.iter().map(|c| c.index).collect();
         sorted.sort();
         sorted.dedup();
         assert_eq!(sorted.len(), 3);
         assert!(claims.iter().all(|c| c.generation == 1));
         assert_eq!(view.lane(claims[0].index).unwrap().image.load(Ordering::Relaxed), 77);
-        assert_eq!(view.claim(1, 99, 0, 0, None), None);
+        assert_eq!(view.claim(1, 99, 0, 0, false), None);
         view.count_no_lane_drop(99);
         view.count_no_lane_drop(100);
         assert_eq!(view.header().no_lane_drops_total(), 2);
@@ -494,7 +491,7 @@ mod tests {
         assert_eq!(state(claims[1].index), lane_word(1, LANE_RETIRED));
         view.free(claims[1].index);
         assert_eq!(state(claims[1].index), lane_word(1, LANE_FREE));
-        let again = view.claim(2, 42, 0, 0, None).unwrap();
+        let again = view.claim(2, 42, 0, 0, false).unwrap();
         assert_eq!(again, Claim { index: claims[1].index, generation: 2 });
         // The first owner's retire, arriving late, cannot touch the new owner's lane.
         view.retire(claims[1]);
@@ -508,9 +505,9 @@ mod tests {
         let view = mapping.view();
         assert!(view.withdraw(0), "a free lane can be taken back");
         assert!(!view.withdraw(0));
-        let claim = view.claim(1, 5, 0, 0, None).unwrap();
+        let claim = view.claim(1, 5, 0, 0, false).unwrap();
         assert_eq!(claim.index, 1, "lane 0 is unbacked");
-        assert_eq!(view.claim(1, 6, 0, 0, None), None);
+        assert_eq!(view.claim(1, 6, 0, 0, false), None);
         assert!(view.offer(0));
         assert!(!view.offer(0));
         // A claimer killed between its two steps leaves the lane CLAIMING.
@@ -525,7 +522,7 @@ mod tests {
             "backed again before reuse"
         );
         assert!(view.offer(0));
-        assert_eq!(view.claim(1, 6, 0, 0, None), Some(Claim { index: 0, generation: 5 }));
+        assert_eq!(view.claim(1, 6, 0, 0, false), Some(Claim { index: 0, generation: 5 }));
     }
 
     #[test]
@@ -535,17 +532,20 @@ mod tests {
         let view = mapping.view();
         assert!(view.withdraw(0) && view.withdraw(1));
         assert!(view.open(0) && view.open(1));
-        assert_eq!(view.claim(1, 5, 0, 0, None), None, "without a way to back it, an open lane is not taken");
-        let backed = std::cell::Cell::new(Vec::new());
-        let fail_first = |start: *mut u8, len: usize| {
-            let mut seen = backed.take();
-            seen.push((start as usize, len));
-            let ok = seen.len() > 1;
-            backed.set(seen);
-            ok
-        };
-        let claim = view.claim(1, 5, 0, 0, Some(&fail_first)).unwrap();
-        let tries = backed.take();
+        assert_eq!(view.claim(1, 5, 0, 0, true), None, "without a way to back it, an open lane is not taken");
+        /// Fails its first call, then succeeds.
+        fn fail_first(start: *mut u8, len: usize) -> bool {
+            BACKED.with_borrow_mut(|(calls, _)| {
+                calls.push((start as usize, len));
+                calls.len() > 1
+            })
+        }
+        BACKED.with_borrow_mut(|b| *b = (Vec::new(), true));
+        let view = mapping.view().with_backing(fail_first);
+        assert_eq!(view.claim(1, 5, 0, 0, false), None, "a producer that may not back takes no open lane");
+        assert!(BACKED.with_borrow(|b| b.0.is_empty()));
+        let claim = view.claim(1, 5, 0, 0, true).unwrap();
+        let tries = BACKED.with_borrow_mut(|b| std::mem::take(&mut b.0));
         assert_eq!(tries.len(), 2, "the first lane failed to back, the second did");
         assert_eq!(tries[1], (view.lane_slots(claim.index).unwrap().0 as usize, 64 * 64));
         let other = 1 - claim.index;
@@ -587,7 +587,7 @@ mod tests {
         let geometry = RingGeometry { lane_count: 1, lane_capacity: 4 * LANE_FIRST_BACKED as u32 };
         let mapping = first_backed_lanes(geometry);
         let view = mapping.view();
-        let lane = view.claim(1, 7, 0, 0, None).unwrap().index;
+        let lane = view.claim(1, 7, 0, 0, false).unwrap().index;
         let writer = Box::leak(Box::new(mapping.view())).writer(lane).unwrap();
         let (mut next, mut seq) = (0, 0);
         for _ in 0..LANE_FIRST_BACKED + 10 {
@@ -616,7 +616,7 @@ mod tests {
         let geometry = RingGeometry { lane_count: 2, lane_capacity: 4 * first as u32 };
         let mapping = first_backed_lanes(geometry);
         let view: &'static RingView = Box::leak(Box::new(mapping.view().with_backing(back_for_test)));
-        let lane = view.claim(1, 7, 0, 0, None).unwrap().index;
+        let lane = view.claim(1, 7, 0, 0, false).unwrap().index;
         let writer = view.writer(lane).unwrap();
         BACKED.with_borrow_mut(|b| *b = (Vec::new(), true));
         let (mut next, mut seq) = (0, 0);
@@ -638,7 +638,7 @@ mod tests {
         );
         assert_eq!(view.lane(lane).unwrap().backed.load(Ordering::Relaxed), 4 * first as u64);
         // A string that crosses the end of what is backed grows the lane too.
-        let other = view.claim(1, 8, 0, 0, None).unwrap().index;
+        let other = view.claim(1, 8, 0, 0, false).unwrap().index;
         let definition = Event { kind: crate::record::KIND_STRING_DEF, ..Event::default() };
         for _ in 0..first - 2 {
             assert!(view.push(other, &record(0, 8)));
@@ -658,7 +658,7 @@ mod tests {
         let geometry = RingGeometry { lane_count: 1, lane_capacity: 2 * LANE_FIRST_BACKED as u32 };
         let mapping = first_backed_lanes(geometry);
         let view: &'static RingView = Box::leak(Box::new(mapping.view().with_backing(back_for_test)));
-        let lane = view.claim(1, 7, 0, 0, None).unwrap().index;
+        let lane = view.claim(1, 7, 0, 0, false).unwrap().index;
         let writer = view.writer(lane).unwrap();
         BACKED.with_borrow_mut(|b| *b = (Vec::new(), false));
         let mut written = 0;
@@ -709,7 +709,7 @@ mod tests {
                 let view = mapping.view();
                 let done = &done;
                 scope.spawn(move || {
-                    let lane = view.claim(1, tid, 0, 0, None).unwrap().index;
+                    let lane = view.claim(1, tid, 0, 0, false).unwrap().index;
                     let mut seq = 0;
                     for _ in 0..per_producer {
                         // Sequence numbers only advance when accepted, so the consumer can

@@ -36,9 +36,9 @@ fn claim(ring: &'static RingView, thread: &ThreadState, owner: u64) -> Option<u3
         ring.count_no_lane_drop(thread.tid.get());
         return None;
     }
-    let back: &dyn Fn(*mut u8, usize) -> bool = &back_lane;
-    let back = SELF_BACKING.load(Ordering::Relaxed).then_some(back);
-    match ring.claim(owner as u32, thread.tid.get(), session::uid(), session::image(), back) {
+    // The view backs open lanes with `back_lane`, unless the kernel refused it once.
+    let may_back = SELF_BACKING.load(Ordering::Relaxed);
+    match ring.claim(owner as u32, thread.tid.get(), session::uid(), session::image(), may_back) {
         Some(claim) => {
             thread.lane.set(claim.index + 1);
             thread.lane_generation.set(claim.generation);
