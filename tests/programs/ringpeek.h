@@ -1,6 +1,6 @@
 /*
  * ringpeek.h - a read-only look at the mlprof ring (format/src/ring/layout.rs,
- * RING_ABI_VERSION 4), for test programs that must wait for the collector
+ * RING_ABI_VERSION 5), for test programs that must wait for the collector
  * instead of sleeping: "is a lane free", "has my lane been drained".
  *
  * Layout used: header (4096 bytes) with lane_count u32 at offset 16 and

@@ -167,6 +167,8 @@ impl RingView {
             // stalled for a whole liveness period between the two steps): look further.
             let active = lane_word(generation, LANE_ACTIVE);
             if lane.state.compare_exchange(claiming, active, Ordering::Release, Ordering::Relaxed).is_ok() {
+                // After the lane is ACTIVE: a collector that sees the count move sees the lane.
+                self.header().lanes_claimed.fetch_add(1, Ordering::Release);
                 return Some(Claim { index, generation });
             }
         }
@@ -481,6 +483,11 @@ mod tests {
         assert!(claims.iter().all(|c| c.generation == 1));
         assert_eq!(view.lane(claims[0].index).unwrap().image.load(Ordering::Relaxed), 77);
         assert_eq!(view.claim(1, 99, 0, 0, false), None);
+        assert_eq!(
+            view.header().lanes_claimed.load(Ordering::Relaxed),
+            3,
+            "every claim, and only a claim that got its lane, is counted for the collector"
+        );
         view.count_no_lane_drop(99);
         view.count_no_lane_drop(100);
         assert_eq!(view.header().no_lane_drops_total(), 2);
