@@ -155,7 +155,18 @@ pub struct Segment {
     /// ([`RingGeometry::first_backed`]) where producers can back more themselves
     /// (`MADV_POPULATE_WRITE`), else the whole lane.
     first_backed: u64,
+    /// The header's claim count and the busy flag when `replenish` last looked at every lane;
+    /// `None` once a lane was freed since. While both hold, nothing `replenish` counts has
+    /// changed but what it did itself.
+    replenished_at: Option<(u32, bool)>,
+    /// Calls of `replenish` (every [`LOOK_AT_ALL_EVERY`]th looks at every lane regardless).
+    replenish_calls: u32,
 }
+
+/// Every this many passes, a pass looks at every lane's state although no claim was counted
+/// since: a lane a producer failed to back (back to `UNBACKED`, to be opened again), a claim
+/// abandoned half-way, a state scribbled over. About once a second.
+pub const LOOK_AT_ALL_EVERY: u32 = 10;
 
 impl Segment {
     /// Creates the segment `name` (e.g. `mlprof-1000-default`) in `dir`, failing if it exists,
@@ -231,6 +242,8 @@ impl Segment {
             open_lanes: plan.note.is_none(),
             backing_failed: false,
             first_backed,
+            replenished_at: None,
+            replenish_calls: 0,
         };
         segment.replenish(false);
         if let Err(err) = rename_no_replace(&temporary, &segment.path) {
@@ -249,7 +262,17 @@ impl Segment {
     /// `spare_lanes_wanted`), backing more (up to the plan's limit) as threads take them; with
     /// memory for the whole ring, every other lane is left open for a thread that finds none
     /// free to back itself. Returns a message the first time the filesystem refuses.
+    /// Looks at every lane only when a producer claimed one, a lane was freed or `busy`
+    /// changed since the last look, and every [`LOOK_AT_ALL_EVERY`]th call.
     pub fn replenish(&mut self, busy: bool) -> Option<String> {
+        let claimed = self.header().lanes_claimed.load(Ordering::Acquire);
+        self.replenish_calls = self.replenish_calls.wrapping_add(1);
+        if self.replenished_at == Some((claimed, busy))
+            && !self.replenish_calls.is_multiple_of(LOOK_AT_ALL_EVERY)
+        {
+            return None;
+        }
+        self.replenished_at = Some((claimed, busy));
         let (mut free, mut backed) = (0u32, 0u32);
         for index in 0..self.geometry.lane_count {
             let Some(lane) = self.view.lane(index) else { break };
@@ -328,6 +351,7 @@ impl Segment {
     /// A lane was freed: backing may be retried if it had failed (memory came back).
     pub fn lane_freed(&mut self) {
         self.backing_failed = false;
+        self.replenished_at = None;
     }
 
     /// Records the collector's clock in the header (producers use it to tell a dead collector).
@@ -543,6 +567,52 @@ mod tests {
             segment.grow_lane(offered[0], 4 * first);
             assert_eq!(lane.backed.load(Ordering::Relaxed), 4 * first);
         }
+    }
+
+    #[test]
+    fn replenish_looks_at_the_lanes_again_after_a_claim_a_freed_lane_or_a_while() {
+        use mlprof_format::ring::lane_word;
+        let geometry = RingGeometry { lane_count: 4, lane_capacity: 4 * 4096 };
+        let plan = Plan { geometry, max_backed_lanes: 4, note: None };
+        let name = format!("mlprof-replenish-test-{}", std::process::id());
+        let mut segment =
+            Segment::create(&std::env::temp_dir(), &name, &plan, mlprof_format::ring::CLOCK_MONOTONIC, 1)
+                .unwrap();
+        let states = |segment: &Segment| -> Vec<u32> {
+            (0..4)
+                .map(|i| lane_state(segment.view().lane(i).unwrap().state.load(Ordering::Relaxed)))
+                .collect()
+        };
+        let count = |states: &[u32], wanted: u32| states.iter().filter(|&&s| s == wanted).count();
+        assert_eq!(count(&states(&segment), LANE_FREE), 1, "one spare before the first thread");
+        // A thread takes it: the claim is counted, and the next call offers two spares.
+        let claim = segment.view().claim(1, 7, 0, 0, false).unwrap();
+        assert_eq!(segment.replenish(false), None);
+        let after_claim = states(&segment);
+        assert_eq!(count(&after_claim, LANE_FREE), 2, "{after_claim:?}");
+        // A producer that failed to back an open lane gives it back unbacked, uncounted: it is
+        // opened again at the next look at every lane, not before.
+        let open = after_claim.iter().position(|&s| s == LANE_OPEN).unwrap() as u32;
+        let unback = |segment: &Segment| {
+            let lane = segment.view().lane(open).unwrap();
+            let generation = mlprof_format::ring::lane_generation(lane.state.load(Ordering::Relaxed));
+            lane.state.store(lane_word(generation, LANE_UNBACKED), Ordering::Relaxed);
+        };
+        unback(&segment);
+        let mut calls = 2;
+        while lane_state(segment.view().lane(open).unwrap().state.load(Ordering::Relaxed)) == LANE_UNBACKED {
+            segment.replenish(false);
+            calls += 1;
+            assert!(calls <= LOOK_AT_ALL_EVERY, "never opened again");
+        }
+        assert_eq!(calls, LOOK_AT_ALL_EVERY, "opened again at the tenth call, not before");
+        // A freed lane makes the next call look.
+        unback(&segment);
+        segment.view().retire(claim);
+        segment.view().free(claim.index);
+        segment.lane_freed();
+        segment.replenish(false);
+        assert_eq!(lane_state(segment.view().lane(open).unwrap().state.load(Ordering::Relaxed)), LANE_OPEN);
     }
 
     #[test]
