@@ -159,14 +159,7 @@ pub struct Segment {
     /// `None` once a lane was freed since. While both hold, nothing `replenish` counts has
     /// changed but what it did itself.
     replenished_at: Option<(u32, bool)>,
-    /// Calls of `replenish` (every [`LOOK_AT_ALL_EVERY`]th looks at every lane regardless).
-    replenish_calls: u32,
 }
-
-/// Every this many passes, a pass looks at every lane's state although no claim was counted
-/// since: a lane a producer failed to back (back to `UNBACKED`, to be opened again), a claim
-/// abandoned half-way, a state scribbled over. About once a second.
-pub const LOOK_AT_ALL_EVERY: u32 = 10;
 
 impl Segment {
     /// Creates the segment `name` (e.g. `mlprof-1000-default`) in `dir`, failing if it exists,
@@ -243,9 +236,8 @@ impl Segment {
             backing_failed: false,
             first_backed,
             replenished_at: None,
-            replenish_calls: 0,
         };
-        segment.replenish(false);
+        segment.replenish(false, true);
         if let Err(err) = rename_no_replace(&temporary, &segment.path) {
             let _ = std::fs::remove_file(&temporary);
             return Err(err);
@@ -262,14 +254,14 @@ impl Segment {
     /// `spare_lanes_wanted`), backing more (up to the plan's limit) as threads take them; with
     /// memory for the whole ring, every other lane is left open for a thread that finds none
     /// free to back itself. Returns a message the first time the filesystem refuses.
-    /// Looks at every lane only when a producer claimed one, a lane was freed or `busy`
-    /// changed since the last look, and every [`LOOK_AT_ALL_EVERY`]th call.
-    pub fn replenish(&mut self, busy: bool) -> Option<String> {
+    ///
+    /// Looks at the lanes only when a producer claimed one, a lane was freed or `busy` changed
+    /// since its last look, or when `look_at_all` says so (the drain's pass that read every
+    /// lane's state anyway, about once a second: those pages are warm then), which finds what
+    /// changed uncounted (a lane a producer failed to back and gave back `UNBACKED`).
+    pub fn replenish(&mut self, busy: bool, look_at_all: bool) -> Option<String> {
         let claimed = self.header().lanes_claimed.load(Ordering::Acquire);
-        self.replenish_calls = self.replenish_calls.wrapping_add(1);
-        if self.replenished_at == Some((claimed, busy))
-            && !self.replenish_calls.is_multiple_of(LOOK_AT_ALL_EVERY)
-        {
+        if self.replenished_at == Some((claimed, busy)) && !look_at_all {
             return None;
         }
         self.replenished_at = Some((claimed, busy));
@@ -587,7 +579,7 @@ mod tests {
         assert_eq!(count(&states(&segment), LANE_FREE), 1, "one spare before the first thread");
         // A thread takes it: the claim is counted, and the next call offers two spares.
         let claim = segment.view().claim(1, 7, 0, 0, false).unwrap();
-        assert_eq!(segment.replenish(false), None);
+        assert_eq!(segment.replenish(false, false), None);
         let after_claim = states(&segment);
         assert_eq!(count(&after_claim, LANE_FREE), 2, "{after_claim:?}");
         // A producer that failed to back an open lane gives it back unbacked, uncounted: it is
@@ -598,21 +590,22 @@ mod tests {
             let generation = mlprof_format::ring::lane_generation(lane.state.load(Ordering::Relaxed));
             lane.state.store(lane_word(generation, LANE_UNBACKED), Ordering::Relaxed);
         };
+        let state_of_open =
+            |segment: &Segment| lane_state(segment.view().lane(open).unwrap().state.load(Ordering::Relaxed));
         unback(&segment);
-        let mut calls = 2;
-        while lane_state(segment.view().lane(open).unwrap().state.load(Ordering::Relaxed)) == LANE_UNBACKED {
-            segment.replenish(false);
-            calls += 1;
-            assert!(calls <= LOOK_AT_ALL_EVERY, "never opened again");
+        for _ in 0..3 {
+            segment.replenish(false, false);
+            assert_eq!(state_of_open(&segment), LANE_UNBACKED, "nothing counted changed");
         }
-        assert_eq!(calls, LOOK_AT_ALL_EVERY, "opened again at the tenth call, not before");
+        segment.replenish(false, true);
+        assert_eq!(state_of_open(&segment), LANE_OPEN);
         // A freed lane makes the next call look.
         unback(&segment);
         segment.view().retire(claim);
         segment.view().free(claim.index);
         segment.lane_freed();
-        segment.replenish(false);
-        assert_eq!(lane_state(segment.view().lane(open).unwrap().state.load(Ordering::Relaxed)), LANE_OPEN);
+        segment.replenish(false, false);
+        assert_eq!(state_of_open(&segment), LANE_OPEN);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use mlprof_format::runfile::{
     AggregateSample, DropSample, ProcessExit, ProcessInfo, RunEnd, RunWriter, SymbolInfo, ThreadInfo,
 };
 
-use crate::segment::{LOOK_AT_ALL_EVERY, Segment};
+use crate::segment::Segment;
 use crate::timebase::Timebase;
 
 mod procfs;
@@ -31,6 +31,10 @@ mod strings;
 use procfs::{owner_uid, process_exists, thread_alive, zombie_exit};
 use strings::{Strings, split_argv};
 
+/// Every this many passes, a pass looks at every lane's state although no claim was counted
+/// since (see `look_at_lanes`): a claim abandoned half-way, a lane a producer failed to back
+/// and gave back, a state scribbled over are found within about a second.
+const LOOK_AT_ALL_EVERY: u32 = 10;
 const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);
 const LIVENESS_EVERY: Duration = Duration::from_millis(100);
 /// Every how many liveness checks each recording thread is asked whether it still exists, and
@@ -467,7 +471,8 @@ impl Drainer {
         self.free_replaced_images()?;
         self.write_batch()?;
         if self.offer_lanes
-            && let Some(message) = self.segment.replenish(self.is_busy())
+            && let Some(message) =
+                self.segment.replenish(self.is_busy(), self.passes.is_multiple_of(LOOK_AT_ALL_EVERY))
             && !self.quiet
         {
             eprintln!("mlprof-collect: warning: {message}");
