@@ -254,6 +254,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
             if exited.is_some() {
                 // Backing spare lanes now would only be undone at exit (~3 ms of CPU each).
                 drainer.stop_offering_lanes();
+                drainer.launched_reaped();
             }
             let wake = drain(&mut drainer, &mut sampler)?;
             if let Some(status) = exited {
