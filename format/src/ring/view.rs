@@ -110,6 +110,7 @@ impl RingView {
 
     /// The address of slot `slot` of lane `index`, `slot <= capacity` (the capacity: the end of
     /// the lane's array). Callers pass `index < lane_count`.
+    #[inline(always)]
     pub(super) fn slot_of(&self, index: u32, slot: u64) -> *mut u8 {
         // Safety: callers pass `index < lane_count` and `slot <= capacity`: within the lane's
         // array or one past its end.
@@ -124,9 +125,6 @@ impl RingView {
     /// capacity). Callers pass `index < lane_count`.
     #[inline(always)]
     pub(super) fn slot(&self, index: u32, position: u64) -> *mut u8 {
-        let capacity = self.geometry.lane_capacity as u64;
-        let within = (position & (capacity - 1)) as usize * RECORD_BYTES;
-        // Safety: callers pass `index < lane_count`; the slot lies in that lane's array.
-        unsafe { self.slots.add(index as usize * self.geometry.lane_slots_bytes() as usize + within) }
+        self.slot_of(index, position & (self.geometry.lane_capacity as u64 - 1))
     }
 }
