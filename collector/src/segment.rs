@@ -155,10 +155,10 @@ pub struct Segment {
     /// ([`RingGeometry::first_backed`]) where producers can back more themselves
     /// (`MADV_POPULATE_WRITE`), else the whole lane.
     first_backed: u64,
-    /// The header's claim count and the busy flag when `replenish` last looked at every lane;
-    /// `None` once a lane was freed since. While both hold, nothing `replenish` counts has
-    /// changed but what it did itself.
-    replenished_at: Option<(u32, bool)>,
+    /// The busy flag when `replenish` last looked at the lanes; `None` once a lane was freed
+    /// since (or before the first look). While it holds and no lane was claimed (the drain
+    /// says), nothing `replenish` counts has changed but what it did itself.
+    replenished_busy: Option<bool>,
 }
 
 impl Segment {
@@ -235,7 +235,7 @@ impl Segment {
             open_lanes: plan.note.is_none(),
             backing_failed: false,
             first_backed,
-            replenished_at: None,
+            replenished_busy: None,
         };
         segment.replenish(false, true);
         if let Err(err) = rename_no_replace(&temporary, &segment.path) {
@@ -255,16 +255,15 @@ impl Segment {
     /// memory for the whole ring, every other lane is left open for a thread that finds none
     /// free to back itself. Returns a message the first time the filesystem refuses.
     ///
-    /// Looks at the lanes only when a producer claimed one, a lane was freed or `busy` changed
-    /// since its last look, or when `look_at_all` says so (the drain's pass that read every
-    /// lane's state anyway, about once a second: those pages are warm then), which finds what
-    /// changed uncounted (a lane a producer failed to back and gave back `UNBACKED`).
+    /// Looks at the lanes only when `look_at_all` (the drain's pass read every lane's state:
+    /// a producer claimed a lane since its last such look, or a second went by, which finds
+    /// what changed uncounted, such as a lane a producer failed to back and gave back
+    /// `UNBACKED`; those pages are warm then), a lane was freed, or `busy` changed.
     pub fn replenish(&mut self, busy: bool, look_at_all: bool) -> Option<String> {
-        let claimed = self.header().lanes_claimed.load(Ordering::Acquire);
-        if self.replenished_at == Some((claimed, busy)) && !look_at_all {
+        if self.replenished_busy == Some(busy) && !look_at_all {
             return None;
         }
-        self.replenished_at = Some((claimed, busy));
+        self.replenished_busy = Some(busy);
         let (mut free, mut backed) = (0u32, 0u32);
         for index in 0..self.geometry.lane_count {
             let Some(lane) = self.view.lane(index) else { break };
@@ -343,7 +342,7 @@ impl Segment {
     /// A lane was freed: backing may be retried if it had failed (memory came back).
     pub fn lane_freed(&mut self) {
         self.backing_failed = false;
-        self.replenished_at = None;
+        self.replenished_busy = None;
     }
 
     /// Records the collector's clock in the header (producers use it to tell a dead collector).
@@ -562,7 +561,7 @@ mod tests {
     }
 
     #[test]
-    fn replenish_looks_at_the_lanes_again_after_a_claim_a_freed_lane_or_a_while() {
+    fn replenish_looks_at_the_lanes_only_with_the_drain_or_after_a_freed_lane() {
         use mlprof_format::ring::lane_word;
         let geometry = RingGeometry { lane_count: 4, lane_capacity: 4 * 4096 };
         let plan = Plan { geometry, max_backed_lanes: 4, note: None };
@@ -577,13 +576,16 @@ mod tests {
         };
         let count = |states: &[u32], wanted: u32| states.iter().filter(|&&s| s == wanted).count();
         assert_eq!(count(&states(&segment), LANE_FREE), 1, "one spare before the first thread");
-        // A thread takes it: the claim is counted, and the next call offers two spares.
+        // A thread takes it: the drain's next pass sees the claim counted and looks at every
+        // lane, and this call offers two spares.
         let claim = segment.view().claim(1, 7, 0, 0, false).unwrap();
-        assert_eq!(segment.replenish(false, false), None);
+        segment.replenish(false, false);
+        assert_eq!(count(&states(&segment), LANE_FREE), 0, "nothing looks before the drain did");
+        assert_eq!(segment.replenish(false, true), None);
         let after_claim = states(&segment);
         assert_eq!(count(&after_claim, LANE_FREE), 2, "{after_claim:?}");
         // A producer that failed to back an open lane gives it back unbacked, uncounted: it is
-        // opened again at the next look at every lane, not before.
+        // opened again at the drain's next look at every lane, not before.
         let open = after_claim.iter().position(|&s| s == LANE_OPEN).unwrap() as u32;
         let unback = |segment: &Segment| {
             let lane = segment.view().lane(open).unwrap();

@@ -367,7 +367,7 @@ impl Drainer {
         self.segment.heartbeat(self.timebase.now());
         let mut lanes = std::mem::take(&mut self.pass_lanes);
         lanes.clear();
-        self.look_at_lanes();
+        let looked_at_all = self.look_at_lanes();
         for at in 0..self.lanes_in_use.len() {
             let index = self.lanes_in_use[at];
             let word = self.lane(index).state.load(Ordering::Acquire);
@@ -471,8 +471,7 @@ impl Drainer {
         self.free_replaced_images()?;
         self.write_batch()?;
         if self.offer_lanes
-            && let Some(message) =
-                self.segment.replenish(self.is_busy(), self.passes.is_multiple_of(LOOK_AT_ALL_EVERY))
+            && let Some(message) = self.segment.replenish(self.is_busy(), looked_at_all)
             && !self.quiet
         {
             eprintln!("mlprof-collect: warning: {message}");
@@ -504,7 +503,8 @@ impl Drainer {
     /// counts) and every [`LOOK_AT_ALL_EVERY`]th pass, else from the lanes already known. A
     /// lane claimed while the count was read is seen a pass later. The 256 state words lie on
     /// 48 pages that a pass after a 100 ms sleep read cold: up to ~80 µs a pass on these VMs.
-    fn look_at_lanes(&mut self) {
+    /// True when it looked at every lane (the spare-lane bookkeeping looks then too).
+    fn look_at_lanes(&mut self) -> bool {
         let claimed = self.segment.view().header().lanes_claimed.load(Ordering::Acquire);
         self.passes = self.passes.wrapping_add(1);
         let view = self.segment.view();
@@ -512,7 +512,7 @@ impl Drainer {
             self.lanes_in_use.retain(|&index| {
                 view.lane(index).is_some_and(|lane| in_use(lane.state.load(Ordering::Acquire)))
             });
-            return;
+            return false;
         }
         self.claims_seen = Some(claimed);
         self.lanes_in_use.clear();
@@ -521,6 +521,7 @@ impl Drainer {
                 self.lanes_in_use.push(index);
             }
         }
+        true
     }
 
     /// Stops backing spare lanes: the launched command has ended (or recording is ending),
