@@ -231,8 +231,8 @@ pub struct Drainer {
     last_liveness: Instant,
     /// Liveness checks made (see `free_dead_lanes`).
     liveness_checks: u32,
-    /// Processes asked about in the current liveness check, and whether they exist (kept: a
-    /// check allocates nothing).
+    /// Processes known in the current liveness check (asked about, or the launched command),
+    /// and whether they exist (kept: a check allocates nothing).
     processes_seen: Vec<(u32, bool)>,
     /// Whether passes back spare lanes for new threads (not once the job has ended).
     offer_lanes: bool,
@@ -803,6 +803,9 @@ impl Drainer {
         let threads = self.liveness_checks.is_multiple_of(THREAD_CHECK_EVERY);
         let mut processes = std::mem::take(&mut self.processes_seen);
         processes.clear();
+        // Our child exists until the launcher reaps it (its pid cannot be reused before): known
+        // without a `kill` to ask, ~10 µs under this kernel's BPF LSM hooks.
+        processes.extend(self.launched.map(|pid| (pid, true)));
         let mut claiming = HashMap::default();
         // The pass's look at the lanes: a claim abandoned half-way (never counted) is among
         // them after the next look at every lane, and taken back a check later.
@@ -830,9 +833,6 @@ impl Drainer {
             } else {
                 match processes.iter().find(|(seen, _)| *seen == pid) {
                     Some(&(_, exists)) => exists,
-                    // Our child exists until the launcher reaps it (its pid cannot be reused
-                    // before): no `kill` to ask, ~10 µs under this kernel's BPF LSM hooks.
-                    None if self.launched == Some(pid) => true,
                     None => {
                         let exists = process_exists(pid);
                         processes.push((pid, exists));
