@@ -589,6 +589,18 @@ mod tests {
         })
     }
 
+    /// A first-backed mapping (kept alive by the caller), a view that grows lanes through
+    /// `back_for_test` (succeeding as `succeed` says, its calls cleared), thread 7's lane in
+    /// it and that lane's writer.
+    fn growing_lane(geometry: RingGeometry, succeed: bool) -> (Mapping, &'static RingView, u32, LaneWriter) {
+        let mapping = first_backed_lanes(geometry);
+        let view: &'static RingView = Box::leak(Box::new(mapping.view().with_backing(back_for_test)));
+        let lane = view.claim(1, 7, 0, 0, false).unwrap().index;
+        let writer = view.writer(lane).unwrap();
+        BACKED.with_borrow_mut(|b| *b = (Vec::new(), succeed));
+        (mapping, view, lane, writer)
+    }
+
     #[test]
     fn a_lane_is_written_only_as_far_as_it_is_backed_without_a_way_to_grow_it() {
         let geometry = RingGeometry { lane_count: 1, lane_capacity: 4 * LANE_FIRST_BACKED as u32 };
@@ -621,11 +633,7 @@ mod tests {
     fn an_owner_that_can_back_memory_grows_its_lane_by_doubling_and_then_wraps() {
         let first = LANE_FIRST_BACKED as usize;
         let geometry = RingGeometry { lane_count: 2, lane_capacity: 4 * first as u32 };
-        let mapping = first_backed_lanes(geometry);
-        let view: &'static RingView = Box::leak(Box::new(mapping.view().with_backing(back_for_test)));
-        let lane = view.claim(1, 7, 0, 0, false).unwrap().index;
-        let writer = view.writer(lane).unwrap();
-        BACKED.with_borrow_mut(|b| *b = (Vec::new(), true));
+        let (_mapping, view, lane, writer) = growing_lane(geometry, true);
         let (mut next, mut seq) = (0, 0);
         for _ in 0..3 * geometry.lane_capacity as usize {
             assert_ne!(writer.push(&record(seq, 7)), Pushed::Dropped);
@@ -663,11 +671,7 @@ mod tests {
     #[test]
     fn an_owner_that_cannot_back_more_drops_and_retries_only_every_thousand_drops() {
         let geometry = RingGeometry { lane_count: 1, lane_capacity: 2 * LANE_FIRST_BACKED as u32 };
-        let mapping = first_backed_lanes(geometry);
-        let view: &'static RingView = Box::leak(Box::new(mapping.view().with_backing(back_for_test)));
-        let lane = view.claim(1, 7, 0, 0, false).unwrap().index;
-        let writer = view.writer(lane).unwrap();
-        BACKED.with_borrow_mut(|b| *b = (Vec::new(), false));
+        let (_mapping, view, lane, writer) = growing_lane(geometry, false);
         let mut written = 0;
         let attempts = LANE_FIRST_BACKED + 2 * GROW_RETRY_DROPS + 1;
         for _ in 0..attempts {
