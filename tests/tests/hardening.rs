@@ -86,7 +86,7 @@ fn small_shared_memory_never_kills_the_job() {
 }
 
 /// A lane grows as its thread writes (its first 256 KiB are backed before the claim, more as
-/// the head gets there). When the job itself takes all of /dev/shm first (as a DataLoader's
+/// the head gets there). When the job itself takes nearly all of /dev/shm first (as a DataLoader's
 /// shared tensors can), growing fails: the program still finishes normally (no SIGBUS), the
 /// threads' first records are recorded, and every write is recorded or counted as dropped.
 #[test]
@@ -94,6 +94,7 @@ fn a_lane_that_cannot_grow_drops_and_counts_and_never_kills_the_job() {
     if !require_root("to mount a small tmpfs on /dev/shm in a private mount namespace")
         || !require_program("unshare", "to make a private mount namespace")
         || !require_program("dd", "to fill /dev/shm as the job")
+        || !require_program("df", "to see how much of /dev/shm is left")
     {
         return;
     }
@@ -105,10 +106,14 @@ fn a_lane_that_cannot_grow_drops_and_counts_and_never_kills_the_job() {
     std::fs::create_dir_all(&data).unwrap();
     let out = dir.join("run.bin");
     // 16 lanes of 4 MiB fit a quarter of 300 MiB whole: lanes are open and grow as usual.
-    // The job's own data takes what is left, to the last block (dd stops at ENOSPC); dd runs
+    // The job's own data takes all but 3 MiB: room for the first 256 KiB of every lane the
+    // program and the collector's spares need (about 2.3 MiB), whoever backs them first, and
+    // not for the 4 MiB each thread's lane grows to. (Filling to the last block raced with the
+    // collector: when dd won, the exec'd program found no lane at all, 1 run in 6.) dd runs
     // unprofiled, so the writes counted are the program's alone.
-    let fill =
-        "env -u LD_PRELOAD dd if=/dev/zero of=/dev/shm/job-tensors bs=64k 2>/dev/null; exec \"$0\" \"$@\"";
+    let fill = "left=$(df -k --output=avail /dev/shm | tail -n 1); \
+                env -u LD_PRELOAD dd if=/dev/zero of=/dev/shm/job-tensors bs=64k count=$(( (left - 3072) / 64 )) \
+                2>/dev/null; exec \"$0\" \"$@\"";
     let o = collect_in_small_shm_with(
         "300m",
         &["--lanes", "16"],
