@@ -20,6 +20,8 @@ cargo clippy --manifest-path fuzz/Cargo.toml --all-targets -- -D warnings
 "$env_python" -m ruff check
 "$env_python" -m ruff format --check
 python3 scripts/msrv.py
+# The size rule of the shipped crates (600 lines a file, 120 a function; issue 34).
+python3 scripts/size_check.py
 cargo build --release
 log="$(mktemp)"
 skips="$(mktemp)"

@@ -10,6 +10,7 @@
 //! * [`options`]: the one table of `MLPROF_*` environment variables and who reads each.
 //! * [`rank`]: a process's rank in a distributed job, from its launcher's variables.
 //! * [`syscalls`]: x86_64 system call names by number (complete mode, the strace-shaped view).
+//! * `testing` (feature `testing`): a heap ring and a plain consumer for other crates' unit tests.
 //!
 //! The ring ABI and the file format have separate versions: the ring is a live protocol between
 //! one build of the preload and one build of the collector, the file outlives both.
@@ -27,6 +28,8 @@ pub mod record;
 pub mod ring;
 pub mod runfile;
 pub mod syscalls;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 /// FNV-1a, 64 bit: the id of an interned string. Chosen because the preload computes it
 /// without allocation or tables on the hook path, and because ids then agree across processes,

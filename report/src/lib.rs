@@ -35,4 +35,4 @@ pub mod summary;
 pub mod trace;
 
 #[cfg(test)]
-mod test_run;
+mod testing;

@@ -443,7 +443,7 @@ pub const DRAIN_BLOCK: usize = 512;
 mod tests {
     use super::*;
     use crate::ring::RingGeometry;
-    use crate::ring::testing::{Mapping, record};
+    use crate::testing::{HeapRing, record};
 
     /// Drains lane `index` into owned items.
     fn drain_all(consumer: &mut LaneConsumer, view: &RingView, index: u32) -> (Drained, Vec<Item>) {
@@ -486,7 +486,7 @@ mod tests {
 
     #[test]
     fn empty_lane_and_outside_index_take_nothing() {
-        let mapping = Mapping::new(GEOMETRY);
+        let mapping = HeapRing::new(GEOMETRY);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
         let lane = view.claim(1, 1, 0, 0, false).unwrap().index;
@@ -501,7 +501,7 @@ mod tests {
 
     #[test]
     fn wrap_around_delivers_records_and_strings_in_order() {
-        let mapping = Mapping::new(GEOMETRY);
+        let mapping = HeapRing::new(GEOMETRY);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
         let lane = view.claim(1, 1, 0, 0, false).unwrap().index;
@@ -540,7 +540,7 @@ mod tests {
                 assert!(view.push(lane, &record(seq, 1)));
             }
         };
-        let mapping = Mapping::new(GEOMETRY);
+        let mapping = HeapRing::new(GEOMETRY);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
         let lane = view.claim(1, 1, 0, 0, false).unwrap().index;
@@ -577,7 +577,7 @@ mod tests {
 
     #[test]
     fn peek_slot_reads_kind_length_and_end_without_consuming() {
-        let mapping = Mapping::new(GEOMETRY);
+        let mapping = HeapRing::new(GEOMETRY);
         let view = mapping.view();
         let lane = view.claim(1, 1, 0, 0, false).unwrap().index;
         let mut event = record(0, 1);
@@ -600,7 +600,7 @@ mod tests {
 
     #[test]
     fn corrupt_positions_reset_the_tail_and_deliver_nothing() {
-        let mapping = Mapping::new(GEOMETRY);
+        let mapping = HeapRing::new(GEOMETRY);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
         let lane_index = view.claim(1, 1, 0, 0, false).unwrap().index;
@@ -628,7 +628,7 @@ mod tests {
 
     #[test]
     fn truncated_string_payload_ends_the_step_and_is_released() {
-        let mapping = Mapping::new(GEOMETRY);
+        let mapping = HeapRing::new(GEOMETRY);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
         let lane = view.claim(1, 1, 0, 0, false).unwrap().index;
@@ -650,7 +650,7 @@ mod tests {
     #[test]
     fn a_backlog_is_handed_over_and_released_block_by_block() {
         let geometry = RingGeometry { lane_count: 1, lane_capacity: 4 * DRAIN_BLOCK as u32 };
-        let mapping = Mapping::new(geometry);
+        let mapping = HeapRing::new(geometry);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
         let lane = view.claim(1, 1, 0, 0, false).unwrap().index;
@@ -707,7 +707,7 @@ mod tests {
     #[test]
     fn positions_near_the_top_of_the_counter_end_the_step() {
         // Hostile positions (the ring fuzz target found this one looping for good).
-        let mapping = Mapping::new(GEOMETRY);
+        let mapping = HeapRing::new(GEOMETRY);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
         let lane = view.claim(1, 1, 0, 0, false).unwrap().index;
@@ -722,7 +722,7 @@ mod tests {
 
     #[test]
     fn a_failing_handler_releases_only_the_items_before_it() {
-        let mapping = Mapping::new(GEOMETRY);
+        let mapping = HeapRing::new(GEOMETRY);
         let view = mapping.view();
         let mut consumer = LaneConsumer::new();
         let lane = view.claim(1, 1, 0, 0, false).unwrap().index;
@@ -746,7 +746,7 @@ mod tests {
     #[test]
     fn concurrent_producer_strings_and_records_arrive_whole_and_in_order() {
         let geometry = RingGeometry { lane_count: 1, lane_capacity: 256 };
-        let mapping = Mapping::new(geometry);
+        let mapping = HeapRing::new(geometry);
         let attempts = 100_000u64;
         let done = std::sync::atomic::AtomicBool::new(false);
         let producer_view = mapping.view();

@@ -365,7 +365,7 @@ pub fn is_valid_session_name(session: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::testing::Mapping;
+    use crate::testing::HeapRing;
 
     #[test]
     fn default_geometry_is_valid_and_sized() {
@@ -378,7 +378,7 @@ mod tests {
     #[test]
     fn header_validates_and_garbage_does_not() {
         let geometry = RingGeometry { lane_count: 4, lane_capacity: 64 };
-        let mapping = Mapping::new(geometry);
+        let mapping = HeapRing::new(geometry);
         let view = mapping.view();
         assert_eq!(validate_header(view.header(), geometry.total_bytes()), Ok(geometry));
         assert!(validate_header(view.header(), geometry.total_bytes() - 1).is_err());

@@ -34,8 +34,6 @@
 mod consumer;
 mod layout;
 mod producer;
-#[cfg(test)]
-mod testing;
 mod view;
 
 pub use consumer::{DRAIN_BLOCK, Drained, LaneConsumer, LaneItem, LaneItems};

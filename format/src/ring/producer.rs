@@ -430,13 +430,13 @@ pub fn signal_safe_add(counter: &AtomicU64, n: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ring::testing::{Mapping, record, take};
     use crate::ring::{LANE_FIRST_BACKED, RingGeometry};
+    use crate::testing::{HeapRing, record, take};
 
     #[test]
     fn wrap_around_keeps_order_and_full_lane_drops_exactly() {
         let geometry = RingGeometry { lane_count: 2, lane_capacity: 64 };
-        let mapping = Mapping::new(geometry);
+        let mapping = HeapRing::new(geometry);
         let view = mapping.view();
         let lane = view.claim(1, 7, 0, 0, false).unwrap().index;
         let mut next = 0;
@@ -473,7 +473,7 @@ mod tests {
     #[test]
     fn lanes_are_claimed_once_and_freed_for_reuse() {
         let geometry = RingGeometry { lane_count: 3, lane_capacity: 64 };
-        let mapping = Mapping::new(geometry);
+        let mapping = HeapRing::new(geometry);
         let view = mapping.view();
         let claims: Vec<Claim> = (0..3).map(|t| view.claim(1, t, 0, 77, false).unwrap()).collect();
         let mut sorted: Vec<u32> = claims.iter().map(|c| c.index).collect();
@@ -508,7 +508,7 @@ mod tests {
     #[test]
     fn an_unbacked_lane_is_never_claimed_and_an_abandoned_claim_is_taken_back() {
         let geometry = RingGeometry { lane_count: 2, lane_capacity: 64 };
-        let mapping = Mapping::new(geometry);
+        let mapping = HeapRing::new(geometry);
         let view = mapping.view();
         assert!(view.withdraw(0), "a free lane can be taken back");
         assert!(!view.withdraw(0));
@@ -535,7 +535,7 @@ mod tests {
     #[test]
     fn an_open_lane_is_claimed_only_by_a_producer_that_backs_it() {
         let geometry = RingGeometry { lane_count: 2, lane_capacity: 64 };
-        let mapping = Mapping::new(geometry);
+        let mapping = HeapRing::new(geometry);
         let view = mapping.view();
         assert!(view.withdraw(0) && view.withdraw(1));
         assert!(view.open(0) && view.open(1));
@@ -566,8 +566,8 @@ mod tests {
 
     /// A mapping whose lanes are backed only as far as `LANE_FIRST_BACKED`, as the collector
     /// offers them (heap memory is backed whole; the count is what the protocol goes by).
-    fn first_backed_lanes(geometry: RingGeometry) -> Mapping {
-        let mapping = Mapping::new(geometry);
+    fn first_backed_lanes(geometry: RingGeometry) -> HeapRing {
+        let mapping = HeapRing::new(geometry);
         let view = mapping.view();
         for index in 0..geometry.lane_count {
             assert!(view.withdraw(index));
@@ -592,7 +592,7 @@ mod tests {
     /// A first-backed mapping (kept alive by the caller), a view that grows lanes through
     /// `back_for_test` (succeeding as `succeed` says, its calls cleared), thread 7's lane in
     /// it and that lane's writer.
-    fn growing_lane(geometry: RingGeometry, succeed: bool) -> (Mapping, &'static RingView, u32, LaneWriter) {
+    fn growing_lane(geometry: RingGeometry, succeed: bool) -> (HeapRing, &'static RingView, u32, LaneWriter) {
         let mapping = first_backed_lanes(geometry);
         let view: &'static RingView = Box::leak(Box::new(mapping.view().with_backing(back_for_test)));
         let lane = view.claim(1, 7, 0, 0, false).unwrap().index;
@@ -711,7 +711,7 @@ mod tests {
     #[test]
     fn concurrent_producers_lose_nothing_they_did_not_count() {
         let geometry = RingGeometry { lane_count: 8, lane_capacity: 256 };
-        let mapping = Mapping::new(geometry);
+        let mapping = HeapRing::new(geometry);
         let producers = 4u32;
         let per_producer = 200_000u64;
         let done = std::sync::atomic::AtomicU32::new(0);

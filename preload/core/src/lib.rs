@@ -38,4 +38,4 @@ pub mod trap;
 pub mod user_memory;
 
 #[cfg(test)]
-mod test_support;
+mod testing;

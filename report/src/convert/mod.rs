@@ -148,7 +148,7 @@ fn convert_looking_ahead<W: TraceWriter>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_run::{self, DATASET, START};
+    use crate::testing::{self, DATASET, START};
     use crate::trace::chrome::ChromeWriter;
     use crate::trace::perfetto::PerfettoWriter;
     use mlprof_format::func::Func;
@@ -228,7 +228,7 @@ mod tests {
     fn an_open_recorded_after_its_reads_names_them_all_the_same() {
         // The collector holds an open back until its path is defined: here its read comes a
         // batch before it in the file.
-        let run = test_run::write_late_open("late-open");
+        let run = testing::write_late_open("late-open");
         let converted = [chrome(run.path(), LOOKAHEAD_EVENTS), chrome(run.path(), 0)];
         for (lookahead, (outcome, trace)) in [LOOKAHEAD_EVENTS, 0].into_iter().zip(converted) {
             let read = trace["traceEvents"].as_array().unwrap().iter().find(|r| r["name"] == "read").unwrap();
@@ -240,7 +240,7 @@ mod tests {
 
     #[test]
     fn a_run_becomes_named_tracks_slices_and_counters() {
-        let run = test_run::write("convert");
+        let run = testing::write("convert");
         let meta = RunMeta::load(run.path()).unwrap();
         let mut reports = 0;
         let mut json = Vec::new();

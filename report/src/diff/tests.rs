@@ -1,14 +1,14 @@
 //! Two synthetic runs with known counts, and a run against itself.
 
 use super::*;
-use crate::test_run;
+use crate::testing;
 use mlprof_format::record::{Event, IttSpan};
 use mlprof_format::runfile::{ProcessInfo, RunEnd, RunInfo, RunWriter};
 use mlprof_format::string_id;
 
 /// A run of one process (pid 20) with `reads` reads of 10 bytes (100 ns each) on
 /// /data/b.bin, `writes` writes and `ops` aten::mm op spans (1 µs each).
-fn run(tag: &str, reads: u64, writes: u64, ops: u64) -> test_run::TempRun {
+fn run(tag: &str, reads: u64, writes: u64, ops: u64) -> testing::TempRun {
     let path = std::env::temp_dir().join(format!("mlprof-diff-{tag}-{}.bin", std::process::id()));
     let info = RunInfo { command: vec!["job".into()], start_mono_ns: 0, ..Default::default() };
     let mut w = RunWriter::create(&path, &info).unwrap();
@@ -64,10 +64,10 @@ fn run(tag: &str, reads: u64, writes: u64, ops: u64) -> test_run::TempRun {
     events.sort_by_key(|e| e.start + e.dur);
     w.write_events(&events).unwrap();
     w.finish(&RunEnd { end_ns: 1_000_000, events: events.len() as u64, dropped: 0 }).unwrap();
-    test_run::TempRun::new(path)
+    testing::TempRun::new(path)
 }
 
-fn figures(run: &test_run::TempRun) -> RunFigures {
+fn figures(run: &testing::TempRun) -> RunFigures {
     RunFigures::load(run.path()).unwrap()
 }
 

@@ -972,9 +972,9 @@ mod tests {
     /// first pass. Either way the read names the file.
     #[test]
     fn an_open_recorded_after_its_reads_names_them_all_the_same() {
-        use crate::test_run::{self, DATASET};
+        use crate::testing::{self, DATASET};
 
-        let run = test_run::write_late_open("export-late-open");
+        let run = testing::write_late_open("export-late-open");
         let dir = std::env::temp_dir().join(format!("mlprof-export-late-open-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         for lookahead in [LOOKAHEAD_EVENTS, 0] {

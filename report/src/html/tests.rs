@@ -2,11 +2,11 @@
 
 use super::tables::compact_list;
 use super::*;
-use crate::test_run;
+use crate::testing;
 
 #[test]
 fn a_page_with_every_section_and_exact_numbers() {
-    let run = test_run::write("html");
+    let run = testing::write("html");
     let figures = RunFigures::load(run.path()).unwrap();
     let page = render(&figures, None);
     assert!(page.starts_with("<!DOCTYPE html>\n<html lang=\"en\">") && page.ends_with("</html>\n"));
@@ -36,7 +36,7 @@ fn a_page_with_every_section_and_exact_numbers() {
 
 #[test]
 fn a_baseline_adds_the_comparison() {
-    let run = test_run::write("html-baseline");
+    let run = testing::write("html-baseline");
     let figures = RunFigures::load(run.path()).unwrap();
     let again = RunFigures::load(run.path()).unwrap();
     let page = render(&figures, Some(&again));

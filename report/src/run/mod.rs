@@ -243,11 +243,11 @@ impl RunMeta {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_run;
+    use crate::testing;
 
     #[test]
     fn a_metadata_pass_skips_events_and_their_tables() {
-        let run = test_run::write("metadata-only");
+        let run = testing::write("metadata-only");
         let full = RunMeta::load(run.path()).unwrap();
         let meta = RunMeta::load_metadata(run.path()).unwrap();
         assert_eq!(meta.images.len(), full.images.len());
@@ -261,7 +261,7 @@ mod tests {
 
     #[test]
     fn a_metadata_pass_over_a_cut_events_frame_says_truncated() {
-        let run = test_run::write("metadata-cut");
+        let run = testing::write("metadata-cut");
         let bytes = std::fs::read(run.path()).unwrap();
         // The events frame: the first frame of kind FRAME_EVENTS (16-byte file header, then
         // frames of an 8-byte header — kind u16, length u32 at 4 — and a padded payload).

@@ -1,11 +1,11 @@
-//! The summary of a tiny synthetic run (`crate::test_run`), computed and rendered.
+//! The summary of a tiny synthetic run (`crate::testing`), computed and rendered.
 
 use super::*;
-use crate::test_run::{self, DATASET};
+use crate::testing::{self, DATASET};
 
 #[test]
 fn counts_calls_files_and_processes() {
-    let run = test_run::write("summary");
+    let run = testing::write("summary");
     let s = Summary::compute(run.path()).unwrap();
     // 5 recorded events and 8 aggregated clock reads.
     assert_eq!((s.events, s.unknown_events, s.dropped, s.truncated), (13, 0, 3, false));
@@ -29,7 +29,7 @@ fn counts_calls_files_and_processes() {
 
 #[test]
 fn renders_json_and_text() {
-    let run = test_run::write("summary-render");
+    let run = testing::write("summary-render");
     let s = Summary::compute(run.path()).unwrap();
     let value = json::render(&s);
     assert_eq!(value["events"], 13);

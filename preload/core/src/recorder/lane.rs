@@ -126,7 +126,7 @@ pub fn send_string(ring: &RingView, index: u32, pid: u32, tid: u32, id: u64, byt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::heap_ring;
+    use crate::testing::heap_ring;
     use mlprof_format::ring::RingGeometry;
 
     fn fresh_thread() -> ThreadState {

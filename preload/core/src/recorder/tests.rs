@@ -6,9 +6,7 @@ use mlprof_format::record::{Event, FLAG_ERROR, FLAG_NESTED, GpuCall, IttSpan};
 
 use super::{AggregateCall, Span};
 use crate::guard;
-use crate::test_support::{
-    joined_ring, take_this_threads_items, this_threads_drops, this_threads_interrupted,
-};
+use crate::testing::{joined_ring, take_this_threads_items, this_threads_drops, this_threads_interrupted};
 
 fn read_event(fd: i32, asked: u64, done: i64) -> Event {
     Event { fd, ret: done, arg: asked, arg2: done.max(0) as u64, ..Event::default() }

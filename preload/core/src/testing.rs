@@ -5,33 +5,16 @@ use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
 
 use mlprof_format::record::Event;
-use mlprof_format::ring::{CLOCK_MONOTONIC, LaneItem, LaneItems, RingGeometry, RingView};
+use mlprof_format::ring::{LaneItem, LaneItems, RingGeometry, RingView};
+use mlprof_format::testing::{HeapRing, Owner};
 
-/// A zeroed, initialized ring in leaked heap memory, and its view (leaked too: the recorder's
-/// rings are `'static`).
+/// A ring in leaked heap memory, owned by this user and process, and its view (leaked too:
+/// the recorder's rings are `'static`). Its check period is long, so that no test thread
+/// looks for a collector while a test runs.
 pub fn heap_ring(geometry: RingGeometry) -> &'static RingView {
-    let layout = std::alloc::Layout::from_size_align(geometry.total_bytes() as usize, 4096).unwrap();
-    // Safety: non-zero size; the memory is leaked, so it outlives every view.
-    let base = unsafe { std::alloc::alloc_zeroed(layout) };
-    assert!(!base.is_null());
-    // Safety: zeroed, aligned, sized for the geometry, not yet shared.
-    unsafe {
-        RingView::initialize(
-            base,
-            geometry,
-            CLOCK_MONOTONIC,
-            crate::sys::geteuid(),
-            std::process::id(),
-            u64::MAX / 2,
-        )
-    };
-    // Safety: as above.
-    let view = unsafe { RingView::new(base, geometry) };
-    // Heap memory is backed: every lane may be offered at once.
-    for index in 0..geometry.lane_count {
-        view.offer(index);
-    }
-    Box::leak(Box::new(view))
+    let owner =
+        Owner { uid: crate::sys::geteuid(), collector_pid: std::process::id(), check_period: u64::MAX / 2 };
+    HeapRing::with_owner(geometry, owner).leak()
 }
 
 /// The ring this test process has joined as if a collector served it (one per test binary:
