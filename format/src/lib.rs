@@ -9,7 +9,6 @@
 //! * [`energy`]: the energy frames of `run.bin` (devices, samples, notes; since format 1.2).
 //! * [`options`]: the one table of `MLPROF_*` environment variables and who reads each.
 //! * [`rank`]: a process's rank in a distributed job, from its launcher's variables.
-//! * [`syscalls`]: x86_64 system call names by number (complete mode, the strace-shaped view).
 //! * `testing` (feature `testing`): a heap ring and a plain consumer for other crates' unit tests.
 //!
 //! The ring ABI and the file format have separate versions: the ring is a live protocol between
@@ -27,7 +26,6 @@ pub mod rank;
 pub mod record;
 pub mod ring;
 pub mod runfile;
-pub mod syscalls;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

@@ -61,8 +61,8 @@ use mlprof_format::runfile::{
 use mlprof_format::string_id;
 
 use crate::pipeline::DATA;
+use crate::run::is_collective_op;
 use crate::run::{Image, RunMeta};
-use crate::summary::ranks::is_collective_op;
 
 const PYTORCH: u64 = string_id(b"PyTorch");
 /// Above Linux's largest pid (`PID_MAX_LIMIT`, 2^22).

@@ -7,7 +7,9 @@ use std::io;
 use mlprof_format::func::{Api, Class, Func};
 use mlprof_format::record::{Event, FLAG_NESTED, GpuCall, copy_direction_name};
 
-use super::converter::{Converter, Kind, Text, ThreadState};
+use super::converter::{Converter, Text, ThreadState};
+use crate::run::kinds::Kind;
+use crate::run::stream::Learned;
 use crate::run::{PathIndex, bytes_moved, nccl_datatype_name, nccl_op_name};
 use crate::trace::{ArgList, ArgShape, ArgValue, Slice, StringHandle, TraceWriter};
 
@@ -16,6 +18,7 @@ const MAX_ARGS: usize = 12;
 
 pub(super) fn write<W: TraceWriter>(
     c: &mut Converter<'_, W>,
+    learned: &mut Learned,
     kind: Kind,
     event: &Event,
     thread: ThreadState,
@@ -35,7 +38,7 @@ pub(super) fn write<W: TraceWriter>(
     let mut args = ArgList::<MAX_ARGS>::new();
     let mut shape = ArgShape::NONE;
     if api == Api::Libc {
-        shape = libc_args(c, kind, event, path, &mut args);
+        shape = libc_args(c, learned, kind, event, path, &mut args);
     } else {
         let call = GpuCall::from_event(event);
         dimensions = [call.grid(), call.block()].map(|(x, y, z)| [x, y, z].map(u64::from));
@@ -90,6 +93,7 @@ fn function_texts<W: TraceWriter>(
 /// slice is named after), whether the call failed and whether a path was found.
 fn libc_args<W: TraceWriter>(
     c: &mut Converter<'_, W>,
+    learned: &mut Learned,
     Kind { class, has_path, .. }: Kind,
     event: &Event,
     // The path index of its path argument when it was found reading ahead (else looked up:
@@ -135,16 +139,18 @@ fn libc_args<W: TraceWriter>(
     let path = match class {
         // A call with a path argument names it: an open its own path (a failed one too, when
         // it got that far), a stat or an unlink the path it was given.
-        _ if has_path && event.arg2 != 0 => Some(match known.or_else(|| c.fds.path_index(event.arg2)) {
-            Some(index) => c.path_text(index),
-            None => c.text(Text::Run(event.arg2)),
-        }),
+        _ if has_path && event.arg2 != 0 => {
+            Some(match known.or_else(|| learned.fds.path_index(event.arg2)) {
+                Some(index) => c.path_text(&learned.fds, index),
+                None => c.text(Text::Run(event.arg2)),
+            })
+        }
         Class::Open | Class::Clock | Class::Syscall | Class::Load => None,
         _ if event.fd < 0 => None,
-        _ => c
+        _ => learned
             .fds
-            .lookup_cached(c.meta, event.pid, event.fd, event.start, &mut c.fd_cache)
-            .map(|index| c.path_text(index)),
+            .lookup_cached(c.meta, event.pid, event.fd, event.start, &mut learned.fd_cache)
+            .map(|index| c.path_text(&learned.fds, index)),
     };
     if let Some(path) = path {
         args.push("path", ArgValue::Interned(path));

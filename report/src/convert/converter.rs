@@ -5,64 +5,19 @@
 use std::io;
 
 use mlprof_format::energy::EnergyDevice;
-use mlprof_format::func::{Api, Class, Func};
+use mlprof_format::func::{Api, Func};
 use mlprof_format::record::Event;
 use mlprof_format::runfile::{AggregateSample, DropSample};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::read::{Batch, Item, Learned};
-use super::{Options, Outcome, Stop, calls, itt};
+use super::{ConvertError, Options, Outcome, calls, itt};
 use crate::energy::tracks::EnergyTracks;
-use crate::prefetch::prefetch;
-use crate::run::{FdCache, FdIntervals, PathIndex, RunMeta};
+use crate::run::kinds::kind_of;
+use crate::run::stream::{Item, Learned, PassError, Paths};
+use crate::run::{FdIntervals, PathIndex, RunMeta};
 use crate::trace::{
     CounterHandle, CounterUnit, CounterValue, ProcessHandle, StringHandle, ThreadHandle, TraceWriter,
 };
-
-/// What a record's `kind` says, looked up once per event.
-#[derive(Clone, Copy)]
-pub(super) struct Kind {
-    pub(super) func: Func,
-    pub(super) class: Class,
-    pub(super) api: Api,
-    /// A libc function with a path argument.
-    pub(super) has_path: bool,
-}
-
-impl Kind {
-    /// Whether the call names a path of its own (see `calls::libc_args`).
-    #[inline]
-    pub(super) fn names_path(&self, event: &Event) -> bool {
-        self.has_path && event.arg2 != 0
-    }
-}
-
-/// Kinds of the functions known, as a table (`Func::from_id` and `Func::class` are long
-/// matches).
-const KINDS: usize = 1024;
-static KIND_TABLE: [Option<Kind>; KINDS] = {
-    let mut table = [None; KINDS];
-    let mut kind = 0;
-    while kind < KINDS {
-        if let Some(func) = Func::from_id(kind as u16) {
-            let (class, api) = (func.class(), func.api());
-            let has_path = matches!(api, Api::Libc) && func.has_path();
-            table[kind] = Some(Kind { func, class, api, has_path });
-        }
-        kind += 1;
-    }
-    table
-};
-
-/// Records between the one [`Converter::observe`] reads and the one it asks the cache for:
-/// a page (64 records of 64 bytes), ~2 µs of work ahead, which covers a read from memory.
-const RECORDS_AHEAD: usize = 64;
-
-/// What a record's kind says, if it is a function this build knows.
-#[inline]
-fn kind_of(kind: u16) -> Option<Kind> {
-    KIND_TABLE.get(kind as usize).copied().flatten()
-}
 
 /// A string the trace uses, by what it is in the run: computed and interned once.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -109,16 +64,11 @@ pub(super) struct Converter<'a, W: TraceWriter> {
     path_texts: Vec<Option<StringHandle>>,
     /// Recent threads, by a hash of (pid, tid): (pid << 32 | tid, index in `thread_states`).
     thread_cache: Box<[(u64, u32); THREAD_CACHE_SLOTS]>,
-    pub(super) fds: FdIntervals,
-    pub(super) fd_cache: FdCache,
-    /// Threads that recorded ITT spans or GPU calls: on them a call may lie inside a slice
-    /// recorded after it (a task, a runtime call around a driver call). On the other threads
-    /// no call encloses another, which lets a trace writer put each out as it comes.
+    /// Threads that recorded ITT spans or GPU calls, as far as the stream learned them: on
+    /// them a call may lie inside a slice recorded after it (a task, a runtime call around a
+    /// driver call). On the other threads no call encloses another, which lets a trace writer
+    /// put each out as it comes.
     span_threads: FxHashSet<(u32, u32)>,
-    /// `fds` and `span_threads` are learned as the events stream (else known beforehand)...
-    pub(super) streaming: bool,
-    /// ...from events read this far ahead.
-    pub(super) lookahead: usize,
     /// Events written to the current part.
     in_part: u64,
 }
@@ -134,7 +84,13 @@ pub(super) struct ThreadState {
 const THREAD_CACHE_SLOTS: usize = 256;
 
 impl<'a, W: TraceWriter> Converter<'a, W> {
-    pub(super) fn new(meta: &'a RunMeta, options: &'a Options<'a>, out: W, learned: Learned) -> Self {
+    /// A conversion into `out`; `span_threads`: the threads known to have spans so far.
+    pub(super) fn new(
+        meta: &'a RunMeta,
+        options: &'a Options<'a>,
+        out: W,
+        span_threads: FxHashSet<(u32, u32)>,
+    ) -> Self {
         Converter {
             meta,
             options,
@@ -149,11 +105,7 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
             function_texts: Vec::new(),
             path_texts: Vec::new(),
             thread_cache: Box::new([(u64::MAX, 0); THREAD_CACHE_SLOTS]),
-            fds: learned.fds,
-            fd_cache: FdCache::default(),
-            span_threads: learned.span_threads,
-            streaming: learned.lookahead.is_some(),
-            lookahead: learned.lookahead.unwrap_or(0),
+            span_threads,
             in_part: 0,
         }
     }
@@ -176,63 +128,22 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         Ok(())
     }
 
-    /// Streaming: notes the fd changes and the spans of a batch read ahead, and the path index
-    /// of each call naming a path (to `paths`, for [`Converter::events`]).
-    pub(super) fn observe(&mut self, batch: &[Event], paths: &mut Vec<Option<PathIndex>>) {
-        let mut last = None;
-        for (at, event) in batch.iter().enumerate() {
-            // Records read where they lie in the mapped run are not in the cache (no copy
-            // brought them there), and the hardware's prefetch stops at page boundaries: the
-            // reads below would wait on memory for each record. Asked for a page ahead.
-            if let Some(far) = batch.get(at + RECORDS_AHEAD) {
-                prefetch(far);
-            }
-            // A path's index is a cache miss over a run's paths: asked for ahead.
-            if let Some(ahead) =
-                batch.get(at + 16).filter(|e| kind_of(e.kind).is_some_and(|k| k.names_path(e)))
+    /// Threads the stream found to have spans while reading ahead: those declared already
+    /// are told, before any more of their calls is written.
+    pub(super) fn spans_found(&mut self, threads: &[(u32, u32)]) {
+        for &(pid, tid) in threads {
+            if self.span_threads.insert((pid, tid))
+                && let Some(&index) = self.threads.get(&(pid, tid))
             {
-                self.fds.prefetch_path(ahead.arg2);
-            }
-            let Some(kind) = kind_of(event.kind) else { continue };
-            if kind.api == Api::Libc {
-                // Opens, closes and duplicates (descriptor calls) change what an fd names; a
-                // successful open indexes its path, and says which (not hashed again below).
-                let opened = match kind.class {
-                    Class::Open | Class::Close | Class::Fd => {
-                        self.fds.observe_streaming(self.meta, event, &mut self.fd_cache)
-                    }
-                    _ => None,
-                };
-                if kind.names_path(event) {
-                    // Just indexed (an open), or not: found at once or not at all.
-                    paths.push(opened.or_else(|| self.fds.path_index(event.arg2)));
-                }
-            } else if last != Some((event.pid, event.tid)) {
-                last = Some((event.pid, event.tid));
-                if self.span_threads.insert((event.pid, event.tid))
-                    && let Some(&index) = self.threads.get(&(event.pid, event.tid))
-                {
-                    self.thread_states[index as usize].spans = true;
-                }
+                self.thread_states[index as usize].spans = true;
             }
         }
     }
 
-    /// Converts a frame read ahead; an events buffer goes back to `spare`.
-    pub(super) fn item<'m>(
-        &mut self,
-        item: Item<'m>,
-        outcome: &mut Outcome,
-        open: &mut dyn FnMut(usize) -> io::Result<W>,
-        close: &mut dyn FnMut(usize, W) -> io::Result<()>,
-        spare: &mut Vec<Batch<'m>>,
-    ) -> Result<(), Stop> {
+    /// Converts a frame other than events.
+    pub(super) fn item(&mut self, item: Item<'_>) -> io::Result<()> {
         match item {
-            Item::Events(batch) => {
-                self.events(batch.records(), Some(&batch.paths), outcome, open, close)?;
-                // Its records are not cleared: the reader overwrites them with the next frame's.
-                spare.push(batch);
-            }
+            Item::Events(_) => unreachable!("events are written by `events`"),
             Item::Aggregates(samples) => self.aggregates(&samples)?,
             Item::Drops(samples) => self.drops(&samples)?,
             Item::EnergyDevice(device) => {
@@ -247,23 +158,24 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         Ok(())
     }
 
-    /// Writes a batch of events; `paths`: the path indexes [`Converter::observe`] found for it.
+    /// Writes a batch of events; `paths`: the path indexes the stream noted for it; `learned`:
+    /// the fds it learned.
     pub(super) fn events(
         &mut self,
         batch: &[Event],
-        paths: Option<&[Option<PathIndex>]>,
+        mut paths: Paths<'_>,
+        learned: &mut Learned,
         outcome: &mut Outcome,
         open: &mut dyn FnMut(usize) -> io::Result<W>,
         close: &mut dyn FnMut(usize, W) -> io::Result<()>,
-    ) -> Result<(), Stop> {
+    ) -> Result<(), PassError<ConvertError>> {
         let options = self.options;
-        let mut paths = paths.unwrap_or_default().iter();
         for event in batch {
             let Some(kind) = kind_of(event.kind) else {
                 continue;
             };
-            // Taken before any filter, in the order `observe` pushed them.
-            let path = if kind.names_path(event) { paths.next().copied().flatten() } else { None };
+            // Taken before any filter, in record order.
+            let path = paths.next(kind, event);
             if !options.only.api(kind.api)
                 || !options.pid(event.pid)
                 || !options.in_window(event.start, event.start.saturating_add(event.dur))
@@ -282,20 +194,12 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
             if kind.api == Api::Itt {
                 itt::write(self, kind.func, event, thread.handle)?;
             } else {
-                calls::write(self, kind, event, thread, path)?;
+                calls::write(self, learned, kind, event, thread, path)?;
             }
             self.in_part += 1;
             outcome.events += 1;
         }
-        self.exact()
-    }
-
-    /// Whether the streaming pass can go on exactly.
-    pub(super) fn exact(&self) -> Result<(), Stop> {
-        match self.fds.inexact() {
-            Some(reason) => Err(Stop::Inexact(reason.to_string())),
-            None => Ok(()),
-        }
+        Ok(())
     }
 
     /// Names every process (its programs, in exec order) and every named thread, by id
@@ -360,11 +264,11 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
 
     /// The handle of path `index` of `fds`.
     #[inline]
-    pub(super) fn path_text(&mut self, index: PathIndex) -> StringHandle {
+    pub(super) fn path_text(&mut self, fds: &FdIntervals, index: PathIndex) -> StringHandle {
         if let Some(&Some(handle)) = self.path_texts.get(index as usize) {
             return handle;
         }
-        let handle = self.text(Text::Run(self.fds.path_id(index)));
+        let handle = self.text(Text::Run(fds.path_id(index)));
         if self.path_texts.len() <= index as usize {
             self.path_texts.resize(index as usize + 1, None);
         }
@@ -384,7 +288,7 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
             Text::IttCategory(0) => self.out.intern("itt,"),
             Text::IttCategory(domain) => self.out.intern(&format!("itt,{}", meta.string(domain))),
             Text::Kernel(pid, function) => self.out.intern(&meta.kernel_name(pid, function)),
-            Text::Syscall(nr) => self.out.intern(&crate::summary::syscalls::syscall_name(nr)),
+            Text::Syscall(nr) => self.out.intern(&crate::run::syscall_name(nr)),
         };
         self.texts.insert(text, handle);
         handle

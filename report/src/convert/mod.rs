@@ -3,13 +3,10 @@
 //! holds the metadata (processes, strings), the fds in use and the writer's handles, never
 //! the events.
 //!
-//! Which file a call's fd named, and whether a thread has spans (ITT tasks, GPU calls) that
-//! may enclose its calls, are learned from the events themselves: batches are read
-//! [`LOOKAHEAD_EVENTS`] ahead of the one converted, and their opens, closes and spans noted
-//! first ([`FdIntervals::observe_streaming`]), because the collector writes records in drain
-//! order, not causal order. Should a record arrive later than that (see
-//! [`FdIntervals::inexact`]), the conversion starts over with the run's complete fd history
-//! from a full metadata pass (a second read of the file): the trace is always the same.
+//! The events come from the run's streaming reader ([`crate::run::stream`]), which learns
+//! from them which file each fd named and which threads have spans (ITT tasks, GPU calls)
+//! that may enclose their calls, reading ahead; should a record arrive too late for that, the
+//! conversion starts over with the run's complete fd history: the trace is always the same.
 //! A thread whose first span is found only after some of its calls were written needs no
 //! second pass: the span goes out of order with an absolute timestamp (a Perfetto writer's
 //! "late parent"), and trace_processor nests slices by time.
@@ -27,16 +24,15 @@ mod calls;
 mod converter;
 mod itt;
 mod options;
-mod read;
 
 use std::io;
 use std::path::Path;
 
-use rustc_hash::FxHashSet;
-
-use crate::run::{FdIntervals, RunMeta};
+use crate::run::RunMeta;
+use crate::run::source::{ReadBy, Wants};
+use crate::run::stream::{EventStream, Item, LOOKAHEAD_EVENTS, PassError, StreamSpec, read_exactly};
 use crate::trace::TraceWriter;
-use read::{Learned, convert_with};
+use converter::Converter;
 
 pub use options::{Kinds, Options, ProcessNamer, process_name};
 
@@ -57,17 +53,15 @@ pub enum ConvertError {
     Write(io::Error),
 }
 
-/// Why a pass stopped early.
-enum Stop {
-    Error(ConvertError),
-    /// A streaming pass met a record it would have needed earlier: `convert` starts over with
-    /// the complete fd history.
-    Inexact(String),
+impl From<io::Error> for PassError<ConvertError> {
+    fn from(e: io::Error) -> Self {
+        PassError::Fail(ConvertError::Write(e))
+    }
 }
 
-impl From<io::Error> for Stop {
-    fn from(e: io::Error) -> Self {
-        Stop::Error(ConvertError::Write(e))
+impl From<String> for ConvertError {
+    fn from(message: String) -> Self {
+        ConvertError::Read(message)
     }
 }
 
@@ -90,11 +84,6 @@ pub struct Outcome {
     /// open or close arrived in the file after calls it names), if it was.
     pub second_pass: Option<String>,
 }
-
-/// Events read ahead of the batch being converted, so that their opens, closes and spans are
-/// known before the calls they concern (the collector writes in drain order, and holds an
-/// open back until its path is defined). 16 MiB of records.
-pub const LOOKAHEAD_EVENTS: usize = 1 << 18;
 
 /// Writes the run at `input`, whose metadata is `meta` (from [`RunMeta::load_metadata`] or any
 /// other load), as one trace or (with `split_every`) several: `open(i)` makes the writer of
@@ -125,24 +114,66 @@ fn convert_looking_ahead<W: TraceWriter>(
     on_progress: &mut dyn FnMut(&Progress),
     lookahead: usize,
 ) -> Result<Outcome, ConvertError> {
-    let streaming = Learned {
-        fds: FdIntervals::streaming(meta.images.values().flatten()),
-        span_threads: FxHashSet::default(),
-        lookahead: Some(lookahead),
+    let spec = StreamSpec {
+        read_by: ReadBy::Mapping,
+        wants: Wants { aggregates: options.only.io, drops: true, energy: options.only.energy },
+        strict: false,
+        lookahead,
     };
-    match convert_with(meta, input, options, open, close, on_progress, streaming) {
-        Ok(outcome) => Ok(outcome),
-        Err(Stop::Error(e)) => Err(e),
-        Err(Stop::Inexact(reason)) => {
-            let complete = RunMeta::load_readable(input).map_err(ConvertError::Read)?;
-            let learned = Learned { fds: complete.fds, span_threads: complete.span_threads, lookahead: None };
-            match convert_with(meta, input, options, open, close, on_progress, learned) {
-                Ok(outcome) => Ok(Outcome { second_pass: Some(reason), ..outcome }),
-                Err(Stop::Error(e)) => Err(e),
-                Err(Stop::Inexact(reason)) => unreachable!("a complete fd history is exact: {reason}"),
+    let exact = read_exactly(input, meta, &spec, |stream| {
+        convert_pass(meta, input, options, open, close, on_progress, stream)
+    })?;
+    Ok(Outcome { second_pass: exact.second_pass, ..exact.value })
+}
+
+/// One pass over the events of `stream`, into writers from `open`.
+fn convert_pass<W: TraceWriter>(
+    meta: &RunMeta,
+    input: &Path,
+    options: &Options<'_>,
+    open: &mut dyn FnMut(usize) -> io::Result<W>,
+    close: &mut dyn FnMut(usize, W) -> io::Result<()>,
+    on_progress: &mut dyn FnMut(&Progress),
+    stream: &mut EventStream<'_>,
+) -> Result<Outcome, PassError<ConvertError>> {
+    let total_bytes = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0);
+    let span_threads = stream.learned().span_threads.clone();
+    let mut converter = Converter::new(meta, options, open(0)?, span_threads);
+    converter.declare_named_tracks()?;
+    let mut outcome = Outcome { parts: 1, ..Outcome::default() };
+    let mut reported = None;
+    let mut report = |events, stream: &EventStream<'_>| {
+        let progress = Progress { events, bytes_read: stream.bytes_read(), total_bytes };
+        if reported != Some((progress.events, progress.bytes_read)) {
+            reported = Some((progress.events, progress.bytes_read));
+            on_progress(&progress);
+        }
+    };
+    while let Some(item) = stream.next()? {
+        converter.spans_found(stream.new_span_threads());
+        match item {
+            Item::Events(batch) => {
+                converter.events(
+                    batch.records(),
+                    batch.paths(),
+                    stream.learned(),
+                    &mut outcome,
+                    open,
+                    close,
+                )?;
+                stream.recycle(batch);
+                report(outcome.events, stream);
             }
+            other => converter.item(other)?,
         }
     }
+    if let Some(e) = stream.read_error() {
+        outcome.warnings.push(format!("{e}; the trace holds what was recorded before it"));
+    }
+    // The end, unless the last batch said it already.
+    report(outcome.events, stream);
+    close(outcome.parts - 1, converter.out)?;
+    Ok(outcome)
 }
 
 #[cfg(test)]

@@ -145,65 +145,61 @@ impl Row<'_> {
     }
 
     pub fn i32(&mut self, v: i32) -> &mut Self {
-        if let Values::I32(values) = &mut self.next().values {
-            values.push(v);
-        }
+        let Values::I32(values) = &mut self.next().values else { mismatch("an i32") };
+        values.push(v);
         self
     }
 
     pub fn i64(&mut self, v: i64) -> &mut Self {
-        if let Values::I64(values) = &mut self.next().values {
-            values.push(v);
-        }
+        let Values::I64(values) = &mut self.next().values else { mismatch("an i64") };
+        values.push(v);
         self
     }
 
     pub fn bool(&mut self, v: bool) -> &mut Self {
-        if let Values::Bool(values) = &mut self.next().values {
-            values.push(v);
-        }
+        let Values::Bool(values) = &mut self.next().values else { mismatch("a bool") };
+        values.push(v);
         self
     }
 
     /// A string, as its index in [`Symbols`].
     pub fn str(&mut self, v: u32) -> &mut Self {
-        if let Values::Sym(values) = &mut self.next().values {
-            values.push(v);
-        }
+        let Values::Sym(values) = &mut self.next().values else { mismatch("a string") };
+        values.push(v);
         self
     }
 
     fn null_or(&mut self, present: bool) -> &mut Column {
         let column = self.next();
-        if let Some(def) = &mut column.def {
-            def.push(present as i16);
-        }
+        let Some(def) = &mut column.def else { mismatch("an optional value") };
+        def.push(present as i16);
         column
     }
 
     pub fn opt_i32(&mut self, v: Option<i32>) -> &mut Self {
-        let column = self.null_or(v.is_some());
-        if let (Values::I32(values), Some(v)) = (&mut column.values, v) {
-            values.push(v);
-        }
+        let Values::I32(values) = &mut self.null_or(v.is_some()).values else { mismatch("an i32") };
+        values.extend(v);
         self
     }
 
     pub fn opt_i64(&mut self, v: Option<i64>) -> &mut Self {
-        let column = self.null_or(v.is_some());
-        if let (Values::I64(values), Some(v)) = (&mut column.values, v) {
-            values.push(v);
-        }
+        let Values::I64(values) = &mut self.null_or(v.is_some()).values else { mismatch("an i64") };
+        values.extend(v);
         self
     }
 
     pub fn opt_str(&mut self, v: Option<u32>) -> &mut Self {
-        let column = self.null_or(v.is_some());
-        if let (Values::Sym(values), Some(v)) = (&mut column.values, v) {
-            values.push(v);
-        }
+        let Values::Sym(values) = &mut self.null_or(v.is_some()).values else { mismatch("a string") };
+        values.extend(v);
         self
     }
+}
+
+/// A row function gave a value its table's schema does not have there: a bug of the row
+/// function (`rows.rs`), found by the first row pushed.
+#[cold]
+fn mismatch(what: &str) -> ! {
+    panic!("a row gave {what} where its table's schema has another type of column (export/rows.rs)")
 }
 
 struct Partition {
@@ -462,7 +458,15 @@ impl Table {
         fill: impl FnOnce(&mut Row<'_>),
     ) -> std::io::Result<()> {
         let partition = &mut self.partitions[at];
-        fill(&mut Row { columns: &mut partition.columns, at: 0 });
+        let mut row = Row { columns: &mut partition.columns, at: 0 };
+        fill(&mut row);
+        assert_eq!(
+            row.at,
+            row.columns.len(),
+            "a row of {} values for a table of {} columns",
+            row.at,
+            row.columns.len()
+        );
         partition.rows += 1;
         self.buffered += 1;
         self.rows += 1;

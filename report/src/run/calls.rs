@@ -4,6 +4,11 @@
 use mlprof_format::func::{Class, Func};
 use mlprof_format::record::{Event, GpuCall};
 
+/// Whether a PyTorch op name is a collective's (the process-group backends' op ranges).
+pub fn is_collective_op(name: &str) -> bool {
+    name.starts_with("gloo:") || name.starts_with("nccl:")
+}
+
 /// Bytes a call moved: read/written for I/O, copied/set/allocated for GPU memory calls, sent
 /// for collectives (count × datatype size).
 pub fn bytes_moved(func: Func, event: &Event) -> u64 {

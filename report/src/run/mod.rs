@@ -3,13 +3,20 @@
 
 mod calls;
 mod fds;
+pub(crate) mod kinds;
 mod mapped;
 mod path_table;
 mod ranks;
+pub(crate) mod source;
+pub(crate) mod stream;
+mod syscall_names;
 
-pub use calls::{bytes_moved, demangle, nccl_datatype_bytes, nccl_datatype_name, nccl_op_name};
+pub use calls::{
+    bytes_moved, demangle, is_collective_op, nccl_datatype_bytes, nccl_datatype_name, nccl_op_name,
+};
 pub use fds::{FdCache, FdIntervals, KEEP_NS, PathIndex};
 pub use mapped::Mapping;
+pub use syscall_names::syscall_name;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -27,16 +27,11 @@ use mlprof_format::string_id;
 use rustc_hash::FxHashMap;
 
 use crate::pipeline::{DATA, WAIT};
-use crate::run::RunMeta;
+use crate::run::{RunMeta, is_collective_op};
 
 const PHASE: u64 = string_id(b"mlprof.phase");
 const OPTIMIZER_STEP: u64 = string_id(b"optimizer.step");
 const PYTORCH: u64 = string_id(b"PyTorch");
-
-/// Whether a PyTorch op name is a collective's (the process-group backends' op ranges).
-pub fn is_collective_op(name: &str) -> bool {
-    name.starts_with("gloo:") || name.starts_with("nccl:")
-}
 
 /// One rank's figures.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -19,6 +19,8 @@ use mlprof_format::func::{Api, Func};
 use mlprof_format::record::{Event, FLAG_ERROR};
 use serde::Serialize;
 
+use crate::run::syscall_name;
+
 /// Calls of one system call.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct SyscallStats {
@@ -139,11 +141,6 @@ pub fn folded(func: Func, event: &Event) -> Option<&'static [&'static str]> {
 /// negative per-process and per-thread ids) or the alarm clocks.
 pub fn clock_needs_syscall(clock: i32) -> bool {
     !matches!(clock, 0 | 1 | 4 | 5 | 6 | 7 | 11)
-}
-
-/// The name strace gives system call `nr` (`syscall_N` when unknown).
-pub fn syscall_name(nr: u32) -> String {
-    mlprof_format::syscalls::name(nr).map_or_else(|| format!("syscall_{nr}"), str::to_string)
 }
 
 /// The counts while the events stream by: per (process, function, what folding looks at),

@@ -1,6 +1,8 @@
+// size: allowed (a generated table: one line a system call number, read by number)
 //! Linux x86_64 system call names by number, as strace prints them: what complete mode's trapped
 //! calls (`Func::TrappedSyscall`, number in `extra`) and `mlprof summary --syscalls` are named
-//! by. Generated from `asm/unistd_64.h` (Linux 6.1 headers) plus the calls added up to Linux 6.17;
+//! by. (Only the reports name them: the recording side keeps numbers, so the table lives here,
+//! not in mlprof-format.) Generated from `asm/unistd_64.h` (Linux 6.1 headers) plus the calls added up to Linux 6.17;
 //! numbers without a name here print as `syscall_N`.
 
 /// Names indexed by system call number; an empty name is a number no kernel assigned.
@@ -483,8 +485,14 @@ pub fn name(nr: u32) -> Option<&'static str> {
     NAMES.get(nr as usize).copied().filter(|name| !name.is_empty())
 }
 
+/// The name strace gives system call `nr` (`syscall_N` when unknown).
+pub fn syscall_name(nr: u32) -> String {
+    name(nr).map_or_else(|| format!("syscall_{nr}"), str::to_string)
+}
+
 /// The number of x86_64 system call `name`.
-pub fn number(name: &str) -> Option<u32> {
+#[cfg(test)]
+fn number(name: &str) -> Option<u32> {
     NAMES.iter().position(|&n| n == name && !n.is_empty()).map(|nr| nr as u32)
 }
 
@@ -505,5 +513,6 @@ mod tests {
         assert_eq!(name(9999), None);
         assert_eq!(number("openat"), Some(257));
         assert_eq!(number(""), None);
+        assert_eq!((syscall_name(0).as_str(), syscall_name(9999).as_str()), ("read", "syscall_9999"));
     }
 }

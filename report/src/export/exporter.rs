@@ -1,0 +1,316 @@
+//! The export of one run: its tables, the symbols they share, and the lookups that give each
+//! row its file, partitions and kernel name. Fed batch by batch by the streaming reader
+//! ([`Exporter::events`], [`Exporter::energy_device`], [`Exporter::energy_samples`]);
+//! [`Exporter::finish`] adds the tables of the run's metadata and closes them all. Dropped
+//! unfinished (a pass that was not exact), its tables remove the files they began.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::Path;
+
+use bytes::Bytes;
+use mlprof_format::energy::{EnergyDevice, EnergySample};
+use mlprof_format::func::{Api, Class, Func};
+use mlprof_format::record::{Event, GpuCall, IttSpan};
+use rustc_hash::FxHashMap;
+
+use super::lookups::{FileTotals, Parts, Paths, PidPartitions};
+use super::rows::{self, ProcessNames};
+use super::table::{Symbols, Table};
+use super::{Exported, table_dir};
+use crate::run::kinds::{Kind, kind_of};
+use crate::run::stream::{Batch, Learned};
+use crate::run::{PathIndex, RunMeta, bytes_moved};
+
+/// Every table of an export, in the order their folders are named and their rows counted.
+const TABLES: [&str; 7] = ["events", "spans", "gpu_calls", "processes", "files", "energy", "runs"];
+
+/// The tables rows are added to while the events stream, and what names their values.
+pub(super) struct Exporter<'a> {
+    meta: &'a RunMeta,
+    dir: &'a Path,
+    id: &'a str,
+    events: Table,
+    spans: Table,
+    gpu: Table,
+    energy: Table,
+    /// Every string once, as a Parquet value; rows hold its index.
+    symbols: Symbols,
+    /// The symbol of each run string met, by string id.
+    strings: FxHashMap<u64, u32>,
+    /// The symbol of each function's name, by id (an array: looked up for every event).
+    names: Vec<u32>,
+    /// The partitions of each process's images.
+    pids: PidPartitions,
+    /// The paths met, each with its symbol and totals.
+    paths: Paths,
+    /// Kernel names, by (pid, function handle).
+    kernels: FxHashMap<(u32, u64), u32>,
+    /// `task`, `frame`, `marker`, `pause`, `resume`.
+    span_kinds: [u32; 5],
+    /// (name, kind, in_run) of each energy device described.
+    devices: HashMap<u32, (u32, u32, bool)>,
+    unknown_device: (u32, u32, bool),
+    energy_part: usize,
+}
+
+impl<'a> Exporter<'a> {
+    /// An export of the run `meta` into `dir` under run id `id`: the run's earlier export
+    /// there, if any, removed (never another run's).
+    pub(super) fn new(meta: &'a RunMeta, dir: &'a Path, id: &'a str) -> Result<Exporter<'a>, String> {
+        let io_err = |e: io::Error| format!("writing {}: {e}", dir.display());
+        for table in TABLES {
+            match std::fs::remove_dir_all(table_dir(dir, table, id)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io_err(e)),
+                _ => {}
+            }
+        }
+        let by_rank = Some("rank");
+        let new = |name, specs, by| Table::new(name, specs, &table_dir(dir, name, id), by).map_err(io_err);
+        let events = new("events", rows::EVENTS, by_rank)?;
+        let spans = new("spans", rows::SPANS, by_rank)?;
+        let gpu = new("gpu_calls", rows::GPU_CALLS, by_rank)?;
+        let mut energy = new("energy", rows::ENERGY, None)?;
+        let mut symbols = Symbols::default();
+        let mut names = vec![0; Func::ALL.iter().map(|f| *f as usize + 1).max().unwrap_or(0)];
+        for &f in Func::ALL {
+            names[f as usize] = symbols.add(Bytes::from_static(f.name().as_bytes()));
+        }
+        let span_kinds = ["task", "frame", "marker", "pause", "resume"].map(|k| text(&mut symbols, k));
+        let unknown_device = (text(&mut symbols, "?"), text(&mut symbols, "?"), false);
+        let energy_part = energy.partition("");
+        Ok(Exporter {
+            meta,
+            dir,
+            id,
+            events,
+            spans,
+            gpu,
+            energy,
+            symbols,
+            strings: FxHashMap::default(),
+            names,
+            pids: PidPartitions::default(),
+            paths: Paths::default(),
+            kernels: FxHashMap::default(),
+            span_kinds,
+            devices: HashMap::new(),
+            unknown_device,
+            energy_part,
+        })
+    }
+
+    /// A batch of events as rows of `events`, `spans` and `gpu_calls`; `learned`: the fds the
+    /// stream learned, which name the files of the calls.
+    pub(super) fn events(&mut self, batch: &Batch<'_>, learned: &mut Learned) -> io::Result<()> {
+        let mut paths = batch.paths();
+        for event in batch.records() {
+            let Some(kind) = kind_of(event.kind) else { continue };
+            let noted = paths.next(kind, event);
+            let (events, spans, gpu) = (&mut self.events, &mut self.spans, &mut self.gpu);
+            let parts: Parts = self.pids.get(self.meta, event.pid, event.start, |rank| {
+                (events.partition(rank), spans.partition(rank), gpu.partition(rank))
+            });
+            match kind.api {
+                Api::Libc => self.call(kind, event, noted, parts.0, learned)?,
+                Api::Itt => self.span(kind.func, event, parts.1)?,
+                Api::CudaRuntime | Api::CudaDriver | Api::Nccl => self.gpu_call(kind, event, parts.2)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// A libc call: its row in `events`, its file's totals.
+    #[inline]
+    fn call(
+        &mut self,
+        kind: Kind,
+        event: &Event,
+        noted: Option<PathIndex>,
+        part: usize,
+        learned: &mut Learned,
+    ) -> io::Result<()> {
+        let meta = self.meta;
+        let fds = &learned.fds;
+        let slot = match kind.class {
+            // An open names its own path: by the dense index the fd histories gave it (an
+            // array), unless no fd ever named it.
+            Class::Open if event.arg2 != 0 => Some(match noted.or_else(|| fds.path_index(event.arg2)) {
+                Some(index) => self.paths.of_index(meta, &mut self.symbols, fds, index),
+                None => self.paths.of_id(meta, &mut self.symbols, event.arg2),
+            }),
+            Class::Open | Class::Clock => None,
+            _ if event.fd < 0 => None,
+            _ => learned
+                .fds
+                .lookup_cached(meta, event.pid, event.fd, event.start, &mut learned.fd_cache)
+                .map(|index| self.paths.of_index(meta, &mut self.symbols, &learned.fds, index)),
+        };
+        let bytes = bytes_moved(kind.func, event);
+        let path = slot.map(|slot| {
+            let (symbol, file) = self.paths.at(slot);
+            count(file, kind.class, event, bytes);
+            symbol
+        });
+        let name = self.names[event.kind as usize];
+        self.events.push(&self.symbols, part, |row| rows::call(row, name, event, bytes, path))
+    }
+
+    /// An ITT task, frame or marker: its row in `spans`.
+    #[inline]
+    fn span(&mut self, func: Func, event: &Event, part: usize) -> io::Result<()> {
+        let span = IttSpan::from_event(event);
+        let task = self.string(span.name);
+        let domain = self.string(span.domain);
+        let kind = self.span_kinds[match func {
+            Func::IttTask => 0,
+            Func::IttFrame => 1,
+            Func::IttMarker => 2,
+            Func::IttPause => 3,
+            _ => 4,
+        }];
+        self.spans.push(&self.symbols, part, |row| rows::span(row, &span, task, domain, kind))
+    }
+
+    /// A CUDA runtime or driver call or an NCCL call: its row in `gpu_calls`.
+    #[inline]
+    fn gpu_call(&mut self, kind: Kind, event: &Event, part: usize) -> io::Result<()> {
+        let call = GpuCall::from_event(event);
+        let kernel = (kind.class == Class::Launch).then(|| {
+            *self.kernels.entry((event.pid, call.object)).or_insert_with(|| {
+                let name = self.meta.kernel_name(event.pid, call.object);
+                self.symbols.add(Bytes::from(name.into_bytes()))
+            })
+        });
+        let (name, bytes) = (self.names[event.kind as usize], bytes_moved(kind.func, event));
+        self.gpu.push(&self.symbols, part, |row| rows::gpu_call(row, name, &call, bytes, kernel))
+    }
+
+    /// An energy device, which the samples that follow name.
+    pub(super) fn energy_device(&mut self, d: &EnergyDevice) {
+        let (name, kind) = (text(&mut self.symbols, &d.name), text(&mut self.symbols, &d.kind));
+        self.devices.insert(d.id, (name, kind, d.in_run));
+    }
+
+    /// Energy and device samples: rows of `energy`.
+    pub(super) fn energy_samples(&mut self, samples: &[EnergySample]) -> io::Result<()> {
+        for s in samples {
+            let device = *self.devices.get(&s.device).unwrap_or(&self.unknown_device);
+            self.energy.push(&self.symbols, self.energy_part, |row| rows::energy(row, s, device))?;
+        }
+        Ok(())
+    }
+
+    /// The symbol of run string `id`.
+    fn string(&mut self, id: u64) -> u32 {
+        let (meta, symbols) = (self.meta, &mut self.symbols);
+        *self
+            .strings
+            .entry(id)
+            .or_insert_with(|| symbols.add(Bytes::from(meta.strings.get(&id).cloned().unwrap_or_default())))
+    }
+
+    /// Writes the metadata tables (processes, files, the run) and closes every table:
+    /// `source` is the run file, `warnings` what reading it noticed.
+    pub(super) fn finish(mut self, source: &Path, warnings: Vec<String>) -> io::Result<Exported> {
+        // The small tables are written while the rest is built; the events table, whose last
+        // rows take longest, after them (closing a table waits for its writer to take each job).
+        for table in [&mut self.spans, &mut self.gpu, &mut self.energy] {
+            table.close(&self.symbols)?;
+        }
+        let mut processes = self.processes()?;
+        let mut files = self.files()?;
+        let mut runs = self.run(source)?;
+        for table in [&mut processes, &mut files, &mut runs, &mut self.events] {
+            table.close(&self.symbols)?;
+        }
+        let mut exported = Exported { run_id: self.id.to_string(), warnings, ..Default::default() };
+        let Exporter { events, spans, gpu, energy, symbols, .. } = self;
+        for (name, table) in TABLES.into_iter().zip([events, spans, gpu, processes, files, energy, runs]) {
+            let table = table.finish(&symbols)?;
+            exported.rows.push((name, table.rows));
+            exported.bytes += table.bytes;
+            if name == "events" {
+                exported.events_bytes = table.bytes;
+            }
+        }
+        Ok(exported)
+    }
+
+    /// A table of the run's metadata, unpartitioned.
+    fn metadata_table(&self, name: &'static str, specs: &'static [super::table::Spec]) -> io::Result<Table> {
+        Table::new(name, specs, &table_dir(self.dir, name, self.id), None)
+    }
+
+    /// `processes`: every image, in start order.
+    fn processes(&mut self) -> io::Result<Table> {
+        let meta = self.meta;
+        let mut table = self.metadata_table("processes", rows::PROCESSES)?;
+        let part = table.partition("");
+        let (main_role, child_role) = (text(&mut self.symbols, "main"), text(&mut self.symbols, "child"));
+        let mut images: Vec<(u32, usize)> =
+            meta.images.iter().flat_map(|(&pid, images)| (0..images.len()).map(move |i| (pid, i))).collect();
+        images.sort_by_key(|&(pid, i)| (meta.images[&pid][i].info.start_ns, pid, i));
+        for (pid, index) in images {
+            let image = &meta.images[&pid][index];
+            let main = meta.rank_main(pid, index);
+            let names = ProcessNames {
+                role: image
+                    .info
+                    .rank
+                    .as_ref()
+                    .map(|_| if main == Some(pid) { main_role } else { child_role }),
+                main,
+                host: text(&mut self.symbols, meta.host_of(image.info.node)),
+                cmdline: text(&mut self.symbols, &image.info.argv.join(" ")),
+            };
+            table.push(&self.symbols, part, |row| rows::process(row, pid, index, image, &names))?;
+        }
+        Ok(table)
+    }
+
+    /// `files`: the paths met, in path order.
+    fn files(&mut self) -> io::Result<Table> {
+        let mut table = self.metadata_table("files", rows::FILES)?;
+        let part = table.partition("");
+        let slots = std::mem::take(&mut self.paths.slots);
+        let mut paths: Vec<(String, FileTotals)> =
+            slots.into_iter().map(|slot| (self.meta.string(slot.id), slot.totals)).collect();
+        paths.sort_by(|a, b| a.0.cmp(&b.0));
+        for (path, totals) in &paths {
+            let path = text(&mut self.symbols, path);
+            table.push(&self.symbols, part, |row| rows::file(row, path, totals))?;
+        }
+        Ok(table)
+    }
+
+    /// `runs`: the run itself, read from `source`.
+    fn run(&mut self, source: &Path) -> io::Result<Table> {
+        let meta = self.meta;
+        let mut table = self.metadata_table("runs", rows::RUNS)?;
+        let part = table.partition("");
+        let texts =
+            [&source.display().to_string(), &meta.info.host, &meta.command_line(), &meta.info.session]
+                .map(|t| text(&mut self.symbols, t));
+        table.push(&self.symbols, part, |row| rows::run(row, meta, texts))?;
+        Ok(table)
+    }
+}
+
+/// A string as a new symbol (strings of the run's metadata, each met once).
+fn text(symbols: &mut Symbols, text: &str) -> u32 {
+    symbols.add(Bytes::copy_from_slice(text.as_bytes()))
+}
+
+/// Adds a call on a file to the file's totals, as `mlprof summary` counts them.
+#[inline]
+fn count(file: &mut FileTotals, class: Class, event: &Event, bytes: u64) {
+    file.calls += 1;
+    file.total_ns += event.dur;
+    match class {
+        Class::Open if !event.is_error() => file.opens += 1,
+        Class::Read => file.bytes_read += bytes,
+        Class::Write => file.bytes_written += bytes,
+        _ => {}
+    }
+}
