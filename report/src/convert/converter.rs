@@ -8,6 +8,9 @@ use mlprof_format::energy::EnergyDevice;
 use mlprof_format::func::{Api, Class, Func};
 use mlprof_format::record::Event;
 use mlprof_format::runfile::{AggregateSample, DropSample};
+use mlprof_trace::{
+    CounterHandle, CounterUnit, CounterValue, ProcessHandle, StringHandle, ThreadHandle, TraceWriter,
+};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::read::{Batch, Item, Learned};
@@ -15,9 +18,6 @@ use super::{Options, Outcome, Stop, calls, itt};
 use crate::energy::tracks::EnergyTracks;
 use crate::prefetch::prefetch;
 use crate::run::{FdCache, FdIntervals, PathIndex, RunMeta};
-use crate::trace::{
-    CounterHandle, CounterUnit, CounterValue, ProcessHandle, StringHandle, ThreadHandle, TraceWriter,
-};
 
 /// What a record's `kind` says, looked up once per event.
 #[derive(Clone, Copy)]

@@ -32,10 +32,10 @@ mod read;
 use std::io;
 use std::path::Path;
 
+use mlprof_trace::TraceWriter;
 use rustc_hash::FxHashSet;
 
 use crate::run::{FdIntervals, RunMeta};
-use crate::trace::TraceWriter;
 use read::{Learned, convert_with};
 
 pub use options::{Kinds, Options, ProcessNamer, process_name};
@@ -149,11 +149,11 @@ fn convert_looking_ahead<W: TraceWriter>(
 mod tests {
     use super::*;
     use crate::testing::{self, DATASET, START};
-    use crate::trace::chrome::ChromeWriter;
-    use crate::trace::perfetto::PerfettoWriter;
     use mlprof_format::func::Func;
     use mlprof_format::record::{Event, IttSpan};
     use mlprof_format::runfile::{RunEnd, RunInfo, RunWriter};
+    use mlprof_trace::chrome::ChromeWriter;
+    use mlprof_trace::perfetto::PerfettoWriter;
 
     /// Converts `path` to Chrome JSON, reading `lookahead` events ahead.
     fn chrome(path: &Path, lookahead: usize) -> (Outcome, serde_json::Value) {

@@ -8,12 +8,12 @@ use std::path::Path;
 use mlprof_format::energy::{EnergyDevice, EnergySample};
 use mlprof_format::record::Event;
 use mlprof_format::runfile::{AggregateSample, DropSample, Frame, InPlace, RunReader};
+use mlprof_trace::TraceWriter;
 use rustc_hash::FxHashSet;
 
 use super::converter::Converter;
 use super::{ConvertError, Options, Outcome, Progress, Stop};
 use crate::run::{self, FdIntervals, Mapping, PathIndex, RunMeta};
-use crate::trace::TraceWriter;
 
 /// What the events tell about the run: which file each fd named, which threads have spans.
 pub(super) struct Learned {

@@ -1,6 +1,7 @@
-//! The trace-writer interface: what a timeline format must take to show a run. The converter
-//! (`crate::convert`) is written once against [`TraceWriter`]; [`perfetto::PerfettoWriter`]
-//! implements it for Perfetto's native protobuf, [`chrome::ChromeWriter`] for Chrome's JSON.
+//! mlprof's trace writers: what a timeline format must take to show a run. The converter
+//! (`mlprof_report::convert`) is written once against [`TraceWriter`];
+//! [`perfetto::PerfettoWriter`] implements it for Perfetto's native protobuf,
+//! [`chrome::ChromeWriter`] for Chrome's JSON.
 //!
 //! The model follows both formats' common ground:
 //!
