@@ -6,7 +6,7 @@
 Walks the protobuf wire format (no schema needed) and splits the file into: thread slice
 packets (BEGIN and END: their framing, and the debug annotations of BEGINs, by key iid),
 instants, interned data, track descriptors and everything else; prints bytes per slice of
-each part. Field numbers are those of report/src/trace/perfetto/field.rs.
+each part. Field numbers are those of trace/src/perfetto/field.rs.
 """
 
 import collections

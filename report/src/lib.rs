@@ -14,8 +14,8 @@
 //! * [`merge`]: the runs of a job's nodes into one run on one time axis (clock alignment
 //!   from the collectives).
 //! * [`shapes`]: op input shapes (`--torch-shapes` markers paired with PyTorch op ranges).
-//! * [`trace`]: the trace-writer interface ([`trace::TraceWriter`]) and its Chrome JSON
-//!   implementation; [`convert`] writes a run through it.
+//! * [`convert`]: a run as a timeline, written through any trace writer of the `mlprof-trace`
+//!   crate ([`mlprof_trace::TraceWriter`]: Perfetto protobuf, Chrome JSON).
 //!
 //! Computations return plain structs; JSON, text and CSV are renderings of them.
 
@@ -32,7 +32,6 @@ mod prefetch;
 pub mod run;
 pub mod shapes;
 pub mod summary;
-pub mod trace;
 
 #[cfg(test)]
 mod testing;

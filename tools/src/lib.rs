@@ -16,10 +16,10 @@ use mlprof_filewrite::BackgroundFile;
 use mlprof_report::convert::{ConvertError, Kinds, Options, Outcome, Progress};
 use mlprof_report::diff::{Diff, RunFigures};
 use mlprof_report::run::RunMeta;
-use mlprof_report::trace::TraceWriter;
-use mlprof_report::trace::chrome::ChromeWriter;
-use mlprof_report::trace::perfetto::PerfettoWriter;
 use mlprof_report::{diff, energy, export, html, merge, summary};
+use mlprof_trace::TraceWriter;
+use mlprof_trace::chrome::ChromeWriter;
+use mlprof_trace::perfetto::PerfettoWriter;
 
 #[derive(Parser)]
 #[command(name = "mlprof", version, about = "Reports on mlprof run files (run.bin)")]

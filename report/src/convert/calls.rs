@@ -6,12 +6,12 @@ use std::io;
 
 use mlprof_format::func::{Api, Class, Func};
 use mlprof_format::record::{Event, FLAG_NESTED, GpuCall, copy_direction_name};
+use mlprof_trace::{ArgList, ArgShape, ArgValue, Slice, StringHandle, TraceWriter};
 
 use super::converter::{Converter, Text, ThreadState};
 use crate::run::kinds::Kind;
 use crate::run::stream::Learned;
 use crate::run::{PathIndex, bytes_moved, nccl_datatype_name, nccl_op_name};
-use crate::trace::{ArgList, ArgShape, ArgValue, Slice, StringHandle, TraceWriter};
 
 /// The most arguments a call has (an NCCL collective: 10).
 const MAX_ARGS: usize = 12;

@@ -8,6 +8,9 @@ use mlprof_format::energy::EnergyDevice;
 use mlprof_format::func::{Api, Func};
 use mlprof_format::record::Event;
 use mlprof_format::runfile::{AggregateSample, DropSample};
+use mlprof_trace::{
+    CounterHandle, CounterUnit, CounterValue, ProcessHandle, StringHandle, ThreadHandle, TraceWriter,
+};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{ConvertError, Options, Outcome, calls, itt};
@@ -15,9 +18,6 @@ use crate::energy::tracks::EnergyTracks;
 use crate::run::kinds::kind_of;
 use crate::run::stream::{Item, Learned, PassError, Paths};
 use crate::run::{FdIntervals, PathIndex, RunMeta};
-use crate::trace::{
-    CounterHandle, CounterUnit, CounterValue, ProcessHandle, StringHandle, ThreadHandle, TraceWriter,
-};
 
 /// A string the trace uses, by what it is in the run: computed and interned once.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]

@@ -7,10 +7,10 @@ use std::io;
 
 use mlprof_format::func::{Class, Func};
 use mlprof_format::record::{Event, IttSpan};
+use mlprof_trace::{ArgShape, ArgValue, Flow, Instant, Slice, ThreadHandle, TraceWriter};
 
 use super::converter::{Converter, Text};
 use crate::pipeline::{DATA, FETCH, WAIT, flow_id};
-use crate::trace::{ArgShape, ArgValue, Flow, Instant, Slice, ThreadHandle, TraceWriter};
 
 pub(super) fn write<W: TraceWriter>(
     c: &mut Converter<'_, W>,

@@ -31,8 +31,8 @@ use std::path::Path;
 use crate::run::RunMeta;
 use crate::run::source::{ReadBy, Wants};
 use crate::run::stream::{EventStream, Item, LOOKAHEAD_EVENTS, PassError, StreamSpec, read_exactly};
-use crate::trace::TraceWriter;
 use converter::Converter;
+use mlprof_trace::TraceWriter;
 
 pub use options::{Kinds, Options, ProcessNamer, process_name};
 
@@ -180,11 +180,11 @@ fn convert_pass<W: TraceWriter>(
 mod tests {
     use super::*;
     use crate::testing::{self, DATASET, START};
-    use crate::trace::chrome::ChromeWriter;
-    use crate::trace::perfetto::PerfettoWriter;
     use mlprof_format::func::Func;
     use mlprof_format::record::{Event, IttSpan};
     use mlprof_format::runfile::{RunEnd, RunInfo, RunWriter};
+    use mlprof_trace::chrome::ChromeWriter;
+    use mlprof_trace::perfetto::PerfettoWriter;
 
     /// Converts `path` to Chrome JSON, reading `lookahead` events ahead.
     fn chrome(path: &Path, lookahead: usize) -> (Outcome, serde_json::Value) {

@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::io;
 
 use mlprof_format::energy::{DEVICE_GPU, EnergyDevice, EnergySample};
+use mlprof_trace::{CounterHandle, CounterUnit, CounterValue, ProcessHandle, TraceWriter};
 
 use super::TRACK_PID_BASE;
-use crate::trace::{CounterHandle, CounterUnit, CounterValue, ProcessHandle, TraceWriter};
 
 /// The series a device can have, each a counter track.
 #[derive(Clone, Copy)]

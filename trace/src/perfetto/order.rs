@@ -9,8 +9,8 @@ use super::encode::{EventBody, Template};
 use super::field::*;
 use super::output::{set_length, timestamp};
 use super::{Interned, PerfettoWriter};
-use crate::trace::proto::{LEN, append, put_bytes, put_fixed64, put_message, put_uint};
-use crate::trace::{Slice, ThreadHandle};
+use crate::proto::{LEN, append, put_bytes, put_fixed64, put_message, put_uint};
+use crate::{Slice, ThreadHandle};
 
 /// Slices a thread may hold back before its forest is written regardless.
 pub(super) const MAX_PENDING_ENTRIES: usize = 1 << 15;

@@ -8,7 +8,7 @@ use mlprof_filewrite::BackgroundFile;
 
 use super::field::*;
 use super::order::END_HEAD;
-use crate::trace::proto::{LEN, append, put_bytes, put_message, put_uint, tag_len, varint_len};
+use crate::proto::{LEN, append, put_bytes, put_message, put_uint, tag_len, varint_len};
 
 /// Uncompressed bytes per `compressed_packets` batch (Perfetto's own writer stays under 512 KB).
 pub(super) const COMPRESS_BATCH: usize = 400 << 10;
@@ -210,8 +210,8 @@ mod tests {
     use mlprof_filewrite::BackgroundFile;
 
     use super::TraceOutput;
-    use crate::trace::perfetto::PerfettoWriter;
-    use crate::trace::{ArgShape, ArgValue, Slice, TraceWriter};
+    use crate::perfetto::PerfettoWriter;
+    use crate::{ArgShape, ArgValue, Slice, TraceWriter};
 
     /// Slices enough for many batches, on three threads.
     fn write_trace<W: TraceOutput>(out: W) -> W {

@@ -5,8 +5,8 @@ use super::TraceOutput;
 
 use super::PerfettoWriter;
 use super::field::*;
-use crate::trace::proto::{LEN, VARINT, append, put_bytes, put_fixed64, put_message, put_tag, put_uint};
-use crate::trace::{ArgShape, ArgValue, Args, Instant, Slice, StringHandle};
+use crate::proto::{LEN, VARINT, append, put_bytes, put_fixed64, put_message, put_tag, put_uint};
+use crate::{ArgShape, ArgValue, Args, Instant, Slice, StringHandle};
 
 pub(super) const ANNOTATION_CACHE_SLOTS: usize = 64;
 /// The most bytes a debug annotation with a varint value takes: its tag and length, the key's
@@ -425,8 +425,8 @@ pub(super) fn annotation_value(a: &mut Vec<u8>, value: ArgValue<'_>) {
 
 #[cfg(test)]
 mod tests {
-    use crate::trace::perfetto::PerfettoWriter;
-    use crate::trace::{ArgShape, ArgValue, Slice, TraceWriter};
+    use crate::perfetto::PerfettoWriter;
+    use crate::{ArgShape, ArgValue, Slice, TraceWriter};
 
     /// Slices of one name with two argument shapes (a call that succeeded, one that failed),
     /// interleaved: given with their shapes or without, the same bytes.

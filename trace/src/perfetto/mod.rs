@@ -46,7 +46,7 @@
 // interning and event bodies, `order` the per-thread forests that put slices out in BEGIN/END
 // order; this file the writer's state, its tracks and the `TraceWriter` interface.
 mod encode;
-pub mod field;
+mod field;
 mod order;
 mod output;
 

@@ -15,6 +15,7 @@ use super::{
     StringHandle, ThreadHandle, TraceWriter,
 };
 
+/// Chrome JSON output to `W`. See the module documentation for the records.
 pub struct ChromeWriter<W: Write> {
     out: W,
     /// Times are written relative to this (the run start).

@@ -1,6 +1,38 @@
-//! The trace-writer interface: what a timeline format must take to show a run. The converter
-//! (`crate::convert`) is written once against [`TraceWriter`]; [`perfetto::PerfettoWriter`]
-//! implements it for Perfetto's native protobuf, [`chrome::ChromeWriter`] for Chrome's JSON.
+//! mlprof's trace writers: what a timeline format must take to show a run, and two formats
+//! that take it. The crate knows nothing of runs (it depends on no crate of mlprof's but
+//! `mlprof-filewrite`); `mlprof-report`'s converter is written once against its interface.
+//!
+//! * [`TraceWriter`]: the interface, with typed handles for what it declares:
+//!   [`ProcessHandle`], [`ThreadHandle`], [`CounterHandle`], and [`StringHandle`] for interned
+//!   names, categories and repeated argument values.
+//! * [`perfetto::PerfettoWriter`]: Perfetto's native protobuf (TrackEvent packets), to any
+//!   [`perfetto::TraceOutput`] (a file written on a thread of its own, a `Vec<u8>`).
+//! * [`chrome::ChromeWriter`]: Chrome's trace event JSON, to any `Write`.
+//!
+//! ```
+//! use mlprof_trace::chrome::ChromeWriter;
+//! use mlprof_trace::{ArgList, ArgShape, ArgValue, Slice, TraceWriter};
+//!
+//! let mut writer = ChromeWriter::new(Vec::new(), 1_000)?;
+//! let process = writer.process(42, Some("train"))?;
+//! let thread = writer.thread(process, 43, None)?;
+//! let (name, category) = (writer.intern("read"), writer.intern("io"));
+//! let mut args = ArgList::<2>::new();
+//! args.push("fd", ArgValue::Int(3));
+//! let read = Slice {
+//!     start_ns: 3_000,
+//!     dur_ns: 1_500,
+//!     name,
+//!     category,
+//!     args: args.as_slice(),
+//!     shape: ArgShape::NONE,
+//!     outermost: true,
+//! };
+//! writer.slice(thread, &read)?;
+//! let json = String::from_utf8(writer.finish()?).unwrap();
+//! assert!(json.contains(r#""ph":"X","name":"read","cat":"io","pid":42,"tid":43,"ts":2.000,"dur":1.500"#));
+//! # Ok::<(), std::io::Error>(())
+//! ```
 //!
 //! The model follows both formats' common ground:
 //!
@@ -15,6 +47,8 @@
 //! stack ([`ArgList`]) and no event allocates. Times are ns on the run's clock; each writer
 //! chooses its origin. Writers stream: a handle's table lives as long as the writer, events
 //! go out as they come.
+
+#![deny(missing_docs)]
 
 pub mod chrome;
 pub mod perfetto;
@@ -59,10 +93,15 @@ handle_index!(ProcessHandle, ThreadHandle, CounterHandle, StringHandle);
 /// bool, string, pointer, array) and onto JSON.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ArgValue<'a> {
+    /// A signed integer (an fd, a return value).
     Int(i64),
+    /// An unsigned integer (a size, an offset).
     UInt(u64),
+    /// A fractional number.
     Double(f64),
+    /// A flag.
     Bool(bool),
+    /// A string given for this event only.
     Str(&'a str),
     /// A string interned with [`TraceWriter::intern`] (one that repeats, like a path).
     Interned(StringHandle),
@@ -83,17 +122,24 @@ pub type Args<'a> = &'a [(&'static str, ArgValue<'a>)];
 pub struct ArgShape(pub u32);
 
 impl ArgShape {
+    /// No promise: the writer looks at every key of the slice.
     pub const NONE: ArgShape = ArgShape(0);
 }
 
 /// An interval on a thread.
 #[derive(Debug, Clone, Copy)]
 pub struct Slice<'a> {
+    /// Start, in ns on the run's clock.
     pub start_ns: u64,
+    /// Duration in ns.
     pub dur_ns: u64,
+    /// The slice's name (a function, a task).
     pub name: StringHandle,
+    /// Its category (an API, an ITT domain).
     pub category: StringHandle,
+    /// Its arguments.
     pub args: Args<'a>,
+    /// What [`Slice::args`] are like (see [`ArgShape`]).
     pub shape: ArgShape,
     /// No slice of this thread given after this one can enclose it (an outermost ITT task, any
     /// call of a thread without spans). Writers that must emit a thread's slices in time
@@ -105,9 +151,13 @@ pub struct Slice<'a> {
 /// A point in time on a thread.
 #[derive(Debug, Clone, Copy)]
 pub struct Instant<'a> {
+    /// When, in ns on the run's clock.
     pub time_ns: u64,
+    /// The instant's name (a marker).
     pub name: StringHandle,
+    /// Its category.
     pub category: StringHandle,
+    /// Its arguments.
     pub args: Args<'a>,
 }
 
@@ -116,8 +166,12 @@ pub struct Instant<'a> {
 pub struct Flow<'a> {
     /// Unique per arrow over the whole trace (53 bits keep it exact as a JSON number).
     pub id: u64,
+    /// The arrow's name. Perfetto's flows are bare ids: name, category and arguments show
+    /// in Chrome JSON only.
     pub name: StringHandle,
+    /// Its category.
     pub category: StringHandle,
+    /// Its arguments.
     pub args: Args<'a>,
 }
 
@@ -125,15 +179,20 @@ pub struct Flow<'a> {
 /// Perfetto as the unit) and, for fractional values, the decimals the source is good for.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CounterUnit {
+    /// The series' name or unit (`"W"`, `"calls"`).
     pub name: &'static str,
     /// Decimals of [`CounterValue::Double`] values (text formats print exactly these).
     pub decimals: u8,
 }
 
+/// A counter's value from a point in time on.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum CounterValue {
+    /// A signed integer value.
     Int(i64),
+    /// An unsigned integer value (a count).
     UInt(u64),
+    /// A fractional value, good for [`CounterUnit::decimals`] decimals.
     Double(f64),
 }
 
@@ -162,8 +221,10 @@ pub trait TraceWriter {
         unit: CounterUnit,
     ) -> io::Result<CounterHandle>;
 
+    /// An interval on `thread` (see [`Slice::outermost`] for what a writer may hold back).
     fn slice(&mut self, thread: ThreadHandle, slice: &Slice<'_>) -> io::Result<()>;
 
+    /// A point in time on `thread`.
     fn instant(&mut self, thread: ThreadHandle, instant: &Instant<'_>) -> io::Result<()>;
 
     /// The value of a counter from `time_ns` on.
@@ -193,6 +254,7 @@ pub struct ArgList<'a, const N: usize> {
 }
 
 impl<'a, const N: usize> ArgList<'a, N> {
+    /// An empty list.
     pub fn new() -> Self {
         ArgList { items: [const { MaybeUninit::uninit() }; N], len: 0 }
     }
@@ -204,6 +266,7 @@ impl<'a, const N: usize> ArgList<'a, N> {
         self.len += 1;
     }
 
+    /// The pairs pushed so far, in order: the [`Args`] of an event.
     pub fn as_slice(&self) -> Args<'_> {
         let initialized = &self.items[..self.len];
         // Safety: `push` wrote each of the first `len` slots (and nothing ever un-writes one);
