@@ -23,9 +23,6 @@ pub mod session;
 pub mod stamp;
 pub mod strings;
 
-#[cfg(test)]
-mod tests;
-
 use mlprof_format::func::Func;
 use mlprof_format::record::{Event, FLAG_ERROR, FLAG_NESTED, GpuCall};
 use mlprof_format::ring::{AggSlot, LaneWriter, Pushed, RingView};
@@ -519,3 +516,6 @@ pub fn with_lane(f: impl FnOnce(&RingView, u32, u32, &ThreadState)) -> bool {
     state.in_hook.set(false);
     recorded
 }
+
+#[cfg(test)]
+mod tests;
