@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::ring::RingGeometry;
-use crate::testing::{HeapRing, record};
+use crate::testing::{HeapRing, positions, record, string_def};
 
 /// Drains lane `index` into owned items.
 fn drain_all(consumer: &mut LaneConsumer, view: &RingView, index: u32) -> (Drained, Vec<Item>) {
@@ -31,15 +31,6 @@ impl From<LaneItem<'_>> for Item {
             LaneItem::String { id, bytes } => Item::String(id, bytes.to_vec()),
         }
     }
-}
-
-fn string_def(id: u64, len: usize) -> Event {
-    Event { kind: KIND_STRING_DEF, arg: id, arg2: len as u64, ..Event::default() }
-}
-
-fn positions(view: &RingView, index: u32) -> (u64, u64) {
-    let lane = view.lane(index).unwrap();
-    (lane.tail.load(Ordering::Relaxed), lane.head.load(Ordering::Relaxed))
 }
 
 const GEOMETRY: RingGeometry = RingGeometry { lane_count: 2, lane_capacity: 64 };
@@ -365,12 +356,12 @@ fn concurrent_producer_strings_and_records_arrive_whole_and_in_order() {
 #[test]
 fn lane_items_split_strings_and_stop_at_a_truncated_one() {
     let mut records = vec![Event { kind: 20, arg: 1, ..Event::default() }];
-    records.push(Event { kind: KIND_STRING_DEF, arg: 9, arg2: 70, ..Event::default() });
+    records.push(string_def(9, 70));
     let mut payload = [Event::default(); 2];
     zerocopy::IntoBytes::as_mut_bytes(&mut payload[..]).fill(b'a');
     records.extend_from_slice(&payload);
     records.push(Event { kind: 21, ..Event::default() });
-    records.push(Event { kind: KIND_STRING_DEF, arg: 5, arg2: 4000, ..Event::default() });
+    records.push(string_def(5, 4000));
     let mut items = LaneItems::new(&records);
     assert!(matches!(items.next(), Some(LaneItem::Record(e)) if e.arg == 1));
     assert!(matches!(items.next(), Some(LaneItem::String { id: 9, bytes }) if bytes.len() == 70));

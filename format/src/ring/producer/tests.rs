@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::ring::{LANE_FIRST_BACKED, RingGeometry};
-use crate::testing::{HeapRing, record, take};
+use crate::testing::{HeapRing, positions, record, string_def, take};
 
 #[test]
 fn wrap_around_keeps_order_and_full_lane_drops_exactly() {
@@ -33,13 +33,9 @@ fn wrap_around_keeps_order_and_full_lane_drops_exactly() {
     assert_eq!(view.lane(lane).unwrap().dropped.load(Ordering::Relaxed), 36);
     assert_eq!(take(&view, lane, &mut next), 64);
     // A string needing more room than is left is refused whole.
-    let definition = Event { kind: crate::record::KIND_STRING_DEF, ..Event::default() };
-    assert!(view.push_string(lane, &definition, &[b'x'; 200]));
-    assert_eq!(
-        view.lane(lane).unwrap().head.load(Ordering::Relaxed)
-            - view.lane(lane).unwrap().tail.load(Ordering::Relaxed),
-        5
-    );
+    assert!(view.push_string(lane, &string_def(1, 200), &[b'x'; 200]));
+    let (tail, head) = positions(&view, lane);
+    assert_eq!(head - tail, 5);
 }
 
 #[test]
@@ -222,11 +218,10 @@ fn an_owner_that_can_back_memory_grows_its_lane_by_doubling_and_then_wraps() {
     assert_eq!(view.lane(lane).unwrap().backed.load(Ordering::Relaxed), 4 * first as u64);
     // A string that crosses the end of what is backed grows the lane too.
     let other = view.claim(1, 8, 0, 0, false).unwrap().index;
-    let definition = Event { kind: crate::record::KIND_STRING_DEF, ..Event::default() };
     for _ in 0..first - 2 {
         assert!(view.push(other, &record(0, 8)));
     }
-    assert!(view.push_string(other, &definition, &[b'x'; 200]));
+    assert!(view.push_string(other, &string_def(1, 200), &[b'x'; 200]));
     assert_eq!(view.lane(other).unwrap().backed.load(Ordering::Relaxed), 2 * first as u64);
     view.free(lane);
     assert_eq!(
