@@ -1,14 +1,14 @@
 //! Test support for the crates that build on the ring (feature `testing`, and this crate's own
-//! unit tests): one heap ring standing in for the collector's shared segment, and a plain
-//! consumer that checks record order. format's ring tests, preload-core's recorder tests and
-//! the collector's drain tests all use [`HeapRing`], so a change of the ABI's set-up is made
-//! once.
+//! unit tests): one heap ring standing in for the collector's shared segment, the records and
+//! string definitions tests write, a lane's positions, and a plain consumer that checks record
+//! order. format's ring tests, preload-core's recorder tests and the collector's drain tests all
+//! use [`HeapRing`], so a change of the ABI's set-up is made once.
 
 use core::sync::atomic::Ordering;
 
 use zerocopy::FromBytes;
 
-use crate::record::Event;
+use crate::record::{Event, KIND_STRING_DEF};
 use crate::ring::{CLOCK_MONOTONIC, RingGeometry, RingView};
 
 /// A zeroed, page-aligned heap buffer standing in for the shared mapping, initialized as a
@@ -105,6 +105,19 @@ impl Drop for HeapRing {
 /// An event record carrying sequence number `seq` in `arg`.
 pub fn record(seq: u64, tid: u32) -> Event {
     Event { kind: 20, tid, arg: seq, ..Event::default() }
+}
+
+/// The definition record of string `id`, `len` bytes long (the payload follows it in the lane:
+/// [`RingView::push_string`]).
+pub fn string_def(id: u64, len: usize) -> Event {
+    Event { kind: KIND_STRING_DEF, arg: id, arg2: len as u64, ..Event::default() }
+}
+
+/// Lane `index`'s positions, `(tail, head)`: what the consumer released, what the producer
+/// published.
+pub fn positions(view: &RingView, index: u32) -> (u64, u64) {
+    let lane = view.lane(index).unwrap();
+    (lane.tail.load(Ordering::Relaxed), lane.head.load(Ordering::Relaxed))
 }
 
 /// Consumer side, slot by slot: takes everything published in `index`, checking that the

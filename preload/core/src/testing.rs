@@ -1,11 +1,12 @@
-//! Unit-test support: rings in ordinary memory, standing in for the collector's segment, and a
-//! consumer that reads back what this thread recorded.
+//! Unit-test support: rings in ordinary memory, standing in for the collector's segment, and
+//! reading back what this thread recorded with the consumer step the collector runs
+//! (`LaneConsumer::drain`), not a copy of it.
 
 use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
 
 use mlprof_format::record::Event;
-use mlprof_format::ring::{LaneItem, LaneItems, RingGeometry, RingView};
+use mlprof_format::ring::{Drained, LaneConsumer, LaneItem, RingGeometry, RingView};
 use mlprof_format::testing::{HeapRing, Owner};
 
 /// A ring in leaked heap memory, owned by this user and process, and its view (leaked too:
@@ -31,25 +32,21 @@ pub fn joined_ring() -> &'static RingView {
     crate::recorder::session::ring().expect("joined")
 }
 
-/// What this thread's lane holds that was not read yet: records and string definitions.
+/// What this thread's lane holds that was not read yet: records and string definitions, taken
+/// by the collector's own consumer step.
 pub fn take_this_threads_items() -> (Vec<Event>, Vec<(u64, Vec<u8>)>) {
     let ring = joined_ring();
     let state = crate::guard::current().unwrap();
     let Some(index) = state.lane.get().checked_sub(1) else { return (Vec::new(), Vec::new()) };
-    let lane = ring.lane(index).unwrap();
-    let head = lane.head.load(Ordering::Acquire);
-    let tail = lane.tail.load(Ordering::Relaxed);
-    let mut copied = Vec::new();
-    ring.copy_out(index, tail, head, &mut copied);
     let (mut records, mut strings) = (Vec::new(), Vec::new());
-    let mut items = LaneItems::new(&copied);
-    for item in items.by_ref() {
+    let drained = LaneConsumer::new().drain(ring, index, |item| {
         match item {
             LaneItem::Record(event) => records.push(event),
             LaneItem::String { id, bytes } => strings.push((id, bytes.to_vec())),
         }
-    }
-    lane.tail.store(tail + items.consumed() as u64, Ordering::Release);
+        Ok::<(), ()>(())
+    });
+    assert!(matches!(drained, Ok(Drained::Taken(_))), "a lane this thread wrote reads whole: {drained:?}");
     (records, strings)
 }
 

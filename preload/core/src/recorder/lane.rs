@@ -1,14 +1,16 @@
 //! This thread's lane of the ring: claimed on the first record of each thread (and again in a
-//! fork child, which is a new identity), cached in the thread-local state, retired at thread
-//! exit. The ring protocol itself lives in `mlprof_format::ring::RingView`.
+//! fork child, which is a new identity), cached in the thread-local state, backed as it grows,
+//! retired at thread exit (a pthread key's destructor). The ring protocol itself lives in
+//! `mlprof_format::ring::RingView`.
 
-use core::sync::atomic::Ordering;
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use mlprof_format::record::{Event, KIND_STRING_DEF};
-use mlprof_format::ring::{LaneWriter, RingView};
+use mlprof_format::ring::{Claim, LaneWriter, RingView};
 
-use super::{lifecycle, session, strings};
-use crate::guard::ThreadState;
+use super::{session, strings};
+use crate::guard::{self, ThreadState};
 
 /// This thread's lane for `owner` (`session::identity()`: epoch and pid), claiming one on
 /// first use.
@@ -21,7 +23,7 @@ pub fn lane_of(ring: &'static RingView, thread: &ThreadState, owner: u64) -> Opt
     claim(ring, thread, owner)
 }
 
-/// Runs with the guard held; calls no hooked function (see `lifecycle::remember_lane_for_thread_exit`).
+/// Runs with the guard held; calls no hooked function (see `remember_lane_for_thread_exit`).
 #[cold]
 fn claim(ring: &'static RingView, thread: &ThreadState, owner: u64) -> Option<u32> {
     let offered = ring.header().lanes_offered.load(Ordering::Acquire);
@@ -44,7 +46,7 @@ fn claim(ring: &'static RingView, thread: &ThreadState, owner: u64) -> Option<u3
             thread.lane_generation.set(claim.generation);
             thread.lane_writer.set(ring.writer(claim.index).unwrap_or(LaneWriter::NONE));
             thread.no_lane.set(false);
-            lifecycle::remember_lane_for_thread_exit(claim.index);
+            remember_lane_for_thread_exit(claim.index);
             Some(claim.index)
         }
         None => {
@@ -55,6 +57,54 @@ fn claim(ring: &'static RingView, thread: &ThreadState, owner: u64) -> Option<u3
             session::wake_collector(ring);
             None
         }
+    }
+}
+
+/// pthread key whose destructor retires the thread's lane; u32::MAX = none.
+static LANE_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
+
+/// glibc keeps the values of keys below this (`PTHREAD_KEY_2NDLEVEL_SIZE`) in the thread's own
+/// descriptor; a higher key's first value in a thread allocates a block with `calloc`, which
+/// must not happen while claiming a lane (a preloaded malloc may be in the middle of its own
+/// initialization, and call hooked functions, on this very thread).
+const KEYS_WITHOUT_ALLOCATION: u32 = 32;
+
+/// Creates the pthread key whose destructor retires a thread's lane at its exit. Once per
+/// process image, from the constructor (`lifecycle::register_process_hooks`): creating a key
+/// may allocate, and fork children inherit it.
+pub(super) fn create_thread_exit_key() {
+    let mut key: libc::pthread_key_t = 0;
+    // Safety: a plain libc call with a valid out-pointer and an `extern "C"` destructor.
+    if unsafe { libc::pthread_key_create(&mut key, Some(retire_lane_at_thread_exit)) } == 0 {
+        LANE_KEY.store(key, Ordering::Relaxed);
+    }
+}
+
+/// Registers the pthread-key destructor that retires a lane when its thread exits, where that
+/// cannot allocate; otherwise the collector frees the lane once it sees the thread gone (its
+/// liveness check, every 100 ms), which is only slower.
+fn remember_lane_for_thread_exit(index: u32) {
+    let key = LANE_KEY.load(Ordering::Relaxed);
+    if key < KEYS_WITHOUT_ALLOCATION {
+        // Safety: the key was created by `create_thread_exit_key`; the value is an integer.
+        unsafe { libc::pthread_setspecific(key, (index as usize + 1) as *const c_void) };
+    }
+}
+
+/// The key's destructor, at a thread's exit: retires the lane `value` names (its index + 1)
+/// if the thread still holds it for the current identity (not a lane of an earlier epoch).
+extern "C" fn retire_lane_at_thread_exit(value: *mut c_void) {
+    let Some(ring) = session::ring() else { return };
+    let Some(thread) = guard::current() else { return };
+    let index = (value as usize).wrapping_sub(1) as u32;
+    if thread.lane.get() == index + 1 && thread.lane_owner.get() == session::identity() {
+        if thread.in_flight.replace(false) {
+            // Cancelled inside a recorded call, which never returned to write its record.
+            ring.count_interrupted(index, 1);
+        }
+        ring.retire(Claim { index, generation: thread.lane_generation.get() });
+        thread.lane.set(0);
+        thread.lane_owner.set(0);
     }
 }
 

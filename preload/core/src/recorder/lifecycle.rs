@@ -1,31 +1,31 @@
-//! Process and thread identity over their lives: the process announces itself when it joins
-//! (and again in every fork child), records the exit status it passes to `exit`, retires a
-//! thread's lane when the thread exits, and passes through in a vfork child, which runs on its
-//! parent's memory.
+//! Process and thread identity over their lives: the process joins its session and announces
+//! itself (and again in every fork child), records the exit status it passes to `exit`, has a
+//! thread's lane retired when the thread exits (the handlers are registered here, at start-up),
+//! and passes through in a vfork child, which runs on its parent's memory.
 
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use mlprof_format::record::{Event, KIND_PROCESS_EXIT, KIND_PROCESS_START, PROC_FORKED};
-use mlprof_format::ring::Claim;
 
 use super::{lane, session};
 use crate::clock;
 use crate::guard::{self, ThreadState};
 use crate::sys;
 
-/// pthread key whose destructor retires the thread's lane; u32::MAX = none.
-static LANE_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
-
-/// glibc keeps the values of keys below this (`PTHREAD_KEY_2NDLEVEL_SIZE`) in the thread's own
-/// descriptor; a higher key's first value in a thread allocates a block with `calloc`, which
-/// must not happen while claiming a lane (a preloaded malloc may be in the middle of its own
-/// initialization, and call hooked functions, on this very thread).
-const KEYS_WITHOUT_ALLOCATION: u32 = 32;
-
-/// Announces the process image to the collector it just joined.
-pub(super) fn announce_process() {
-    send_process_start(0, false);
+/// Joins the session (see `session::join`, with the guard held), lanes backed by
+/// `lane::back_lane`, and announces the process image to the collector when this call joined
+/// it. Returns whether calls are recorded.
+#[cold]
+pub(super) fn join() -> bool {
+    match session::join(lane::back_lane) {
+        session::Join::JustJoined => {
+            send_process_start(0, false);
+            true
+        }
+        session::Join::Recording => true,
+        session::Join::NotRecording => false,
+    }
 }
 
 unsafe extern "C" {
@@ -41,13 +41,10 @@ pub(super) fn register_process_hooks() {
     if DONE.swap(true, Ordering::Relaxed) {
         return;
     }
-    let mut key: libc::pthread_key_t = 0;
+    lane::create_thread_exit_key();
     // Safety: plain libc calls with valid arguments; done once per process image (atfork
-    // handlers, keys and exit handlers are inherited by fork children).
+    // handlers and exit handlers are inherited by fork children).
     unsafe {
-        if libc::pthread_key_create(&mut key, Some(retire_lane_at_thread_exit)) == 0 {
-            LANE_KEY.store(key, Ordering::Relaxed);
-        }
         libc::pthread_atfork(None, None, Some(after_fork_in_child));
         on_exit(exit_handler, core::ptr::null_mut());
     }
@@ -61,32 +58,6 @@ static EXIT_RECORDED: AtomicBool = AtomicBool::new(false);
 /// `exit`, which no hook sees); registered first, so it runs after the program's own handlers.
 extern "C" fn exit_handler(status: libc::c_int, _arg: *mut c_void) {
     record_process_exit(status);
-}
-
-/// Registers the pthread-key destructor that retires a lane when its thread exits, where that
-/// cannot allocate; otherwise the collector frees the lane once it sees the thread gone (its
-/// liveness check, every 100 ms), which is only slower.
-pub(super) fn remember_lane_for_thread_exit(index: u32) {
-    let key = LANE_KEY.load(Ordering::Relaxed);
-    if key < KEYS_WITHOUT_ALLOCATION {
-        // Safety: the key was created by `register_process_hooks`; the value is an integer.
-        unsafe { libc::pthread_setspecific(key, (index as usize + 1) as *const c_void) };
-    }
-}
-
-extern "C" fn retire_lane_at_thread_exit(value: *mut c_void) {
-    let Some(ring) = session::ring() else { return };
-    let Some(thread) = guard::current() else { return };
-    let index = (value as usize).wrapping_sub(1) as u32;
-    if thread.lane.get() == index + 1 && thread.lane_owner.get() == session::identity() {
-        if thread.in_flight.replace(false) {
-            // Cancelled inside a recorded call, which never returned to write its record.
-            ring.count_interrupted(index, 1);
-        }
-        ring.retire(Claim { index, generation: thread.lane_generation.get() });
-        thread.lane.set(0);
-        thread.lane_owner.set(0);
-    }
 }
 
 extern "C" fn after_fork_in_child() {

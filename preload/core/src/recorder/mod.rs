@@ -1,11 +1,18 @@
 //! The recorder: what a hook calls to record one intercepted call into this thread's lane of
 //! the collector's ring.
 //!
-//! * [`session`]: joining the ring (once per process, lazily);
-//! * [`lifecycle`]: fork, exit, vfork and thread exit;
-//! * [`lane`]: this thread's lane (claimed on first use) and strings sent once per process;
+//! * [`session`]: joining and releasing the collector's ring (once per process, lazily), epochs;
 //! * [`strings`]: the per-process sets of strings and symbols already sent;
+//! * [`lane`]: this thread's lane (claimed on first use, backed as it grows, retired at thread
+//!   exit) and strings sent once per process;
+//! * [`lifecycle`]: joining and announcing the process, fork, exit, vfork;
 //! * [`stamp`]: where ITT stamping is plugged in.
+//!
+//! Each imports only those listed above it: `session` nothing of the recorder (the lane backer
+//! is an argument of its `join`, and announcing the process is left to the caller,
+//! `lifecycle::join`); `strings` imports `session`; `lane` imports `session` and `strings`;
+//! `lifecycle` imports `lane` and `session`, and only this file imports `lifecycle`; `stamp`
+//! imports none. So a join reads downwards: `lifecycle::join`, then `session::join`.
 //!
 //! A hook does `Span::begin(func)` (or `None`: pass straight through), calls the real function,
 //! and finishes the span with the record's fields.
@@ -15,9 +22,6 @@ pub mod lifecycle;
 pub mod session;
 pub mod stamp;
 pub mod strings;
-
-#[cfg(test)]
-mod tests;
 
 use mlprof_format::func::Func;
 use mlprof_format::record::{Event, FLAG_ERROR, FLAG_NESTED, GpuCall};
@@ -40,11 +44,11 @@ pub fn init_from_constructor() -> bool {
         return false;
     }
     state.foreign(lifecycle::register_process_hooks);
-    session::is_active_quick() || (session::may_join() && state.foreign(session::join))
+    session::is_active_quick() || (session::may_join() && state.foreign(lifecycle::join))
 }
 
 /// Whether this process records, joining its session on first use, or again once its
-/// collector went away and a retry is due (with the guard held: see `session::join`).
+/// collector went away and a retry is due (with the guard held: see `lifecycle::join`).
 #[inline(always)]
 fn records(state: &ThreadRef) -> bool {
     session::is_active_quick() || (session::may_join() && join_now(state))
@@ -55,7 +59,7 @@ fn records(state: &ThreadRef) -> bool {
 #[cold]
 fn join_now(state: &ThreadRef) -> bool {
     state.in_hook.set(true);
-    let joined = session::join();
+    let joined = lifecycle::join();
     state.in_hook.set(false);
     joined
 }
@@ -512,3 +516,6 @@ pub fn with_lane(f: impl FnOnce(&RingView, u32, u32, &ThreadState)) -> bool {
     state.in_hook.set(false);
     recorded
 }
+
+#[cfg(test)]
+mod tests;

@@ -11,11 +11,17 @@
 //! in place by anonymous memory (one `mmap` with `MAP_FIXED`), which lets the old segment go
 //! and swallows the writes of threads still in the middle of a record. Each join is an epoch;
 //! a thread's lane and the strings a process sent are valid for one epoch only.
+//!
+//! The bottom layer of the recorder: nothing here imports the rest of it. What joining takes
+//! from above comes in as arguments or goes back as results: how lanes are backed
+//! (`join`'s `back`), and announcing the process (`Join::JustJoined` tells the caller to).
 
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use mlprof_format::ring::{CLOCK_TSC, RING_CLOSED, RING_SERVING, RingHeader, RingView, validate_header};
+use mlprof_format::ring::{
+    BackFn, CLOCK_TSC, RING_CLOSED, RING_SERVING, RingHeader, RingView, validate_header,
+};
 
 use crate::clock;
 use crate::config::Config;
@@ -129,26 +135,39 @@ pub(super) fn may_join() -> bool {
 }
 
 /// Whether a call made now may be recorded: the process records, or a join is due. A hook that
-/// does work of its own before [`super::Span::begin`] (dlopen's routing) tests this first, as
+/// does work of its own before `Span::begin` (dlopen's routing) tests this first, as
 /// `Span::begin` does, so a process that does not record only pays a load and a branch.
 #[inline(always)]
 pub fn may_record() -> bool {
     is_active_quick() || may_join()
 }
 
-/// Joins the session named by the environment; returns whether calls are recorded. Runs with
-/// the guard held. Allocates nothing and registers nothing (see `RINGS`; the fork and exit
-/// handlers are registered by the constructor, see `lifecycle::register_process_hooks`).
+/// What a call of [`join`] found or did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Join {
+    /// This call joined a ring: calls are recorded, and the caller announces the process to
+    /// the collector (`lifecycle::join`).
+    JustJoined,
+    /// Calls are recorded: the process had joined already.
+    Recording,
+    /// Calls are not recorded (no collector now, recording off, or another thread is joining).
+    NotRecording,
+}
+
+/// Joins the session named by the environment; `back` backs the slots of a lane this process
+/// owns (see `RingView::with_backing`). Runs with the guard held. Allocates nothing and
+/// registers nothing (see `RINGS`; the fork and exit handlers are registered by the
+/// constructor).
 #[cold]
-pub(super) fn join() -> bool {
+pub(super) fn join(back: BackFn) -> Join {
     let previous = STATE.load(Ordering::Acquire);
     if !matches!(previous, UNJOINED | WAITING)
         || STATE.compare_exchange(previous, JOINING, Ordering::Acquire, Ordering::Acquire).is_err()
     {
-        return STATE.load(Ordering::Acquire) == ACTIVE;
+        return if STATE.load(Ordering::Acquire) == ACTIVE { Join::Recording } else { Join::NotRecording };
     }
     let saved_errno = guard::errno();
-    let outcome = try_join(previous == UNJOINED);
+    let outcome = try_join(previous == UNJOINED, back);
     guard::set_errno(saved_errno);
     let next = match outcome {
         Joined::Yes => ACTIVE,
@@ -159,10 +178,7 @@ pub(super) fn join() -> bool {
         Joined::Never => OFF,
     };
     STATE.store(next, Ordering::Release);
-    if next == ACTIVE {
-        super::lifecycle::announce_process();
-    }
-    next == ACTIVE
+    if next == ACTIVE { Join::JustJoined } else { Join::NotRecording }
 }
 
 enum Joined {
@@ -173,7 +189,7 @@ enum Joined {
     Never,
 }
 
-fn try_join(first: bool) -> Joined {
+fn try_join(first: bool, back: BackFn) -> Joined {
     let uid = sys::geteuid();
     UID.store(uid, Ordering::Relaxed);
     let config = Config::from_env(uid);
@@ -252,7 +268,7 @@ fn try_join(first: bool) -> Joined {
             clock::set_use_tsc(header.clock_source == CLOCK_TSC);
             // Safety: the header was validated against the mapping size; the mapping stays
             // valid memory for good (see `release`).
-            let view = unsafe { RingView::new(base, geometry) }.with_backing(super::lane::back_lane);
+            let view = unsafe { RingView::new(base, geometry) }.with_backing(back);
             adopt(slot, view, header);
             None
         }

@@ -5,6 +5,8 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
+use super::session;
+
 const TABLE_SLOTS: usize = 8192;
 const MAX_PROBES: usize = 16;
 
@@ -53,7 +55,7 @@ static DEFINED_SYMBOLS: SeenSet = SeenSet::new();
 /// threads are reading). Never 0 (an empty slot).
 #[inline]
 fn key(id: u64) -> u64 {
-    let salted = id ^ (super::session::epoch() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let salted = id ^ (session::epoch() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     if salted == 0 { 1 } else { salted }
 }
 

@@ -30,8 +30,6 @@
 
 mod raw;
 mod signals;
-#[cfg(test)]
-mod tests;
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -290,3 +288,6 @@ fn clone_stub(resume: usize) -> Option<usize> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests;
