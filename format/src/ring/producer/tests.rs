@@ -32,10 +32,17 @@ fn wrap_around_keeps_order_and_full_lane_drops_exactly() {
     }
     assert_eq!(view.lane(lane).unwrap().dropped.load(Ordering::Relaxed), 36);
     assert_eq!(take(&view, lane, &mut next), 64);
-    // A string needing more room than is left is refused whole.
+    // A 200-byte string takes 5 slots: its definition and 4 of payload.
     assert!(view.push_string(lane, &string_def(1, 200), &[b'x'; 200]));
     let (tail, head) = positions(&view, lane);
     assert_eq!(head - tail, 5);
+    // With 3 slots left, one that needs 5 is refused whole: nothing of it is written.
+    for _ in 0..56 {
+        assert!(view.push(lane, &record(seq, 7)));
+        seq += 1;
+    }
+    assert!(!view.push_string(lane, &string_def(2, 200), &[b'y'; 200]));
+    assert_eq!(positions(&view, lane), (tail, head + 56));
 }
 
 #[test]
