@@ -26,9 +26,13 @@ use crate::segment::Segment;
 use crate::timebase::Timebase;
 
 mod procfs;
+mod ring;
 mod strings;
+#[cfg(test)]
+mod testing;
 
 use procfs::{owner_uid, process_exists, thread_alive, zombie_exit};
+pub use ring::DrainedRing;
 use strings::{Strings, split_argv};
 
 /// Every this many passes, a pass looks at every lane's state although no claim was counted
@@ -215,8 +219,8 @@ pub struct Totals {
     pub corrupt_lanes: u64,
 }
 
-pub struct Drainer {
-    segment: Segment,
+pub struct Drainer<R = Segment> {
+    segment: R,
     timebase: Timebase,
     writer: RunWriter<BackgroundFile>,
     streams: HashMap<u32, Stream>,
@@ -278,13 +282,8 @@ fn in_use(word: u32) -> bool {
     matches!(lane_state(word), LANE_CLAIMING | LANE_ACTIVE | LANE_RETIRED)
 }
 
-impl Drainer {
-    pub fn new(
-        segment: Segment,
-        timebase: Timebase,
-        writer: RunWriter<BackgroundFile>,
-        quiet: bool,
-    ) -> Drainer {
+impl<R: DrainedRing> Drainer<R> {
+    pub fn new(segment: R, timebase: Timebase, writer: RunWriter<BackgroundFile>, quiet: bool) -> Drainer<R> {
         let now = Instant::now();
         Drainer {
             segment,
@@ -329,11 +328,11 @@ impl Drainer {
         self.segment.view().lane(index).expect("lane index within the ring")
     }
 
-    pub fn segment_mut(&mut self) -> &mut Segment {
+    pub fn segment_mut(&mut self) -> &mut R {
         &mut self.segment
     }
 
-    pub fn segment(&self) -> &Segment {
+    pub fn segment(&self) -> &R {
         &self.segment
     }
 
@@ -345,7 +344,7 @@ impl Drainer {
     /// its writer queue full behind a throttled disk), and what is left of the lane is the time
     /// it has; at a million records a second this costs ~125 passes a second, ~0.3 % of a core.
     pub fn next_sleep(&self, elapsed: Duration) -> Duration {
-        let eighth = self.segment.geometry.lane_capacity as f64 / 8.0;
+        let eighth = self.segment.geometry().lane_capacity as f64 / 8.0;
         let rate = self.busiest_lane as f64 / elapsed.as_secs_f64().max(1e-6);
         let seconds = if rate > 0.0 { eighth / rate } else { f64::INFINITY };
         Duration::from_secs_f64(seconds.clamp(0.001, 0.1))
@@ -354,7 +353,7 @@ impl Drainer {
     /// Whether the last pass took a quarter of a lane or more from one lane: a producer
     /// outran the planned sleep (a burst; a steady rate takes about an eighth a pass).
     fn is_busy(&self) -> bool {
-        self.busiest_lane as u64 >= self.segment.geometry.lane_capacity as u64 / 4
+        self.busiest_lane as u64 >= self.segment.geometry().lane_capacity as u64 / 4
     }
 
     /// The run file, for the frames of the energy sampler.
@@ -402,7 +401,7 @@ impl Drainer {
         // reach the file in its lane's order: one naming a path that another lane defines
         // stops its lane until that lane got there (readers build a thread's slices in arrival
         // order); such lanes get a second sweep in the same round.
-        let capacity = self.segment.geometry.lane_capacity as usize;
+        let capacity = self.segment.geometry().lane_capacity as usize;
         let mut timed = true;
         loop {
             let pending = lanes.iter().filter(|lane| !lane.done).count();
@@ -516,7 +515,7 @@ impl Drainer {
         }
         self.claims_seen = Some(claimed);
         self.lanes_in_use.clear();
-        for index in 0..self.segment.geometry.lane_count {
+        for index in 0..self.segment.geometry().lane_count {
             if view.lane(index).is_some_and(|lane| in_use(lane.state.load(Ordering::Acquire))) {
                 self.lanes_in_use.push(index);
             }
@@ -546,7 +545,7 @@ impl Drainer {
 
     /// Whether some lane still belongs to a live thread.
     pub fn has_live_lanes(&self) -> bool {
-        (0..self.segment.geometry.lane_count).any(|i| {
+        (0..self.segment.geometry().lane_count).any(|i| {
             let lane = self.lane(i);
             lane_state(lane.state.load(Ordering::Acquire)) == LANE_ACTIVE
                 && thread_alive(lane.pid.load(Ordering::Relaxed), lane.tid.load(Ordering::Relaxed), true)
@@ -765,7 +764,7 @@ impl Drainer {
     }
 }
 
-impl Drainer {
+impl<R: DrainedRing> Drainer<R> {
     /// Writes the process records whose command line is known, then the pass's events in
     /// end-time order and any held events whose path is now known.
     fn write_batch(&mut self) -> io::Result<()> {
@@ -958,7 +957,7 @@ impl Drainer {
     pub fn finish(mut self) -> io::Result<Totals> {
         self.stop_offering_lanes();
         self.drain_once()?;
-        for index in 0..self.segment.geometry.lane_count {
+        for index in 0..self.segment.geometry().lane_count {
             let state = lane_state(self.lane(index).state.load(Ordering::Acquire));
             if state == LANE_ACTIVE || state == LANE_RETIRED {
                 self.open_stream(index)?;
@@ -983,3 +982,6 @@ impl Drainer {
         Ok(self.totals)
     }
 }
+
+#[cfg(test)]
+mod tests;

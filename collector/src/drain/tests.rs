@@ -1,0 +1,427 @@
+//! The drain on a heap ring: what a pass writes, in which order, and which lanes it frees.
+
+use mlprof_format::func::Func;
+use mlprof_format::record::{Event, KIND_PROCESS_EXIT};
+use mlprof_format::ring::{LANE_ACTIVE, LANE_CLAIMING, LANE_FREE, LANE_UNBACKED, RingGeometry, lane_word};
+
+use super::testing::*;
+use super::{BATCH_EVENTS, DrainedRing};
+
+/// Four lanes of 4096 records: room for every test's records without a lane filling.
+const GEOMETRY: RingGeometry = RingGeometry { lane_count: 4, lane_capacity: 4096 };
+
+#[test]
+fn records_of_all_lanes_are_written_in_end_time_order() {
+    let (mut drainer, file) = drainer("order", GEOMETRY);
+    let view = drainer.segment().view();
+    let pid = std::process::id();
+    let (a, b) = (claim(view, pid, 101, 0), claim(view, pid, 102, 0));
+    // Each thread's calls end 20 ns apart, the two threads' interleaved.
+    push_all(view, a.index, &[call(Func::Read, 5, 10), call(Func::Read, 25, 30), call(Func::Read, 45, 50)]);
+    push_all(
+        view,
+        b.index,
+        &[call(Func::Write, 0, 20), call(Func::Write, 35, 40), call(Func::Write, 59, 60)],
+    );
+    assert_eq!(drainer.drain_once().unwrap(), 6);
+    let totals = drainer.finish().unwrap();
+    assert_eq!((totals.events, totals.threads), (6, 2));
+    let frames = file.frames();
+    let written = event_frames(&frames);
+    assert_eq!(written.len(), 1, "one pass, one frame");
+    let order: Vec<(u64, u32, u32)> = written[0].iter().map(|e| (end(e), e.pid, e.tid)).collect();
+    assert_eq!(
+        order,
+        [(10, pid, 101), (20, pid, 102), (30, pid, 101), (40, pid, 102), (50, pid, 101), (60, pid, 102)],
+        "sorted by end time, each event named by its lane's owner"
+    );
+}
+
+#[test]
+fn frames_of_a_burst_are_small_and_follow_each_other_in_time() {
+    let (mut drainer, file) = drainer("burst", GEOMETRY);
+    let view = drainer.segment().view();
+    let pid = std::process::id();
+    let (a, b) = (claim(view, pid, 101, 0), claim(view, pid, 102, 0));
+    // 3,000 calls each: lane a's call i ends at 2i + 2, lane b's at 2i + 3.
+    for i in 0..3000 {
+        push_all(view, a.index, &[call(Func::Read, 2 * i + 1, 2 * i + 2)]);
+        push_all(view, b.index, &[call(Func::Read, 2 * i + 2, 2 * i + 3)]);
+    }
+    assert_eq!(drainer.drain_once().unwrap(), 6000);
+    drainer.finish().unwrap();
+    let frames = file.frames();
+    let sizes: Vec<usize> = event_frames(&frames).iter().map(|f| f.len()).collect();
+    // A round gives each of the two busy lanes a share of BATCH_EVENTS / 2 = 1024 events, up
+    // to the earlier of the times their 1024th events end: lane a's ends at 2·1023 + 2 = 2048,
+    // by which lane b has 1023 (its 1024th ends at 2049): 2,047 events. The second round ends
+    // at lane b's 1024th next event (4095): 1,023 + 1,024 again. The 1,906 left are fewer
+    // than a share on either lane: the last round takes them all.
+    assert_eq!(sizes, [2047, 2047, 1906]);
+    assert!(sizes.iter().all(|&n| n <= BATCH_EVENTS));
+    let ends: Vec<u64> = events(&frames).iter().map(end).collect();
+    assert_eq!(ends, (2..6002).collect::<Vec<u64>>(), "in time order within and across frames");
+}
+
+#[test]
+fn an_event_waits_for_the_path_another_lane_defines() {
+    let (mut drainer, file) = drainer("path", GEOMETRY);
+    let view = drainer.segment().view();
+    let pid = std::process::id();
+    // The lane that needs the path is the one a pass takes first.
+    let lanes = claim_in_order(view, &[(pid, 101, 0), (pid, 102, 0)]);
+    let (needs, defines) = (lanes[0], lanes[1]);
+    const PATH: u64 = 0xfeed;
+    push_all(view, needs.index, &[call(Func::Read, 5, 10), open_path(PATH, 20), call(Func::Read, 29, 30)]);
+    push_string(view, defines.index, PATH, b"/data/shard-0");
+    push_all(view, defines.index, &[call(Func::Read, 24, 25)]);
+    drainer.drain_once().unwrap();
+    drainer.finish().unwrap();
+    let frames = file.frames();
+    let string = frames.iter().position(|f| matches!(f, Written::String(PATH))).unwrap();
+    let first_events = frames.iter().position(|f| matches!(f, Written::Events(_))).unwrap();
+    assert!(string < first_events, "the path is in the file before the event that names it");
+    let ends: Vec<(u64, u16)> = events(&frames).iter().map(|e| (end(e), e.kind)).collect();
+    assert_eq!(ends, [(10, 10), (20, 1), (25, 10), (30, 10)], "one frame, in time order");
+}
+
+#[test]
+fn an_event_whose_path_never_comes_is_written_at_the_end() {
+    let (mut drainer, file) = drainer("lost-path", GEOMETRY);
+    let view = drainer.segment().view();
+    let lane = claim(view, std::process::id(), 101, 0);
+    push_all(view, lane.index, &[open_path(0xdead, 10), call(Func::Read, 19, 20)]);
+    // The open waits aside (its lane's later records go on), until the run ends.
+    assert_eq!(drainer.drain_once().unwrap(), 2);
+    drainer.finish().unwrap();
+    let frames = file.frames();
+    let written: Vec<Vec<u64>> = event_frames(&frames).iter().map(|f| f.iter().map(end).collect()).collect();
+    assert_eq!(written, [vec![20], vec![10]]);
+}
+
+#[test]
+fn a_process_is_named_by_its_command_line_and_a_fork_child_by_its_parents() {
+    let (mut drainer, file) = drainer("process", GEOMETRY);
+    let view = drainer.segment().view();
+    let (parent, child) = (std::process::id(), dead_pid());
+    // The child's start comes first in the pass, before its parent's command line is defined.
+    let lanes = claim_in_order(view, &[(child, child, 0), (parent, parent, 0)]);
+    let (child_lane, parent_lane) = (lanes[0], lanes[1]);
+    const ARGV: u64 = 0xa7;
+    push_all(view, child_lane.index, &[process_start(parent, ARGV, 200, true)]);
+    push_string(view, parent_lane.index, ARGV, b"python\0train.py\0--epochs\x002\0");
+    push_all(view, parent_lane.index, &[process_start(1, ARGV, 100, false)]);
+    drainer.drain_once().unwrap();
+    let totals = drainer.finish().unwrap();
+    assert_eq!(totals.processes, 2);
+    let frames = file.frames();
+    let processes = processes(&frames);
+    let named = |pid: u32| processes.iter().find(|p| p.pid == pid).unwrap();
+    let argv = ["python", "train.py", "--epochs", "2"];
+    assert_eq!((named(parent).ppid, named(parent).start_ns, named(parent).forked), (1, 100, false));
+    assert_eq!(named(parent).argv, argv);
+    assert_eq!((named(child).ppid, named(child).start_ns, named(child).forked), (parent, 200, true));
+    assert_eq!(named(child).argv, argv, "a fork child runs its parent's command line");
+}
+
+#[test]
+fn a_retired_lane_is_drained_and_freed_in_the_pass() {
+    let (mut drainer, file) = drainer("retired", GEOMETRY);
+    let view = drainer.segment().view();
+    let lane = claim(view, std::process::id(), 101, 0);
+    push_all(view, lane.index, &[call(Func::Read, 5, 10), call(Func::Close, 15, 20)]);
+    // The thread exited: it retired its lane itself.
+    view.retire(lane);
+    assert_eq!(drainer.drain_once().unwrap(), 2);
+    let view = drainer.segment().view();
+    assert_eq!(state(view, lane.index), LANE_FREE, "free for the next thread");
+    assert_eq!(view.lane(lane.index).unwrap().head.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(drainer.segment().freed, 1);
+    let totals = drainer.finish().unwrap();
+    assert_eq!((totals.events, totals.threads), (2, 1));
+    assert_eq!(events(&file.frames()).len(), 2);
+}
+
+#[test]
+fn records_of_a_lane_claimed_as_another_user_are_refused() {
+    let (mut drainer, file) = drainer("refused", GEOMETRY);
+    let view = drainer.segment().view();
+    let lane = view.claim(std::process::id(), 101, uid() + 1, 0, false).unwrap();
+    push_all(
+        view,
+        lane.index,
+        &[call(Func::Read, 5, 10), call(Func::Read, 15, 20), call(Func::Read, 25, 30)],
+    );
+    assert_eq!(drainer.drain_once().unwrap(), 3, "taken, so that the lane does not fill");
+    let totals = drainer.finish().unwrap();
+    assert_eq!((totals.refused_records, totals.events), (3, 0));
+    let frames = file.frames();
+    assert!(events(&frames).is_empty());
+    assert!(!frames.iter().any(|f| matches!(f, Written::Thread)), "not even its thread is named");
+}
+
+#[test]
+fn a_claim_the_count_missed_is_found_by_the_tenth_pass() {
+    let (mut drainer, _file) = drainer("uncounted", GEOMETRY);
+    hold_liveness(&mut drainer);
+    // Pass 1 looks at every lane: nothing in use yet.
+    assert_eq!(drainer.drain_once().unwrap(), 0);
+    let view = drainer.segment().view();
+    let lane = claim(view, std::process::id(), gettid(), 0);
+    // As if the claim's count was read before the claimer added it.
+    view.header().lanes_claimed.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    push_all(view, lane.index, &[call(Func::Read, 5, 10)]);
+    // Passes 2 to 9 read only the lanes known in use; pass 10 (LOOK_AT_ALL_EVERY) reads every
+    // lane's state again.
+    for pass in 2..=9 {
+        assert_eq!(drainer.drain_once().unwrap(), 0, "pass {pass}");
+    }
+    assert_eq!(drainer.drain_once().unwrap(), 1, "pass 10");
+    // A counted claim is seen by the next pass.
+    let view = drainer.segment().view();
+    let counted = claim(view, std::process::id(), gettid(), 0);
+    push_all(view, counted.index, &[call(Func::Read, 15, 20)]);
+    assert_eq!(drainer.drain_once().unwrap(), 1, "pass 11");
+}
+
+#[test]
+fn the_sleep_lasts_until_the_busiest_lane_would_be_an_eighth_full() {
+    use std::time::Duration;
+    let geometry = RingGeometry { lane_count: 1, lane_capacity: 65536 };
+    let (mut drainer, _file) = drainer("sleep", geometry);
+    let ms = Duration::from_millis;
+    // Nothing taken: the longest sleep, 100 ms.
+    assert_eq!(drainer.next_sleep(ms(100)), ms(100));
+    // An eighth of the lane is 8,192 records: taken over 100 ms, the lane takes 100 ms to be an
+    // eighth full again; over 10 ms, 10 ms; over a microsecond, far less than the 1 ms floor.
+    drainer.busiest_lane = 8192;
+    assert_eq!(drainer.next_sleep(ms(100)), ms(100));
+    assert_eq!(drainer.next_sleep(ms(10)), ms(10));
+    assert_eq!(drainer.next_sleep(Duration::from_micros(1)), ms(1));
+    // A pass that took a quarter of a lane (16,384) or more says a burst outran the sleep.
+    assert!(!drainer.is_busy());
+    drainer.busiest_lane = 16384;
+    assert!(drainer.is_busy());
+}
+
+#[test]
+fn the_lanes_of_an_image_that_exec_replaced_are_freed_after_the_pass() {
+    let (mut drainer, file) = drainer("exec", GEOMETRY);
+    hold_liveness(&mut drainer);
+    let view = drainer.segment().view();
+    let pid = std::process::id();
+    // Thread 101 of image 1, and the exec'd image 2 announcing itself from thread 102.
+    let lanes = claim_in_order(view, &[(pid, 101, 1), (pid, 102, 2)]);
+    push_all(view, lanes[0].index, &[call(Func::Read, 5, 10)]);
+    push_string(view, lanes[1].index, 0xa7, b"python\0");
+    push_all(view, lanes[1].index, &[process_start(1, 0xa7, 50, false), call(Func::Read, 55, 60)]);
+    assert_eq!(drainer.drain_once().unwrap(), 5, "3 records and a 2-slot string");
+    let view = drainer.segment().view();
+    assert_eq!(state(view, lanes[0].index), LANE_FREE, "image 1's lane, drained");
+    assert_eq!(state(view, lanes[1].index), LANE_ACTIVE);
+    drainer.finish().unwrap();
+    let ends: Vec<u64> = events(&file.frames()).iter().map(end).collect();
+    assert_eq!(ends, [10, 60]);
+}
+
+#[test]
+fn counters_are_written_when_they_change_and_totalled_at_the_end() {
+    use mlprof_format::runfile::{AggregateSample, DropSample};
+    let (mut drainer, file) = drainer("counters", GEOMETRY);
+    hold_liveness(&mut drainer);
+    let view = drainer.segment().view();
+    let lane = claim(view, std::process::id(), 101, 0);
+    // Three CLOCK_MONOTONIC reads (aggregate slot 1), two of them timed at 50 ns; 4 records
+    // dropped (a full lane) and 1 interrupted by a signal handler; 2 records of threads that
+    // found no lane.
+    let slot = view.aggregate_slot(lane.index, 1).unwrap();
+    for _ in 0..3 {
+        slot.count_call();
+    }
+    for _ in 0..2 {
+        slot.add_timing(50);
+    }
+    view.count_drops(lane.index, 4);
+    view.count_interrupted(lane.index, 1);
+    for _ in 0..2 {
+        view.count_no_lane_drop(999);
+    }
+    drainer.drain_once().unwrap();
+    drainer.snapshot_all().unwrap();
+    drainer.snapshot_all().unwrap();
+    // One more read: the stream's last snapshot (when its lane is closed at the end) has it.
+    drainer.segment().view().aggregate_slot(lane.index, 1).unwrap().count_call();
+    let totals = drainer.finish().unwrap();
+    assert_eq!((totals.aggregated_calls, totals.dropped), (4, 7), "4 reads; 4 + 1 + 2 records lost");
+    let frames = file.frames();
+    let counts: Vec<(u64, u64, u64, Option<i32>)> = frames
+        .iter()
+        .filter_map(|f| match f {
+            Written::Aggregates(samples) => Some(samples.clone()),
+            _ => None,
+        })
+        .flatten()
+        .map(|s: AggregateSample| (s.count, s.timed, s.timed_ns, s.clock_id))
+        .collect();
+    assert_eq!(counts, [(3, 2, 100, Some(1)), (4, 2, 100, Some(1))], "written when they changed only");
+    let drops: Vec<(u64, u64, u64)> = frames
+        .iter()
+        .filter_map(|f| match f {
+            Written::Drops(samples) => Some(samples.clone()),
+            _ => None,
+        })
+        .flatten()
+        .map(|s: DropSample| (s.stream, s.dropped, s.interrupted))
+        .collect();
+    // The lane's stream is stream 1; stream 0 stands for the threads without a lane.
+    assert_eq!(drops, [(1, 5, 1), (0, 2, 0)]);
+    let end = frames.iter().find_map(|f| match f {
+        Written::End(end) => Some((end.events, end.dropped)),
+        _ => None,
+    });
+    assert_eq!(end, Some((0, 7)));
+}
+
+// Liveness: the lanes of threads that could not retire them.
+
+#[test]
+fn a_lane_whose_thread_is_gone_is_freed_at_the_tenth_check() {
+    let (mut drainer, file) = drainer("thread-gone", GEOMETRY);
+    hold_liveness(&mut drainer);
+    let view = drainer.segment().view();
+    let lane = claim(view, std::process::id(), exited_tid(), 0);
+    push_all(view, lane.index, &[call(Func::Read, 5, 10)]);
+    drainer.drain_once().unwrap();
+    restart_liveness_count(&mut drainer);
+    // Checks 1 to 9 ask whether the process exists (it does: this one); the tenth
+    // (THREAD_CHECK_EVERY) asks every thread.
+    for check in 1..=9 {
+        drainer.free_dead_lanes().unwrap();
+        assert_eq!(state(drainer.segment().view(), lane.index), LANE_ACTIVE, "check {check}");
+    }
+    // What the lane got meanwhile (a signal handler's last record) is drained before it is freed.
+    push_all(drainer.segment().view(), lane.index, &[call(Func::Write, 15, 20)]);
+    drainer.free_dead_lanes().unwrap();
+    assert_eq!(state(drainer.segment().view(), lane.index), LANE_FREE, "check 10");
+    assert_eq!(drainer.segment().freed, 1);
+    drainer.finish().unwrap();
+    let ends: Vec<u64> = events(&file.frames()).iter().map(end).collect();
+    assert_eq!(ends, [10, 20]);
+}
+
+#[test]
+fn the_lanes_of_a_process_that_is_gone_are_freed_at_the_next_check() {
+    let (mut drainer, file) = drainer("process-gone", GEOMETRY);
+    hold_liveness(&mut drainer);
+    let view = drainer.segment().view();
+    let pid = dead_pid();
+    let lanes = [claim(view, pid, pid, 0), claim(view, pid, pid + 1, 0)];
+    drainer.drain_once().unwrap();
+    for (lane, end) in lanes.iter().zip([10, 20]) {
+        push_all(drainer.segment().view(), lane.index, &[call(Func::Read, end - 5, end)]);
+    }
+    restart_liveness_count(&mut drainer);
+    drainer.free_dead_lanes().unwrap();
+    let view = drainer.segment().view();
+    assert!(lanes.iter().all(|lane| state(view, lane.index) == LANE_FREE), "both, at check 1");
+    assert_eq!(drainer.segment().freed, 2);
+    let totals = drainer.finish().unwrap();
+    assert_eq!((totals.events, totals.threads), (2, 2));
+    assert!(exits(&file.frames()).is_empty(), "a reaped process has no exit to tell");
+}
+
+#[test]
+fn the_launched_command_is_alive_until_the_launcher_reaps_it() {
+    let (mut drainer, _file) = drainer("launched", GEOMETRY);
+    hold_liveness(&mut drainer);
+    let view = drainer.segment().view();
+    // The launcher's child: gone already, but its pid cannot be reused before it is reaped.
+    let pid = dead_pid();
+    let lane = claim(view, pid, pid, 0);
+    drainer.drain_once().unwrap();
+    drainer.watch_launched(pid);
+    restart_liveness_count(&mut drainer);
+    drainer.free_dead_lanes().unwrap();
+    assert_eq!(state(drainer.segment().view(), lane.index), LANE_ACTIVE, "known to exist");
+    drainer.launched_reaped();
+    drainer.free_dead_lanes().unwrap();
+    assert_eq!(state(drainer.segment().view(), lane.index), LANE_FREE, "asked, and gone");
+    drainer.finish().unwrap();
+}
+
+#[test]
+fn a_killed_process_is_freed_as_a_zombie_and_its_exit_recorded_once() {
+    let (mut drainer, file) = drainer("zombie", GEOMETRY);
+    hold_liveness(&mut drainer);
+    // Two children that end as zombies (not reaped before the end of the test): the first
+    // exits where no hook sees it (as if killed), the second's hook recorded its exit.
+    let mut silent = std::process::Command::new("sh").args(["-c", "exit 7"]).spawn().unwrap();
+    let mut recorded = std::process::Command::new("sh").args(["-c", "exit 9"]).spawn().unwrap();
+    let (silent_pid, recorded_pid) = (silent.id(), recorded.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while super::procfs::zombie_exit(silent_pid).is_none()
+        || super::procfs::zombie_exit(recorded_pid).is_none()
+    {
+        assert!(std::time::Instant::now() < deadline, "the children did not end");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let view = drainer.segment().view();
+    let silent_lane = claim(view, silent_pid, silent_pid, 0);
+    let recorded_lane = claim(view, recorded_pid, recorded_pid, 0);
+    let exit = Event { kind: KIND_PROCESS_EXIT, start: 30, ret: 9, ..Event::default() };
+    push_all(view, recorded_lane.index, &[exit]);
+    drainer.drain_once().unwrap();
+    restart_liveness_count(&mut drainer);
+    // A zombie exists until it is reaped: the process checks keep its lanes; the thread check
+    // (the tenth) finds the leader a zombie.
+    for _ in 1..=9 {
+        drainer.free_dead_lanes().unwrap();
+    }
+    let view = drainer.segment().view();
+    assert_eq!(
+        (state(view, silent_lane.index), state(view, recorded_lane.index)),
+        (LANE_ACTIVE, LANE_ACTIVE)
+    );
+    drainer.free_dead_lanes().unwrap();
+    let view = drainer.segment().view();
+    assert_eq!((state(view, silent_lane.index), state(view, recorded_lane.index)), (LANE_FREE, LANE_FREE));
+    drainer.finish().unwrap();
+    silent.wait().unwrap();
+    recorded.wait().unwrap();
+    let frames = file.frames();
+    let exits: Vec<(u32, Option<i32>, Option<i32>)> =
+        exits(&frames).iter().map(|e| (e.pid, e.exit_code, e.signal)).collect();
+    assert_eq!(exits, [(recorded_pid, Some(9), None), (silent_pid, Some(7), None)]);
+}
+
+#[test]
+fn a_claim_abandoned_half_way_is_taken_back_a_check_later() {
+    use std::sync::atomic::Ordering;
+    let (mut drainer, _file) = drainer("claiming", GEOMETRY);
+    hold_liveness(&mut drainer);
+    let view = drainer.segment().view();
+    // Two claims stopped half-way, as by a claimer killed between its two compare-and-swaps;
+    // the second claimer was only slow, and finishes between the checks.
+    let (dead, slow) = (claim(view, 0, 0, 0), claim(view, std::process::id(), gettid(), 0));
+    for lane in [dead, slow] {
+        let claiming = lane_word(lane.generation, LANE_CLAIMING);
+        view.lane(lane.index).unwrap().state.store(claiming, Ordering::Release);
+    }
+    // The pass's look at every lane finds them in use.
+    drainer.drain_once().unwrap();
+    drainer.free_dead_lanes().unwrap();
+    let view = drainer.segment().view();
+    assert_eq!(
+        (state(view, dead.index), state(view, slow.index)),
+        (LANE_CLAIMING, LANE_CLAIMING),
+        "seen once"
+    );
+    let active = lane_word(slow.generation, LANE_ACTIVE);
+    view.lane(slow.index).unwrap().state.store(active, Ordering::Release);
+    drainer.free_dead_lanes().unwrap();
+    let view = drainer.segment().view();
+    assert_eq!(state(view, dead.index), LANE_UNBACKED, "taken back, to be backed again before it is offered");
+    assert_eq!(state(view, slow.index), LANE_ACTIVE, "the slow claimer keeps its lane");
+    assert_eq!(drainer.segment().freed, 1);
+    drainer.finish().unwrap();
+}
