@@ -21,6 +21,9 @@
 //! between readings with an uncertainty that grows with the gap. With only such counters to
 //! read (no RAPL, no GPU read by power), the thread sleeps until the next read or slow metrics
 //! are due rather than waking every tick.
+//!
+//! [`COUNTER_BUDGET`]: schedule::COUNTER_BUDGET
+//! [`MAX_GAP_NS`]: schedule::MAX_GAP_NS
 
 use std::io::{self, Write};
 use std::path::PathBuf;

@@ -8,7 +8,7 @@ pub(super) const COUNTER_BUDGET: f64 = 0.0025;
 pub(super) const SLOW_BUDGET: f64 = 0.001;
 /// Energy-counter reads (and slow metrics) are never further apart than this, whatever they
 /// cost.
-const MAX_GAP_NS: u64 = 2_000_000_000;
+pub(super) const MAX_GAP_NS: u64 = 2_000_000_000;
 
 /// Reads spaced by what they cost: each is due `cost / budget` after the one before (the cost
 /// smoothed over ~8 reads, so one slow read — p90 is twice the median on an H200 — does not
