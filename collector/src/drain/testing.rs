@@ -240,11 +240,5 @@ pub fn end(event: &Event) -> u64 {
 /// Keeps `drainer`'s passes from making liveness checks of their own (the tests make them
 /// when they mean to): the last check is dated an hour ahead.
 pub fn hold_liveness<R: DrainedRing>(drainer: &mut Drainer<R>) {
-    drainer.last_liveness = std::time::Instant::now() + std::time::Duration::from_secs(3600);
-}
-
-/// Starts `drainer`'s count of liveness checks afresh: the next check is the first, and the
-/// tenth asks every thread.
-pub fn restart_liveness_count<R: DrainedRing>(drainer: &mut Drainer<R>) {
-    drainer.liveness_checks = 0;
+    drainer.liveness.last = std::time::Instant::now() + std::time::Duration::from_secs(3600);
 }
