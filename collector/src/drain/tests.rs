@@ -124,6 +124,59 @@ fn a_process_is_named_by_its_command_line_and_a_fork_child_by_its_parents() {
 }
 
 #[test]
+fn records_out_of_end_order_do_not_stall_the_pass() {
+    let (mut drainer, file) = drainer("out-of-order", GEOMETRY);
+    let view = drainer.segment().view();
+    let lane = claim(view, std::process::id(), 101, 0);
+    // A call that ends at 5,000, then 2,047 that end at 1 to 2,047: the lane's share of a
+    // round (all of BATCH_EVENTS = 2,048, the only busy lane) reaches 2,047, before its first
+    // call ends. The first round takes nothing; the next goes by count alone.
+    push_all(view, lane.index, &[call(Func::Read, 4999, 5000)]);
+    for end in 1..=2047 {
+        push_all(view, lane.index, &[call(Func::Read, end - 1, end)]);
+    }
+    assert_eq!(drainer.drain_once().unwrap(), 2048);
+    drainer.finish().unwrap();
+    let frames = file.frames();
+    let written = event_frames(&frames);
+    assert_eq!(written.len(), 1);
+    let ends: Vec<u64> = written[0].iter().map(end).collect();
+    assert_eq!(ends, (1..=2047).chain([5000]).collect::<Vec<u64>>());
+}
+
+#[test]
+fn a_rank_record_names_the_process_that_starts_next_on_its_lane_a_pass_later_too() {
+    use mlprof_format::rank::RankRecord;
+    let (mut drainer, file) = drainer("rank", GEOMETRY);
+    hold_liveness(&mut drainer);
+    let (ranked, unranked) = (std::process::id(), dead_pid());
+    let lanes = claim_in_order(drainer.segment().view(), &[(ranked, ranked, 0), (unranked, unranked, 0)]);
+    let rank = RankRecord {
+        rank: 3,
+        source: 0,
+        local_rank: Some(1),
+        world_size: Some(8),
+        local_world_size: Some(2),
+        node_rank: Some(1),
+    };
+    let view = drainer.segment().view();
+    push_string(view, lanes[0].index, 0xa7, b"python\0train.py\0");
+    push_all(view, lanes[0].index, &[rank.to_event()]);
+    // The pass ends between the rank record and the start it comes before.
+    drainer.drain_once().unwrap();
+    let view = drainer.segment().view();
+    push_all(view, lanes[0].index, &[process_start(1, 0xa7, 100, false)]);
+    push_all(view, lanes[1].index, &[process_start(ranked, 0xa7, 200, true)]);
+    drainer.drain_once().unwrap();
+    drainer.finish().unwrap();
+    let frames = file.frames();
+    let processes = processes(&frames);
+    let rank_of = |pid: u32| processes.iter().find(|p| p.pid == pid).unwrap().rank.clone();
+    assert_eq!(rank_of(ranked), Some(rank.info()));
+    assert_eq!(rank_of(unranked), None, "a rank belongs to its own lane's next process only");
+}
+
+#[test]
 fn a_retired_lane_is_drained_and_freed_in_the_pass() {
     let (mut drainer, file) = drainer("retired", GEOMETRY);
     let view = drainer.segment().view();
