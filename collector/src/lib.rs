@@ -13,7 +13,8 @@ mod segment;
 mod timebase;
 mod torch_hook;
 
-use std::path::PathBuf;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -139,103 +140,121 @@ pub fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<ExitCode, String> {
-    if args.print_preload {
-        println!("{}", launch::find_preload(args.preload.as_deref())?.display());
-        return Ok(ExitCode::SUCCESS);
-    }
-    let geometry = RingGeometry { lane_count: args.lanes, lane_capacity: args.lane_records };
-    if !geometry.is_valid() {
-        return Err("--lanes must be 1..=65536 and --lane-records a power of two in 64..=16777216".into());
-    }
-    let launching = !args.command.is_empty();
-    let torch = args.torch || args.torch_shapes;
-    if torch && !launching {
-        return Err("--torch needs a command to launch (in attach mode, start the Python programs yourself \
-                    with the hook directory of a launcher run on PYTHONPATH, or use the launcher)"
-            .into());
-    }
-    let session = args
-        .session
-        .clone()
-        .or_else(|| std::env::var("MLPROF_SESSION").ok())
-        .unwrap_or_else(|| "default".into());
-    if !is_valid_session_name(&session) {
-        return Err(format!("invalid session name {session:?} (letters, digits, '-', '_', '.'; at most 64)"));
-    }
-    // Safety: geteuid cannot fail.
-    let uid = unsafe { libc::geteuid() };
-    let shm_dir = segment::shm_dir();
-    segment::sweep_stale_launcher_segments(&shm_dir, uid);
-    let shm_name = if launching {
-        format!("mlprof-{uid}-run-{}-{:x}", std::process::id(), timebase::realtime_ns() & 0xffff_ffff)
-    } else {
-        let name = session_shm_name(uid, &session);
-        if let Some(pid) = segment::check_existing(&shm_dir, &name).map_err(|e| e.to_string())? {
-            return Err(format!(
-                "session '{session}' is already served by mlprof-collect pid {pid}; choose another with --session"
-            ));
-        }
-        name
+    let mut collector = match Collector::prepare(args)? {
+        ControlFlow::Continue(collector) => collector,
+        ControlFlow::Break(done) => return Ok(done),
     };
-    let preload = if launching { Some(launch::find_preload(args.preload.as_deref())?) } else { None };
+    let exit_code = collector.serve()?;
+    collector.finish(exit_code)
+}
 
-    let use_tsc = match args.clock.as_str() {
-        "tsc" => true,
-        "monotonic" => false,
-        _ => timebase::tsc_usable(),
-    };
-    let timebase = Timebase::new(use_tsc);
-    // The job must run even when its shared memory cannot hold a ring (a container's small
-    // /dev/shm): the launcher then runs it unprofiled and says why.
-    let free = segment::free_bytes(&shm_dir).map_err(|e| {
-        format!("cannot inspect {} ({e}); set MLPROF_SHM_DIR to a writable tmpfs", shm_dir.display())
-    })?;
-    let plan = match segment::plan(geometry, free, &shm_dir) {
-        Ok(plan) => plan,
-        Err(why) if launching => return launch::run_unprofiled(&args.command, &why),
-        Err(why) => return Err(why),
-    };
-    if let Some(note) = &plan.note
-        && !args.quiet
-    {
-        eprintln!("mlprof-collect: warning: {note}");
-    }
-    let check_period = timebase.ticks_for_ns(100_000_000);
-    let segment = match Segment::create(&shm_dir, &shm_name, &plan, timebase.source(), check_period) {
-        Ok(segment) => segment,
-        Err(e) => {
-            let why = format!("cannot create the ring {} ({e})", shm_dir.join(&shm_name).display());
-            if launching {
-                return launch::run_unprofiled(&args.command, &why);
+/// One run of the collector: prepared (the checks, the segment, the run file, the energy
+/// sampler), served (the launched command and what it leaves, or the session until a signal),
+/// finished (the last drain, the end of the run file, the summary).
+struct Collector {
+    args: Args,
+    session: String,
+    /// The library to launch the command with; `None` in attach mode.
+    preload: Option<PathBuf>,
+    /// `--torch` or `--torch-shapes`.
+    torch: bool,
+    shm_path: PathBuf,
+    drainer: Drainer,
+    sampler: Option<energy::Sampler>,
+    started: Instant,
+}
+
+impl Collector {
+    /// Checks the options, creates the segment and the run file and starts the energy sampler.
+    /// `Break` when there is nothing to serve: `--print-preload`, or a command run unprofiled
+    /// because its shared memory cannot hold a ring (its exit code).
+    fn prepare(args: Args) -> Result<ControlFlow<ExitCode, Collector>, String> {
+        if args.print_preload {
+            println!("{}", launch::find_preload(args.preload.as_deref())?.display());
+            return Ok(ControlFlow::Break(ExitCode::SUCCESS));
+        }
+        let geometry = RingGeometry { lane_count: args.lanes, lane_capacity: args.lane_records };
+        if !geometry.is_valid() {
+            return Err("--lanes must be 1..=65536 and --lane-records a power of two in 64..=16777216".into());
+        }
+        let launching = !args.command.is_empty();
+        let torch = args.torch || args.torch_shapes;
+        if torch && !launching {
+            return Err(
+                "--torch needs a command to launch (in attach mode, start the Python programs yourself \
+                 with the hook directory of a launcher run on PYTHONPATH, or use the launcher)"
+                    .into(),
+            );
+        }
+        let session = session_name(&args)?;
+        let shm_dir = segment::shm_dir();
+        let shm_name = shm_name(launching, &session, &shm_dir)?;
+        let preload = if launching { Some(launch::find_preload(args.preload.as_deref())?) } else { None };
+
+        let timebase = Timebase::new(use_tsc(&args));
+        // The job must run even when its shared memory cannot hold a ring (a container's small
+        // /dev/shm): the launcher then runs it unprofiled and says why.
+        let free = segment::free_bytes(&shm_dir).map_err(|e| {
+            format!("cannot inspect {} ({e}); set MLPROF_SHM_DIR to a writable tmpfs", shm_dir.display())
+        })?;
+        let plan = match segment::plan(geometry, free, &shm_dir) {
+            Ok(plan) => plan,
+            Err(why) if launching => {
+                return launch::run_unprofiled(&args.command, &why).map(ControlFlow::Break);
             }
-            return Err(why);
+            Err(why) => return Err(why),
+        };
+        if let Some(note) = &plan.note
+            && !args.quiet
+        {
+            eprintln!("mlprof-collect: warning: {note}");
         }
-    };
-    let geometry = plan.geometry;
-    let shm_path = shm_dir.join(&shm_name);
-    let start_mono_ns = timebase::monotonic_ns();
-    let start_realtime_ns = timebase::realtime_ns();
-    let info = RunInfo {
-        mlprof_version: env!("CARGO_PKG_VERSION").into(),
-        host: hostname(),
-        session: session.clone(),
-        command: args.command.clone(),
-        start_mono_ns,
-        start_realtime_ns,
-        clock_source: timebase.source_name().into(),
-        ring_abi_version: RING_ABI_VERSION,
-        lane_count: geometry.lane_count,
-        lane_capacity: geometry.lane_capacity,
-    };
-    let writer =
-        create_run_file(&args.out, &info).map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;
-    let mut drainer = Drainer::new(segment, timebase, writer, args.quiet);
-    let mut sampler = (!args.no_energy).then(|| energy::Sampler::start(energy_config(&args)));
-    launch::install_signal_handlers();
-    let started = Instant::now();
+        let check_period = timebase.ticks_for_ns(100_000_000);
+        let segment = match Segment::create(&shm_dir, &shm_name, &plan, timebase.source(), check_period) {
+            Ok(segment) => segment,
+            Err(e) => {
+                let why = format!("cannot create the ring {} ({e})", shm_dir.join(&shm_name).display());
+                if launching {
+                    return launch::run_unprofiled(&args.command, &why).map(ControlFlow::Break);
+                }
+                return Err(why);
+            }
+        };
+        let info = run_info(&args, &session, &timebase, plan.geometry);
+        let writer = create_run_file(&args.out, &info)
+            .map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;
+        let drainer = Drainer::new(segment, timebase, writer, args.quiet);
+        let sampler = (!args.no_energy).then(|| energy::Sampler::start(energy_config(&args)));
+        launch::install_signal_handlers();
+        let started = Instant::now();
+        let shm_path = shm_dir.join(&shm_name);
+        Ok(ControlFlow::Continue(Collector {
+            args,
+            session,
+            preload,
+            torch,
+            shm_path,
+            drainer,
+            sampler,
+            started,
+        }))
+    }
 
-    let exit_code = if let Some(preload) = preload {
-        let torch_hook = if torch { Some(torch_hook::TorchHook::create()?) } else { None };
+    /// Drains until the launched command ended and what it left behind is gone (or lingered
+    /// long enough), or, attached, until a signal asks to stop. Returns the exit code to exit
+    /// with: the command's, 128 + its signal, 0 when attached.
+    fn serve(&mut self) -> Result<u8, String> {
+        match self.preload.clone() {
+            Some(preload) => self.serve_launched(&preload),
+            None => self.serve_session(),
+        }
+    }
+
+    /// Launcher mode: runs the command, drains while it runs and, for up to `--linger-ms`,
+    /// while threads it left behind still record.
+    fn serve_launched(&mut self, preload: &Path) -> Result<u8, String> {
+        let Collector { args, session, torch, shm_path, drainer, sampler, .. } = self;
+        let torch_hook = if *torch { Some(torch_hook::TorchHook::create()?) } else { None };
         let mut extra_env: Vec<(&str, std::ffi::OsString)> =
             torch_hook.iter().map(|hook| ("PYTHONPATH", hook.python_path())).collect();
         if args.torch_shapes {
@@ -245,7 +264,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
             extra_env.push(("MLPROF_ALL_SYSCALLS", "1".into()));
         }
         let mut watch = launch::ChildWatch::new();
-        let mut child = launch::spawn(&args.command, &preload, &shm_path, &session, &extra_env)?;
+        let mut child = launch::spawn(&args.command, preload, shm_path, session, &extra_env)?;
         let child_pid = child.id();
         drainer.watch_launched(child_pid);
         let mut since = Instant::now();
@@ -256,24 +275,28 @@ fn run(args: Args) -> Result<ExitCode, String> {
                 drainer.stop_offering_lanes();
                 drainer.launched_reaped();
             }
-            let wake = drain(&mut drainer, &mut sampler)?;
+            let wake = drain(drainer, sampler)?;
             if let Some(status) = exited {
                 break status;
             }
             launch::forward_termination(child_pid);
-            pause(&drainer, wake, &mut since);
+            pause(drainer, wake, &mut since);
         };
         // Children the command left behind (or that are still exiting) get a grace period.
         let deadline = Instant::now() + Duration::from_millis(args.linger_ms);
         while Instant::now() < deadline && drainer.has_live_lanes() {
-            let wake = drain(&mut drainer, &mut sampler)?;
-            pause(&drainer, wake, &mut since);
+            let wake = drain(drainer, sampler)?;
+            pause(drainer, wake, &mut since);
         }
         drop(torch_hook);
         let (code, signal) = launch::describe(status);
         drainer.record_exit(child_pid, code, signal).map_err(|e| e.to_string())?;
-        code.map(|c| c as u8).unwrap_or_else(|| 128u8.wrapping_add(signal.unwrap_or(0) as u8))
-    } else {
+        Ok(code.map(|c| c as u8).unwrap_or_else(|| 128u8.wrapping_add(signal.unwrap_or(0) as u8)))
+    }
+
+    /// Attach mode: serves the session until SIGINT or SIGTERM.
+    fn serve_session(&mut self) -> Result<u8, String> {
+        let Collector { args, session, drainer, sampler, .. } = self;
         if !args.quiet {
             eprintln!(
                 "mlprof-collect: session '{session}' ready; run programs with LD_PRELOAD={}{}; Ctrl-C to finish",
@@ -287,42 +310,115 @@ fn run(args: Args) -> Result<ExitCode, String> {
         }
         let mut since = Instant::now();
         while !launch::termination_requested() {
-            let wake = drain(&mut drainer, &mut sampler)?;
-            pause(&drainer, wake, &mut since);
+            let wake = drain(drainer, sampler)?;
+            pause(drainer, wake, &mut since);
         }
-        0
-    };
-
-    let energy_cost = match sampler.take() {
-        Some(sampler) => sampler.stop(drainer.writer_mut()).map_err(|e| e.to_string())?,
-        None => None,
-    };
-    drainer.segment_mut().close();
-    let totals = drainer.finish().map_err(|e| format!("cannot finish {}: {e}", args.out.display()))?;
-    if !args.quiet {
-        report(&args, &totals, started.elapsed());
-        if let Some(cost) = energy_cost.filter(|c| c.devices > 0) {
-            let counters = match cost.counter_spacing {
-                Some((gap, read)) => format!(
-                    " (GPU energy counters every {} ms: one read costs {:.2} ms CPU here)",
-                    gap / 1_000_000,
-                    read / 1e6
-                ),
-                None => String::new(),
-            };
-            eprintln!(
-                "mlprof-collect: energy: sampled {} device(s) every {} ms{counters}; the sampler used {:.1} ms CPU ({:.3}% of a core; {:.3}% after its {:.1} ms start-up). Next: mlprof energy {}",
-                cost.devices,
-                args.energy_interval,
-                cost.cpu_ns as f64 / 1e6,
-                cost.core_percent(),
-                cost.running_core_percent(),
-                cost.setup_cpu_ns as f64 / 1e6,
-                args.out.display()
-            );
-        }
+        Ok(0)
     }
-    Ok(ExitCode::from(exit_code))
+
+    /// Stops the energy sampler, closes the segment, drains the rest, ends the run file and
+    /// prints the summary; returns `exit_code` to exit with.
+    fn finish(self, exit_code: u8) -> Result<ExitCode, String> {
+        let Collector { args, mut drainer, mut sampler, started, .. } = self;
+        let energy_cost = match sampler.take() {
+            Some(sampler) => sampler.stop(drainer.writer_mut()).map_err(|e| e.to_string())?,
+            None => None,
+        };
+        drainer.segment_mut().close();
+        let totals = drainer.finish().map_err(|e| format!("cannot finish {}: {e}", args.out.display()))?;
+        if !args.quiet {
+            report(&args, &totals, started.elapsed());
+            if let Some(cost) = energy_cost.filter(|c| c.devices > 0) {
+                report_energy(&args, &cost);
+            }
+        }
+        Ok(ExitCode::from(exit_code))
+    }
+}
+
+/// The session to serve: `--session`, else `$MLPROF_SESSION`, else `default`.
+fn session_name(args: &Args) -> Result<String, String> {
+    let session = args
+        .session
+        .clone()
+        .or_else(|| std::env::var("MLPROF_SESSION").ok())
+        .unwrap_or_else(|| "default".into());
+    if !is_valid_session_name(&session) {
+        return Err(format!("invalid session name {session:?} (letters, digits, '-', '_', '.'; at most 64)"));
+    }
+    Ok(session)
+}
+
+/// Whether producers stamp records with the TSC (`--clock`; `auto`: where it is usable).
+fn use_tsc(args: &Args) -> bool {
+    match args.clock.as_str() {
+        "tsc" => true,
+        "monotonic" => false,
+        _ => timebase::tsc_usable(),
+    }
+}
+
+/// The segment's name: the per-user session's in attach mode (refused when a live collector
+/// serves it), a name of this launcher's own otherwise. Sweeps the launcher segments killed
+/// collectors left first.
+fn shm_name(launching: bool, session: &str, shm_dir: &Path) -> Result<String, String> {
+    // Safety: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    segment::sweep_stale_launcher_segments(shm_dir, uid);
+    if launching {
+        return Ok(format!(
+            "mlprof-{uid}-run-{}-{:x}",
+            std::process::id(),
+            timebase::realtime_ns() & 0xffff_ffff
+        ));
+    }
+    let name = session_shm_name(uid, session);
+    if let Some(pid) = segment::check_existing(shm_dir, &name).map_err(|e| e.to_string())? {
+        return Err(format!(
+            "session '{session}' is already served by mlprof-collect pid {pid}; choose another with --session"
+        ));
+    }
+    Ok(name)
+}
+
+/// The run file's first frame: what was run, where, when, and on what ring.
+fn run_info(args: &Args, session: &str, timebase: &Timebase, geometry: RingGeometry) -> RunInfo {
+    let start_mono_ns = timebase::monotonic_ns();
+    let start_realtime_ns = timebase::realtime_ns();
+    RunInfo {
+        mlprof_version: env!("CARGO_PKG_VERSION").into(),
+        host: hostname(),
+        session: session.into(),
+        command: args.command.clone(),
+        start_mono_ns,
+        start_realtime_ns,
+        clock_source: timebase.source_name().into(),
+        ring_abi_version: RING_ABI_VERSION,
+        lane_count: geometry.lane_count,
+        lane_capacity: geometry.lane_capacity,
+    }
+}
+
+/// The energy sampler's line of the summary: what it sampled and what that cost.
+fn report_energy(args: &Args, cost: &energy::SamplerCost) {
+    let counters = match cost.counter_spacing {
+        Some((gap, read)) => format!(
+            " (GPU energy counters every {} ms: one read costs {:.2} ms CPU here)",
+            gap / 1_000_000,
+            read / 1e6
+        ),
+        None => String::new(),
+    };
+    eprintln!(
+        "mlprof-collect: energy: sampled {} device(s) every {} ms{counters}; the sampler used {:.1} ms CPU ({:.3}% of a core; {:.3}% after its {:.1} ms start-up). Next: mlprof energy {}",
+        cost.devices,
+        args.energy_interval,
+        cost.cpu_ns as f64 / 1e6,
+        cost.core_percent(),
+        cost.running_core_percent(),
+        cost.setup_cpu_ns as f64 / 1e6,
+        args.out.display()
+    );
 }
 
 /// One drain pass, then the energy samples that arrived meanwhile. Returns the producers' wake

@@ -6,7 +6,8 @@ use std::io;
 
 use mlprof_format::runfile::RunWriter;
 
-use super::STRING_MEMORY_LIMIT;
+/// String bytes kept in memory to name processes (ids are kept for every string).
+const STRING_MEMORY_LIMIT: usize = 64 << 20;
 
 /// The strings the run has defined: every id (so each is written once), and the bytes of the
 /// first [`STRING_MEMORY_LIMIT`] bytes' worth (to name processes by their command line).

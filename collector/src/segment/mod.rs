@@ -25,6 +25,10 @@ use mlprof_format::ring::{
     lane_state,
 };
 
+mod leftovers;
+
+pub use leftovers::{check_existing, sweep_stale_launcher_segments};
+
 /// Where segments live: `$MLPROF_SHM_DIR`, else `/dev/shm`.
 pub fn shm_dir() -> PathBuf {
     std::env::var_os("MLPROF_SHM_DIR")
@@ -433,57 +437,6 @@ fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-/// Removes the launcher segments (`mlprof-UID-run-PID-…`) that collectors of this user left
-/// behind when they were killed (SIGKILL gives no chance to unlink): their pages would stay in
-/// memory until reboot. A segment whose collector pid is alive is left alone. Returns how many
-/// were removed.
-pub fn sweep_stale_launcher_segments(dir: &Path, uid: u32) -> usize {
-    let prefix = format!("mlprof-{uid}-run-");
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    let mut removed = 0;
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix(&prefix) else { continue };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else { continue };
-        // Safety: signal 0 only checks that the process exists.
-        let alive = pid > 0 && unsafe { libc::kill(pid, 0) } == 0;
-        let ours = entry.metadata().map(|m| std::os::unix::fs::MetadataExt::uid(&m) == uid).unwrap_or(false);
-        if !alive && ours && std::fs::remove_file(entry.path()).is_ok() {
-            removed += 1;
-        }
-    }
-    removed
-}
-
-/// Whether an existing segment `name` in `dir` is served by a live collector (its pid); removes
-/// it when stale.
-pub fn check_existing(dir: &Path, name: &str) -> io::Result<Option<u32>> {
-    use std::io::Read;
-    let path = dir.join(name);
-    let Ok(mut file) = File::open(&path) else { return Ok(None) };
-    let mut header = [0u8; 64];
-    let owner = match file.read_exact(&mut header) {
-        Ok(()) => live_collector(&header),
-        Err(_) => None,
-    };
-    if owner.is_none() {
-        let _ = std::fs::remove_file(&path);
-    }
-    Ok(owner)
-}
-
-/// The collector pid a header's first bytes name, when the ring is ready, serving and its
-/// collector alive.
-fn live_collector(bytes: &[u8; 64]) -> Option<u32> {
-    let word = |at: usize| bytes.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-    let magic_ok = bytes.get(..8) == Some(&mlprof_format::ring::RING_MAGIC[..]);
-    let pid = word(core::mem::offset_of!(RingHeader, collector_pid))?;
-    let state = word(core::mem::offset_of!(RingHeader, state))?;
-    // Safety: signal 0 only checks that the process exists.
-    let alive = pid != 0 && unsafe { libc::kill(pid as i32, 0) } == 0;
-    (magic_ok && state == mlprof_format::ring::RING_SERVING && alive).then_some(pid)
 }
 
 #[cfg(test)]
