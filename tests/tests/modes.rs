@@ -99,6 +99,37 @@ fn attach_mode() {
     e.finish();
 }
 
+/// A second attach collector of a session that a live collector serves refuses, names the
+/// first one and leaves its segment alone: the session's programs go on recording into the
+/// first collector's run. (It used to read too little of the header to see the first one
+/// alive, removed its segment and took the session over.)
+#[test]
+fn a_served_session_is_not_taken_over() {
+    let dir = TempDir::new("attach-twice");
+    let prog = compile("writer", &dir);
+    let session = unique_session("twice");
+    let out = dir.join("run.bin");
+    let mut first = AttachCollector::start(&out, &session);
+    let mut second = Command::new(&bins().collect);
+    clean_env(&mut second);
+    second.arg("--out").arg(dir.join("second.bin")).arg("--session").arg(&session);
+    let o = output_with_timeout(second, default_timeout());
+    assert_eq!(o.status.code(), Some(2), "the second collector refuses\n{}", describe(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let served = format!("session '{session}' is already served by mlprof-collect pid {}", first.pid());
+    assert!(stderr.contains(&served), "it names the first one:\n{stderr}");
+    let path = dir.file("a.dat");
+    let mut c = preloaded_command(&prog, &session);
+    c.args([path.as_str(), "10", "0"]);
+    let o = output_with_timeout(c, default_timeout());
+    assert!(o.status.success(), "the program under the first collector\n{}", describe(&o));
+    first.stop_ok();
+    let s = clean_summary(&out);
+    let mut e = s.expect();
+    e.calls("tree", s.calls(), &[("open", 1), ("write", 10), ("close", 1)], &[]);
+    e.finish();
+}
+
 /// A collector started with SIGCHLD blocked (a mask some job launchers pass on) unblocks it in
 /// its main thread, where the signal of the command's end cuts its sleep short and tells it to
 /// reap: without that it would notice the end only at its once-a-second safety net. Read from

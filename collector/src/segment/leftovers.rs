@@ -36,7 +36,7 @@ pub fn check_existing(dir: &Path, name: &str) -> io::Result<Option<u32>> {
     use std::io::Read;
     let path = dir.join(name);
     let Ok(mut file) = File::open(&path) else { return Ok(None) };
-    let mut header = [0u8; 64];
+    let mut header = [0u8; HEADER_PREFIX];
     let owner = match file.read_exact(&mut header) {
         Ok(()) => live_collector(&header),
         Err(_) => None,
@@ -47,9 +47,16 @@ pub fn check_existing(dir: &Path, name: &str) -> io::Result<Option<u32>> {
     Ok(owner)
 }
 
+/// The bytes of a header that say whether a live collector serves it: up to its state word.
+/// (64 bytes read to offset 72 once, so that every live session looked stale and a second
+/// collector of the session removed the first one's segment.)
+const HEADER_PREFIX: usize = 128;
+const _: () = assert!(core::mem::offset_of!(RingHeader, state) + 4 <= HEADER_PREFIX);
+const _: () = assert!(core::mem::offset_of!(RingHeader, collector_pid) + 4 <= HEADER_PREFIX);
+
 /// The collector pid a header's first bytes name, when the ring is ready, serving and its
 /// collector alive.
-fn live_collector(bytes: &[u8; 64]) -> Option<u32> {
+fn live_collector(bytes: &[u8; HEADER_PREFIX]) -> Option<u32> {
     let word = |at: usize| bytes.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
     let magic_ok = bytes.get(..8) == Some(&mlprof_format::ring::RING_MAGIC[..]);
     let pid = word(core::mem::offset_of!(RingHeader, collector_pid))?;
@@ -121,5 +128,28 @@ mod tests {
             assert_eq!(check_existing(&dir.0, name).unwrap(), None);
             assert!(!dir.0.join(name).exists(), "{name} is removed as stale");
         }
+    }
+
+    #[test]
+    fn a_session_segment_a_live_collector_serves_is_left_alone() {
+        use mlprof_format::ring::{CLOCK_MONOTONIC, RingGeometry, RingView};
+        let dir = Dir::new("live");
+        let geometry = RingGeometry { lane_count: 2, lane_capacity: 64 };
+        let ring = mlprof_format::testing::HeapRing::new(geometry);
+        let header_of = |pid: u32| {
+            // Safety: the heap ring is zeroed memory of the geometry's size that no view uses
+            // while it is initialized again, here, with another collector pid.
+            unsafe { RingView::initialize(ring.base(), geometry, CLOCK_MONOTONIC, 0, pid, 1) };
+            // Safety: the header's bytes, within the ring's allocation, read while nothing writes.
+            unsafe { std::slice::from_raw_parts(ring.base(), 4096) }.to_vec()
+        };
+        // Served by this process (alive): kept, and its collector named.
+        std::fs::write(dir.0.join("mlprof-0-live"), header_of(std::process::id())).unwrap();
+        assert_eq!(check_existing(&dir.0, "mlprof-0-live").unwrap(), Some(std::process::id()));
+        assert!(dir.0.join("mlprof-0-live").exists());
+        // The same header naming a collector that is gone: stale, removed.
+        std::fs::write(dir.0.join("mlprof-0-dead"), header_of(dead_pid())).unwrap();
+        assert_eq!(check_existing(&dir.0, "mlprof-0-dead").unwrap(), None);
+        assert!(!dir.0.join("mlprof-0-dead").exists());
     }
 }
