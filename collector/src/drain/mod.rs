@@ -25,7 +25,7 @@ mod step;
 mod streams;
 mod strings;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 
 use batch::Batch;
 use lanes::LanesInUse;

@@ -7,12 +7,12 @@ use std::sync::atomic::Ordering;
 
 use mlprof_filewrite::BackgroundFile;
 use mlprof_format::func::Func;
-use mlprof_format::record::{Event, KIND_PROCESS_START, KIND_STRING_DEF, PROC_FORKED};
+use mlprof_format::record::{Event, KIND_PROCESS_START, PROC_FORKED};
 use mlprof_format::ring::{Claim, RingGeometry, RingView, lane_state};
 use mlprof_format::runfile::{
     AggregateSample, DropSample, Frame, ProcessExit, ProcessInfo, RunEnd, RunInfo, RunReader, RunWriter,
 };
-use mlprof_format::testing::HeapRing;
+use mlprof_format::testing::{HeapRing, string_def};
 
 use super::{DrainedRing, Drainer};
 use crate::timebase::Timebase;
@@ -127,8 +127,7 @@ pub fn push_all(view: &RingView, index: u32, events: &[Event]) {
 
 /// Defines string `id` as `bytes` in lane `index`.
 pub fn push_string(view: &RingView, index: u32, id: u64, bytes: &[u8]) {
-    let definition = Event { kind: KIND_STRING_DEF, arg: id, arg2: bytes.len() as u64, ..Event::default() };
-    assert!(view.push_string(index, &definition, bytes), "room in the lane");
+    assert!(view.push_string(index, &string_def(id, bytes.len()), bytes), "room in the lane");
 }
 
 /// A process image's start record: child of `ppid`, its command line string `argv`, at

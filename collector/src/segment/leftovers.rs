@@ -69,6 +69,7 @@ fn live_collector(bytes: &[u8; HEADER_PREFIX]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drain::testing::dead_pid;
 
     /// A directory of its own under the system's temporary one, removed when dropped.
     struct Dir(std::path::PathBuf);
@@ -86,13 +87,6 @@ mod tests {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.0);
         }
-    }
-
-    /// The pid of a process that has ended and been reaped: no collector has it.
-    fn dead_pid() -> u32 {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        child.wait().unwrap();
-        child.id()
     }
 
     #[test]
