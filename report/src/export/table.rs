@@ -29,7 +29,7 @@ use parquet::file::writer::SerializedFileWriter;
 
 use parquet::schema::parser::parse_message_type;
 
-use super::dictionary::DictionaryEncoder;
+use super::encoding::DictionaryEncoder;
 use parquet::schema::types::{ColumnPath, SchemaDescriptor};
 
 /// Rows per row group when a partition fills one by itself.
