@@ -187,11 +187,11 @@ def outputs(binary, runs, out_dir, names, pairs, merges):
         (out_dir / f"{name}.merge.txt").write_bytes(normalize(result.stdout + result.stderr, str(runs)))
         made[f"{name}.merge.txt"] = out_dir / f"{name}.merge.txt"
         made[f"{name}.bin"] = merged
-        for tag, argv in [("summary.json", ["summary", "--json"]), ("trace.pftrace", ["convert", "-o", "-"])]:
-            target = out_dir / f"{name}.{tag}"
-            result = subprocess.run([binary, *argv, merged], capture_output=True)
-            target.write_bytes(result.stdout)
-            made[target.name] = target
+        summary = out_dir / f"{name}.summary.json"
+        summary.write_bytes(subprocess.run([binary, "summary", "--json", merged], capture_output=True).stdout)
+        trace = out_dir / f"{name}.trace.pftrace"
+        subprocess.run([binary, "convert", "-o", trace, merged], capture_output=True)
+        made[summary.name], made[trace.name] = summary, trace
     return made
 
 

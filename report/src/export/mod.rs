@@ -23,7 +23,7 @@
 //! time. Memory is bounded: rows are buffered per table up to a fixed count and written as
 //! row groups, the metadata of the run aside.
 
-mod dictionary;
+mod encoding;
 mod exporter;
 mod lookups;
 mod rows;

@@ -11,6 +11,17 @@ impl Page {
             self.end_section();
             return;
         }
+        self.data_wait(data);
+        self.transforms(data);
+        self.batch_phases(data);
+        self.workers(run, data);
+        self.longest_waits(data);
+        self.end_section();
+    }
+
+    /// The section's answer: how long the main processes waited for data, and what share of
+    /// the time that is.
+    fn data_wait(&mut self, data: &Value) {
         let _ = write!(
             self.out,
             r#"<p class="answer">The main process{} waited <b data-k="wait_total_ns" data-v="{}">{}</b> for data over {} batches: <b data-k="wait_share" data-v="{}">{:.1}%</b> of the time from the first batch request to the last batch's consumption ({}); {} batches arrived out of order.</p>"#,
@@ -23,6 +34,10 @@ impl Page {
             format_ns(u(&data["wall_ns"])),
             u(&data["out_of_order"]),
         );
+    }
+
+    /// Transform durations per sample: their percentile ranges, then their table.
+    fn transforms(&mut self, data: &Value) {
         let empty = Vec::new();
         let transforms = data["transforms"].as_array().unwrap_or(&empty);
         self.out.push_str("<h3>Transforms (per sample)</h3>");
@@ -42,6 +57,10 @@ impl Page {
             let rows = distribution_rows(transforms, "name");
             self.table("transforms-table", &DISTRIBUTION_HEADERS, &rows);
         }
+    }
+
+    /// The phases of a batch (wait, fetch, collate, consume), a distribution each.
+    fn batch_phases(&mut self, data: &Value) {
         let phases: Vec<Value> = ["wait", "fetch", "collate", "consume"]
             .iter()
             .filter(|p| u(&data[**p]["count"]) > 0)
@@ -56,6 +75,11 @@ impl Page {
             let rows = distribution_rows(&phases, "name");
             self.table("batch-phases-table", &DISTRIBUTION_HEADERS, &rows);
         }
+    }
+
+    /// Each worker's time fetching batches, against its main process's wall time.
+    fn workers(&mut self, run: &RunFigures, data: &Value) {
+        let empty = Vec::new();
         let workers = data["workers"].as_array().unwrap_or(&empty);
         self.out.push_str("<h3>Workers: time fetching batches</h3>");
         if workers.is_empty() {
@@ -105,6 +129,10 @@ impl Page {
                 &rows,
             );
         }
+    }
+
+    /// The ten batches waited for longest.
+    fn longest_waits(&mut self, data: &Value) {
         let mut batches: Vec<&Value> =
             data["per_batch"].as_array().map(|b| b.iter().collect()).unwrap_or_default();
         batches.sort_by_key(|b| std::cmp::Reverse(u(&b["wait_ns"])));
@@ -141,7 +169,6 @@ impl Page {
             ];
             self.table("waits-table", &headers, &rows);
         }
-        self.end_section();
     }
 }
 

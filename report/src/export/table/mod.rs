@@ -5,7 +5,7 @@
 //!
 //! Strings are buffered as indexes into the export's [`Symbols`] (4 bytes a row, not a
 //! reference-counted buffer) up to the page writer: string columns, int32 columns and the
-//! int64 columns of few values are dictionary-encoded by `dictionary.rs`, times and durations
+//! int64 columns of few values are dictionary-encoded by `export::encoding`, times and durations
 //! delta-encoded there too, the others written by the Parquet crate's column writer.
 //! Encoding and compression run on the table's own thread, fed one row group at a time (with
 //! the symbols added since the last) through a channel of one slot, while the caller decodes
@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 
 use parquet::schema::types::SchemaDescriptor;
 
-use super::dictionary::DictionaryEncoder;
+use super::encoding::DictionaryEncoder;
 use schema::{Column, Values, parquet_schema};
 pub(crate) use schema::{Kind, Row, Spec, Symbols, col, delta, dictionary, opt, plain};
 use writer::{Batch, Job, ZSTD_LEVEL, encode_column, write_jobs};

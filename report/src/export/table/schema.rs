@@ -24,11 +24,11 @@ pub(crate) enum Kind {
 /// How a column's values are encoded.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Encode {
-    /// Strings and int32 columns: dictionary-encoded by `dictionary.rs` (an int32 chunk of
+    /// Strings and int32 columns: dictionary-encoded by `export::encoding` (an int32 chunk of
     /// too many distinct values by the column writer, PLAIN); other types by the column
     /// writer, with its dictionary.
     Auto,
-    /// Times and durations (int64): DELTA_BINARY_PACKED by `dictionary.rs`, not compressed.
+    /// Times and durations (int64): DELTA_BINARY_PACKED by `export::encoding`, not compressed.
     /// Bit-packed deltas of times leave zstd nothing to find (it wrote them 0.02 % larger on
     /// a 4 M-event run); durations come out 0.24 bytes a value larger than zstd made PLAIN
     /// values, for a small part of its work.
@@ -37,7 +37,7 @@ pub(crate) enum Encode {
     /// encoder hashes every value, and here its dictionary only grows.
     Plain,
     /// Int64 values that repeat but change from row to row (byte counts, return values):
-    /// dictionary-encoded by `dictionary.rs`, which hashes only when the value changes, and
+    /// dictionary-encoded by `export::encoding`, which hashes only when the value changes, and
     /// zstd then compresses the keys, a quarter of the PLAIN bytes or less; a chunk of too
     /// many distinct values goes to the column writer, PLAIN with zstd.
     Dictionary,
@@ -207,7 +207,7 @@ pub(super) fn parquet_schema(
     for s in specs.iter().filter(|s| matches!(s.encode, Encode::Plain | Encode::Dictionary)) {
         props = props.set_column_dictionary_enabled(ColumnPath::from(s.name), false);
     }
-    // Written by `dictionary.rs`; the properties say the same, for the file's metadata.
+    // Written by `export::encoding`; the properties say the same, for the file's metadata.
     for s in specs.iter().filter(|s| s.encode == Encode::Delta) {
         let path = ColumnPath::from(s.name);
         props = props

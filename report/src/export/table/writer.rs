@@ -17,7 +17,7 @@ use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::SchemaDescriptor;
 
-use super::super::dictionary::DictionaryEncoder;
+use super::super::encoding::DictionaryEncoder;
 use super::schema::{Encode, Spec};
 
 /// zstd's level for every page: 1 makes the events table no larger than 3 did (dictionary
@@ -33,7 +33,7 @@ pub(super) enum Batch {
     Sym(Vec<u32>),
 }
 
-/// A column chunk encoded by `dictionary.rs`: its bytes, and what `append_column` needs.
+/// A column chunk encoded by `export::encoding`: its bytes, and what `append_column` needs.
 pub(super) type Encoded = (Bytes, ColumnCloseResult);
 
 /// One row group of one partition.
@@ -49,7 +49,7 @@ pub(super) struct Job {
     pub(super) encoded: Vec<Option<Encoded>>,
 }
 
-/// Encodes column `at` of a row group the way its spec says, if `dictionary.rs` does that
+/// Encodes column `at` of a row group the way its spec says, if `export::encoding` does that
 /// encoding (`None`: the Parquet crate's column writer takes the batch).
 pub(super) fn encode_column(
     encoder: &mut DictionaryEncoder,
