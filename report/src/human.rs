@@ -11,7 +11,7 @@ pub fn format_ns(ns: u64) -> String {
 }
 
 /// A size in binary units: `512 B`, `4.0 KiB`, `1.5 MiB`, `2.00 GiB`.
-pub fn format_bytes(bytes: u64) -> String {
+pub(crate) fn format_bytes(bytes: u64) -> String {
     match bytes {
         0..1024 => format!("{bytes} B"),
         1024..1_048_576 => format!("{:.1} KiB", bytes as f64 / 1024.0),
@@ -21,7 +21,7 @@ pub fn format_bytes(bytes: u64) -> String {
 }
 
 /// `text` cut to `max` characters (not bytes: names are UTF-8), with `…` marking the cut.
-pub fn truncate(text: &str, max: usize) -> String {
+pub(crate) fn truncate(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         text.to_string()
     } else {

@@ -13,7 +13,7 @@ use mlprof_format::string_id;
 use crate::run::RunMeta;
 
 /// The domain of the DataLoader spans.
-pub const DATA_DOMAIN: &str = "mlprof.data";
+pub(crate) const DATA_DOMAIN: &str = "mlprof.data";
 pub(crate) const DATA: u64 = string_id(DATA_DOMAIN.as_bytes());
 pub(crate) const WAIT: u64 = string_id(b"batch.wait");
 const CONSUME: u64 = string_id(b"batch.consume");
@@ -36,7 +36,7 @@ struct DataSpan {
 
 /// The trace flow id linking a batch's fetch (in a worker) to its wait (in the main
 /// process): (main pid, batch id) mixed into 53 bits, exact as a JSON number.
-pub fn flow_id(main_pid: u64, batch: u64) -> u64 {
+pub(crate) fn flow_id(main_pid: u64, batch: u64) -> u64 {
     let mut x = batch ^ main_pid.rotate_left(40) ^ 0x9e37_79b9_7f4a_7c15;
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -45,7 +45,7 @@ pub fn flow_id(main_pid: u64, batch: u64) -> u64 {
 
 /// The ITT spans seen so far; fed one event at a time.
 #[derive(Default)]
-pub struct Pipeline {
+pub(crate) struct Pipeline {
     /// (domain id, name id) → (count, total ns).
     spans: HashMap<(u64, u64), (u64, u64)>,
     data: Vec<DataSpan>,
@@ -54,32 +54,32 @@ pub struct Pipeline {
 
 /// Time in one (domain, span name).
 #[derive(Debug, Clone, PartialEq)]
-pub struct SpanRow {
-    pub domain: String,
-    pub name: String,
-    pub count: u64,
-    pub total_ns: u64,
+pub(crate) struct SpanRow {
+    pub(crate) domain: String,
+    pub(crate) name: String,
+    pub(crate) count: u64,
+    pub(crate) total_ns: u64,
 }
 
 impl SpanRow {
-    pub fn mean_ns(&self) -> u64 {
+    pub(crate) fn mean_ns(&self) -> u64 {
         self.total_ns / self.count.max(1)
     }
 }
 
 /// count, total, median, p90, p99 and max of a set of durations (percentiles by nearest rank).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Distribution {
-    pub count: u64,
-    pub total_ns: u64,
-    pub median_ns: u64,
-    pub p90_ns: u64,
-    pub p99_ns: u64,
-    pub max_ns: u64,
+pub(crate) struct Distribution {
+    pub(crate) count: u64,
+    pub(crate) total_ns: u64,
+    pub(crate) median_ns: u64,
+    pub(crate) p90_ns: u64,
+    pub(crate) p99_ns: u64,
+    pub(crate) max_ns: u64,
 }
 
 impl Distribution {
-    pub fn of(mut values: Vec<u64>) -> Distribution {
+    pub(crate) fn of(mut values: Vec<u64>) -> Distribution {
         values.sort_unstable();
         let rank = |q: f64| -> u64 {
             if values.is_empty() {
@@ -101,85 +101,85 @@ impl Distribution {
 
 /// One transform class (`transform:<ClassName>` spans, one per sample).
 #[derive(Debug, Clone, PartialEq)]
-pub struct TransformRow {
+pub(crate) struct TransformRow {
     /// The class name, without the `transform:` prefix.
-    pub name: String,
-    pub durations: Distribution,
+    pub(crate) name: String,
+    pub(crate) durations: Distribution,
 }
 
 /// A process that fetched batches (a DataLoader worker, or the main process itself).
 #[derive(Debug, Clone, PartialEq)]
-pub struct WorkerRow {
-    pub pid: u32,
-    pub ppid: u32,
-    pub main_pid: u64,
-    pub batches: u64,
+pub(crate) struct WorkerRow {
+    pub(crate) pid: u32,
+    pub(crate) ppid: u32,
+    pub(crate) main_pid: u64,
+    pub(crate) batches: u64,
     /// Time in `batch.fetch`.
-    pub busy_ns: u64,
+    pub(crate) busy_ns: u64,
 }
 
 /// A process that waited for batches.
 #[derive(Debug, Clone, PartialEq)]
-pub struct MainRow {
-    pub pid: u32,
-    pub batches: u64,
-    pub wait_ns: u64,
+pub(crate) struct MainRow {
+    pub(crate) pid: u32,
+    pub(crate) batches: u64,
+    pub(crate) wait_ns: u64,
     /// From its first batch request to its last batch's consumption end.
-    pub wall_ns: u64,
+    pub(crate) wall_ns: u64,
 }
 
 impl MainRow {
-    pub fn wait_share(&self) -> f64 {
+    pub(crate) fn wait_share(&self) -> f64 {
         share(self.wait_ns, self.wall_ns)
     }
 }
 
 /// One batch, keyed by (main pid, batch id); a part is `None` when its span was not seen.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct BatchRow {
-    pub main_pid: u64,
-    pub id: u64,
-    pub wait_ns: Option<u64>,
-    pub consume_ns: Option<u64>,
-    pub fetch_ns: Option<u64>,
-    pub collate_ns: Option<u64>,
-    pub worker_pid: Option<u32>,
+pub(crate) struct BatchRow {
+    pub(crate) main_pid: u64,
+    pub(crate) id: u64,
+    pub(crate) wait_ns: Option<u64>,
+    pub(crate) consume_ns: Option<u64>,
+    pub(crate) fetch_ns: Option<u64>,
+    pub(crate) collate_ns: Option<u64>,
+    pub(crate) worker_pid: Option<u32>,
 }
 
 impl BatchRow {
-    pub fn loader(&self) -> u64 {
+    pub(crate) fn loader(&self) -> u64 {
         self.id >> 48
     }
-    pub fn epoch(&self) -> u64 {
+    pub(crate) fn epoch(&self) -> u64 {
         (self.id >> 32) & 0xffff
     }
-    pub fn batch(&self) -> u64 {
+    pub(crate) fn batch(&self) -> u64 {
         self.id & 0xffff_ffff
     }
 }
 
 /// The data-pipeline section of the summary.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DataPipeline {
+pub(crate) struct DataPipeline {
     /// Batches waited for (`batch.wait` spans).
-    pub batches: u64,
-    pub wait_total_ns: u64,
+    pub(crate) batches: u64,
+    pub(crate) wait_total_ns: u64,
     /// Per main process from its first batch request to its last batch's consumption, summed.
-    pub wall_ns: u64,
-    pub out_of_order: u64,
-    pub wait: Distribution,
-    pub consume: Distribution,
-    pub fetch: Distribution,
-    pub collate: Distribution,
-    pub transforms: Vec<TransformRow>,
-    pub workers: Vec<WorkerRow>,
-    pub mains: Vec<MainRow>,
-    pub per_batch: Vec<BatchRow>,
+    pub(crate) wall_ns: u64,
+    pub(crate) out_of_order: u64,
+    pub(crate) wait: Distribution,
+    pub(crate) consume: Distribution,
+    pub(crate) fetch: Distribution,
+    pub(crate) collate: Distribution,
+    pub(crate) transforms: Vec<TransformRow>,
+    pub(crate) workers: Vec<WorkerRow>,
+    pub(crate) mains: Vec<MainRow>,
+    pub(crate) per_batch: Vec<BatchRow>,
 }
 
 impl DataPipeline {
     /// The share of training time spent waiting for data.
-    pub fn wait_share(&self) -> f64 {
+    pub(crate) fn wait_share(&self) -> f64 {
         share(self.wait_total_ns, self.wall_ns)
     }
 }
@@ -190,7 +190,7 @@ fn share(part: u64, whole: u64) -> f64 {
 
 impl Pipeline {
     /// Takes one recorded event (only ITT tasks, frames and markers are kept).
-    pub fn add(&mut self, func: Func, event: &Event) {
+    pub(crate) fn add(&mut self, func: Func, event: &Event) {
         let span = IttSpan::from_event(event);
         match func {
             Func::IttTask | Func::IttFrame => {
@@ -214,7 +214,7 @@ impl Pipeline {
     }
 
     /// Every (domain, name), most total time first.
-    pub fn spans(&self, meta: &RunMeta) -> Vec<SpanRow> {
+    pub(crate) fn spans(&self, meta: &RunMeta) -> Vec<SpanRow> {
         let name = |id: u64| if id == 0 { String::new() } else { meta.string(id) };
         let mut rows: Vec<_> = self
             .spans
@@ -228,7 +228,7 @@ impl Pipeline {
     }
 
     /// `None` when the run has no DataLoader spans.
-    pub fn data_pipeline(&self, meta: &RunMeta) -> Option<DataPipeline> {
+    pub(crate) fn data_pipeline(&self, meta: &RunMeta) -> Option<DataPipeline> {
         if self.data.is_empty() && self.out_of_order == 0 {
             return None;
         }

@@ -24,7 +24,7 @@ use rustc_hash::FxHashMap;
 use crate::run::RunMeta;
 
 /// The ITT domain of the shape markers.
-pub const SHAPES_DOMAIN: &str = "mlprof.shapes";
+pub(crate) const SHAPES_DOMAIN: &str = "mlprof.shapes";
 pub(crate) const SHAPES: u64 = string_id(SHAPES_DOMAIN.as_bytes());
 /// The domain of PyTorch's op ranges (`emit_itt`).
 pub(crate) const PYTORCH: u64 = string_id(b"PyTorch");
@@ -32,16 +32,16 @@ pub(crate) const PYTORCH: u64 = string_id(b"PyTorch");
 /// An op's input configuration: the tensor arguments' shapes and dtypes, `;`-separated in
 /// argument order (tensors inside a list argument in place).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OpShapes {
+pub(crate) struct OpShapes {
     /// `[32,3,56,56];[64,3,3,3]`.
-    pub shapes: String,
+    pub(crate) shapes: String,
     /// `float32;float32`.
-    pub dtypes: String,
+    pub(crate) dtypes: String,
 }
 
 impl OpShapes {
     /// A marker's name `function|shapes|dtypes` as (function, shapes).
-    pub fn parse(marker: &str) -> Option<(&str, OpShapes)> {
+    pub(crate) fn parse(marker: &str) -> Option<(&str, OpShapes)> {
         let mut parts = marker.splitn(3, '|');
         let (function, shapes, dtypes) = (parts.next()?, parts.next()?, parts.next()?);
         (!function.is_empty() && shapes.starts_with('['))
@@ -52,7 +52,7 @@ impl OpShapes {
 /// Whether the op range `op` (`aten::conv2d`) is what the Python call `function` (`conv2d`,
 /// `Tensor.__iadd__`, `F.cross_entropy` → `aten::cross_entropy_loss`) dispatched: one name is a
 /// prefix of the other once the namespace and the operator dunders are taken off.
-pub fn names_agree(function: &str, op: &str) -> bool {
+pub(crate) fn names_agree(function: &str, op: &str) -> bool {
     let op = op.rsplit("::").next().unwrap_or(op);
     if function.is_empty() || op.is_empty() {
         return false;
@@ -78,7 +78,7 @@ struct Pending {
 
 /// Pairs op ranges with shape markers while a run's events stream by.
 #[derive(Default)]
-pub struct ShapeMatcher {
+pub(crate) struct ShapeMatcher {
     threads: FxHashMap<(u32, u32), Pending>,
     /// (op index, marker name id, op name id).
     pairs: Vec<(usize, u64, u64)>,
@@ -87,7 +87,7 @@ pub struct ShapeMatcher {
 impl ShapeMatcher {
     /// Takes one ITT record: a shape marker, or an op range the caller knows as `op_index`.
     /// Anything else is ignored.
-    pub fn observe(&mut self, func: Func, span: &IttSpan, op_index: usize) {
+    pub(crate) fn observe(&mut self, func: Func, span: &IttSpan, op_index: usize) {
         match func {
             Func::IttMarker if span.domain == SHAPES => {
                 let next = Pending { time: span.start, marker: span.name, first_op: None };
@@ -115,7 +115,7 @@ impl ShapeMatcher {
     }
 
     /// Op index → its shapes, for the pairs whose names agree.
-    pub fn resolve(mut self, meta: &RunMeta) -> FxHashMap<usize, OpShapes> {
+    pub(crate) fn resolve(mut self, meta: &RunMeta) -> FxHashMap<usize, OpShapes> {
         for (_, pending) in std::mem::take(&mut self.threads) {
             self.settle(pending);
         }

@@ -12,19 +12,19 @@ use mlprof_format::runfile::{
 use mlprof_format::string_id;
 
 /// The run start; event times below are offsets from it.
-pub const START: u64 = 1_000_000;
-pub const DATASET: &str = "/data/train.bin";
+pub(crate) const START: u64 = 1_000_000;
+pub(crate) const DATASET: &str = "/data/train.bin";
 
 /// A run file that removes itself when dropped.
-pub struct TempRun(PathBuf);
+pub(crate) struct TempRun(PathBuf);
 
 impl TempRun {
     /// Takes over `path` (removed on drop).
-    pub fn new(path: PathBuf) -> TempRun {
+    pub(crate) fn new(path: PathBuf) -> TempRun {
         TempRun(path)
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }
@@ -40,7 +40,7 @@ fn event(func: Func, pid: u32, fd: i32, start: u64, dur: u64) -> Event {
 }
 
 /// Writes the run to a file of the temp directory named after `tag` (one per test).
-pub fn write(tag: &str) -> TempRun {
+pub(crate) fn write(tag: &str) -> TempRun {
     let path = std::env::temp_dir().join(format!("mlprof-report-{tag}-{}.bin", std::process::id()));
     let info = RunInfo {
         host: "testhost".into(),
@@ -115,7 +115,7 @@ pub fn write(tag: &str) -> TempRun {
 /// named its fd, as the collector writes it when it holds an open back until its path is
 /// defined: the case streaming fd histories must notice (written to the temp directory,
 /// named after `tag`).
-pub fn write_late_open(tag: &str) -> TempRun {
+pub(crate) fn write_late_open(tag: &str) -> TempRun {
     let run =
         TempRun::new(std::env::temp_dir().join(format!("mlprof-report-{tag}-{}.bin", std::process::id())));
     let info = RunInfo { host: "h".into(), start_mono_ns: START, ..RunInfo::default() };

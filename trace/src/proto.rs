@@ -5,7 +5,7 @@
 //! slice as bytes copied into a per-thread buffer, then wrapped in a packet whose length is
 //! known up front. Message structs would be built, measured and encoded per event, and
 //! repeated fields (annotations) are `Vec`s, i.e. allocations per event. The wire format
-//! itself is small and frozen; the field numbers live in [`super::perfetto::field`], checked
+//! itself is small and frozen; the field numbers live in [`crate::perfetto::field`], checked
 //! against Perfetto's published schema by the decoding test (tests/scripts/perfetto_check.py).
 
 /// Wire types.

@@ -5,7 +5,7 @@ use super::Category;
 /// Time in `[from, to)` covered by the intervals of each category, each instant counted once
 /// in the first (highest-priority) category active at it. Intervals may overlap and nest in
 /// any way (threads of one process, spans around calls); parts outside `[from, to)` are cut.
-pub fn exclusive_times(intervals: &[(Category, u64, u64)], from: u64, to: u64) -> [u64; 4] {
+pub(crate) fn exclusive_times(intervals: &[(Category, u64, u64)], from: u64, to: u64) -> [u64; 4] {
     let mut edges: Vec<(u64, i8, u8)> = Vec::with_capacity(intervals.len() * 2);
     for &(category, start, end) in intervals {
         let (start, end) = (start.clamp(from, to), end.clamp(from, to));

@@ -19,7 +19,7 @@
 //! the main processes' calls and spans (24 bytes each), not the events.
 
 mod intervals;
-pub mod power;
+pub(crate) mod power;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -34,15 +34,15 @@ use crate::pipeline::{DATA, FETCH, WAIT};
 use crate::run::{self, RunMeta, bytes_moved};
 use crate::shapes::SHAPES;
 
-pub use intervals::exclusive_times;
+pub(crate) use intervals::exclusive_times;
 
 /// Slices of the run's time axis in every timeline.
-pub const BINS: usize = 240;
+pub(crate) const BINS: usize = 240;
 
 /// What a main process's wall time went to, in priority order (an instant in two categories
 /// counts in the first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Category {
+pub(crate) enum Category {
     DataWait = 0,
     GpuSync = 1,
     FileIo = 2,
@@ -50,11 +50,11 @@ pub enum Category {
 }
 
 impl Category {
-    pub const ALL: [Category; 4] =
+    pub(crate) const ALL: [Category; 4] =
         [Category::DataWait, Category::GpuSync, Category::FileIo, Category::OpsPhases];
 
     /// The label reports print.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Category::DataWait => "data wait",
             Category::GpuSync => "GPU sync",
@@ -64,7 +64,7 @@ impl Category {
     }
 
     /// The key in JSON and HTML attributes.
-    pub fn key(self) -> &'static str {
+    pub(crate) fn key(self) -> &'static str {
         match self {
             Category::DataWait => "data_wait",
             Category::GpuSync => "gpu_sync",
@@ -76,31 +76,31 @@ impl Category {
 
 /// One main process (or rank) and where its wall time went.
 #[derive(Clone, Debug, PartialEq)]
-pub struct MainActivity {
-    pub pid: u32,
+pub(crate) struct MainActivity {
+    pub(crate) pid: u32,
     /// The rank, when the run's process metadata carries one (run file 1.4 and later); rows
     /// without ranks are main processes in start order.
-    pub rank: Option<u32>,
-    pub cmdline: String,
+    pub(crate) rank: Option<u32>,
+    pub(crate) cmdline: String,
     /// From the run start.
-    pub start_ns: u64,
-    pub wall_ns: u64,
+    pub(crate) start_ns: u64,
+    pub(crate) wall_ns: u64,
     /// Exclusive time per [`Category`] (indexed by `Category as usize`).
-    pub by_category: [u64; 4],
+    pub(crate) by_category: [u64; 4],
     /// Calls (not spans) of the main and the processes below it, their time and bytes moved.
-    pub calls: u64,
-    pub calls_ns: u64,
-    pub bytes: u64,
+    pub(crate) calls: u64,
+    pub(crate) calls_ns: u64,
+    pub(crate) bytes: u64,
 }
 
 impl MainActivity {
     /// Wall time in none of the categories.
-    pub fn rest_ns(&self) -> u64 {
+    pub(crate) fn rest_ns(&self) -> u64 {
         self.wall_ns.saturating_sub(self.by_category.iter().sum())
     }
 
     /// "rank 3" or "pid 4242".
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match self.rank {
             Some(rank) => format!("rank {rank}"),
             None => format!("pid {}", self.pid),
@@ -110,25 +110,25 @@ impl MainActivity {
 
 /// Per-slice figures on the run's time axis.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Timelines {
+pub(crate) struct Timelines {
     /// Run start (CLOCK_MONOTONIC ns) and the width of one slice.
-    pub start_ns: u64,
-    pub bin_ns: u64,
+    pub(crate) start_ns: u64,
+    pub(crate) bin_ns: u64,
     /// Bytes read and written per slice, per process (most bytes first).
-    pub io: Vec<(u32, Vec<u64>)>,
+    pub(crate) io: Vec<(u32, Vec<u64>)>,
     /// Each `batch.wait` of a main: (end time from the run start, duration), in time order.
-    pub waits: Vec<(u32, Vec<(u64, u64)>)>,
+    pub(crate) waits: Vec<(u32, Vec<(u64, u64)>)>,
     /// Each training step of a main: (end time from the run start, time since the previous
     /// step's end), from its `optimizer.step` phases.
-    pub steps: Vec<(u32, Vec<(u64, u64)>)>,
+    pub(crate) steps: Vec<(u32, Vec<(u64, u64)>)>,
 }
 
 /// The activity figures of a run.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Activity {
-    pub duration_ns: u64,
-    pub mains: Vec<MainActivity>,
-    pub timelines: Timelines,
+pub(crate) struct Activity {
+    pub(crate) duration_ns: u64,
+    pub(crate) mains: Vec<MainActivity>,
+    pub(crate) timelines: Timelines,
 }
 
 const PHASE: u64 = string_id(b"mlprof.phase");
@@ -154,13 +154,13 @@ struct Pass {
 
 impl Activity {
     /// Reads the run's metadata, then streams its events once.
-    pub fn compute(path: &Path) -> Result<Activity, String> {
+    pub(crate) fn compute(path: &Path) -> Result<Activity, String> {
         let meta = RunMeta::load(path)?;
         Self::compute_with(&meta, path)
     }
 
     /// With the metadata already loaded.
-    pub fn compute_with(meta: &RunMeta, path: &Path) -> Result<Activity, String> {
+    pub(crate) fn compute_with(meta: &RunMeta, path: &Path) -> Result<Activity, String> {
         let start_ns = meta.info.start_mono_ns;
         let end_ns = meta.end.as_ref().map(|e| e.end_ns);
         // The time axis needs the run's end before the events: a run without an end record
@@ -362,7 +362,7 @@ impl Pass {
 
 /// The rank of main process `pid`, from the run's process metadata (run file 1.4 and later):
 /// the rank of its first image that is the rank's own process, not a worker inheriting it.
-pub fn rank_of(meta: &RunMeta, pid: u32) -> Option<u32> {
+pub(crate) fn rank_of(meta: &RunMeta, pid: u32) -> Option<u32> {
     let images = meta.images.get(&pid)?;
     images.iter().enumerate().find_map(|(index, image)| {
         let rank = image.info.rank.as_ref()?;

@@ -6,17 +6,17 @@ use crate::energy::EnergyRun;
 
 /// One device's mean power per slice.
 #[derive(Clone, Debug, PartialEq)]
-pub struct PowerSeries {
+pub(crate) struct PowerSeries {
     /// `GPU 0: NAME`, `CPU package 0`, with ` (not in run)` for a device the run did not use.
-    pub device: String,
+    pub(crate) device: String,
     /// W per slice of the run's axis ([`BINS`] slices from its start).
-    pub watts: Vec<f64>,
+    pub(crate) watts: Vec<f64>,
     /// The slices' width, s.
-    pub bin_s: f64,
+    pub(crate) bin_s: f64,
 }
 
 /// Every device whose samples give a curve.
-pub fn timeline(run: &EnergyRun) -> Vec<PowerSeries> {
+pub(crate) fn timeline(run: &EnergyRun) -> Vec<PowerSeries> {
     let (start, end) = (run.start_ns as f64, run.end_ns as f64);
     let bin = (end - start) / BINS as f64;
     if bin <= 0.0 {

@@ -9,13 +9,13 @@ use crate::run::Image;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Kinds {
     /// C library calls, and the counters of aggregated clock reads.
-    pub io: bool,
+    pub(crate) io: bool,
     /// ITT tasks, frames and markers (PyTorch ops, phases, DataLoader spans and flows).
-    pub itt: bool,
+    pub(crate) itt: bool,
     /// CUDA runtime, CUDA driver and NCCL calls.
-    pub gpu: bool,
+    pub(crate) gpu: bool,
     /// Energy, power and the other device counters.
-    pub energy: bool,
+    pub(crate) energy: bool,
 }
 
 impl Kinds {

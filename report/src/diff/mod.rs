@@ -23,101 +23,101 @@ use crate::summary::Summary;
 
 /// One side of a row.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Side {
-    pub count: u64,
-    pub total_ns: u64,
-    pub bytes: u64,
+pub(crate) struct Side {
+    pub(crate) count: u64,
+    pub(crate) total_ns: u64,
+    pub(crate) bytes: u64,
 }
 
 /// One name in both runs.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Row {
-    pub name: String,
-    pub a: Side,
-    pub b: Side,
+pub(crate) struct Row {
+    pub(crate) name: String,
+    pub(crate) a: Side,
+    pub(crate) b: Side,
 }
 
 impl Row {
     /// B − A, ns.
-    pub fn delta_ns(&self) -> i128 {
+    pub(crate) fn delta_ns(&self) -> i128 {
         self.b.total_ns as i128 - self.a.total_ns as i128
     }
 
-    pub fn delta_count(&self) -> i128 {
+    pub(crate) fn delta_count(&self) -> i128 {
         self.b.count as i128 - self.a.count as i128
     }
 
     /// B / A of the total time; `None` when A is 0.
-    pub fn ratio(&self) -> Option<f64> {
+    pub(crate) fn ratio(&self) -> Option<f64> {
         (self.a.total_ns > 0).then(|| self.b.total_ns as f64 / self.a.total_ns as f64)
     }
 
-    pub fn changed(&self) -> bool {
+    pub(crate) fn changed(&self) -> bool {
         self.a != self.b
     }
 }
 
 /// A main process (rank) of both runs: its row, and its wall-time breakdowns.
 #[derive(Clone, Debug, PartialEq)]
-pub struct RankRow {
-    pub row: Row,
-    pub a: Option<MainActivity>,
-    pub b: Option<MainActivity>,
+pub(crate) struct RankRow {
+    pub(crate) row: Row,
+    pub(crate) a: Option<MainActivity>,
+    pub(crate) b: Option<MainActivity>,
 }
 
 /// The data-pipeline figures of one run.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PipelineSide {
-    pub batches: u64,
-    pub wait_total_ns: u64,
-    pub wall_ns: u64,
-    pub wait_share: f64,
+pub(crate) struct PipelineSide {
+    pub(crate) batches: u64,
+    pub(crate) wait_total_ns: u64,
+    pub(crate) wall_ns: u64,
+    pub(crate) wait_share: f64,
 }
 
 /// The energy figures of one run (`None` in [`RunSide::energy`] when nothing was measured).
 #[derive(Clone, Debug, PartialEq)]
-pub struct EnergySide {
-    pub energy_j: f64,
-    pub uncertainty_j: f64,
-    pub duration_s: f64,
+pub(crate) struct EnergySide {
+    pub(crate) energy_j: f64,
+    pub(crate) uncertainty_j: f64,
+    pub(crate) duration_s: f64,
     /// Per device in the run: (name, energy J).
-    pub devices: Vec<(String, f64)>,
+    pub(crate) devices: Vec<(String, f64)>,
 }
 
 /// What the diff shows of each run as a whole.
 #[derive(Clone, Debug, PartialEq)]
-pub struct RunSide {
+pub(crate) struct RunSide {
     /// The run file as given.
-    pub run: String,
-    pub command: String,
-    pub duration_ns: u64,
-    pub events: u64,
-    pub dropped: u64,
-    pub pipeline: Option<PipelineSide>,
-    pub energy: Option<EnergySide>,
+    pub(crate) run: String,
+    pub(crate) command: String,
+    pub(crate) duration_ns: u64,
+    pub(crate) events: u64,
+    pub(crate) dropped: u64,
+    pub(crate) pipeline: Option<PipelineSide>,
+    pub(crate) energy: Option<EnergySide>,
 }
 
 /// Two runs compared.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Diff {
-    pub a: RunSide,
-    pub b: RunSide,
+    pub(crate) a: RunSide,
+    pub(crate) b: RunSide,
     /// Each table biggest absolute time change first, then by name.
-    pub calls: Vec<Row>,
-    pub spans: Vec<Row>,
-    pub files: Vec<Row>,
-    pub ranks: Vec<RankRow>,
+    pub(crate) calls: Vec<Row>,
+    pub(crate) spans: Vec<Row>,
+    pub(crate) files: Vec<Row>,
+    pub(crate) ranks: Vec<RankRow>,
 }
 
 /// The figures of one run the diff is made from (computed once, also used by the HTML
 /// report's comparison).
 pub struct RunFigures {
-    pub run: String,
-    pub summary: Summary,
-    pub activity: Activity,
-    pub energy: EnergyReport,
+    pub(crate) run: String,
+    pub(crate) summary: Summary,
+    pub(crate) activity: Activity,
+    pub(crate) energy: EnergyReport,
     /// Power per device on the activity's time axis.
-    pub power: Vec<PowerSeries>,
+    pub(crate) power: Vec<PowerSeries>,
 }
 
 impl RunFigures {

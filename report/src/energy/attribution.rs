@@ -13,94 +13,94 @@ use crate::shapes::OpShapes;
 #[derive(Debug, Clone)]
 pub struct EnergyReport {
     /// The launched command, or the attach session.
-    pub command_line: String,
-    pub start_ns: u64,
-    pub end_ns: u64,
-    pub devices: Vec<DeviceEnergy>,
+    pub(crate) command_line: String,
+    pub(crate) start_ns: u64,
+    pub(crate) end_ns: u64,
+    pub(crate) devices: Vec<DeviceEnergy>,
     /// Sum over the devices that belong to the run, J.
-    pub measured_j: f64,
-    pub measured_uncertainty_j: f64,
+    pub(crate) measured_j: f64,
+    pub(crate) measured_uncertainty_j: f64,
     /// What the recorded calls explain, J (the `coverage` of the calls layer).
-    pub attributed_j: f64,
+    pub(crate) attributed_j: f64,
     /// Energy attributed per layer, J (see [`super::load::SpanKey::layer`]).
-    pub layers: BTreeMap<String, f64>,
+    pub(crate) layers: BTreeMap<String, f64>,
     /// Per span name, most energy first (the `--ops` table's operators).
-    pub spans: Vec<SpanEnergy>,
+    pub(crate) spans: Vec<SpanEnergy>,
     /// Per class, by class name.
-    pub classes: Vec<ClassEnergy>,
+    pub(crate) classes: Vec<ClassEnergy>,
     /// Per process, by start time.
-    pub processes: Vec<ProcessEnergy>,
+    pub(crate) processes: Vec<ProcessEnergy>,
     /// Warnings and errors the collector noted, and why there is no figure at all.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// One device's energy over the run; figures are `None` when its samples do not give two knots.
 #[derive(Debug, Clone)]
-pub struct DeviceEnergy {
-    pub id: u32,
-    pub kind: String,
-    pub index: u32,
-    pub uuid: String,
-    pub name: String,
+pub(crate) struct DeviceEnergy {
+    pub(crate) id: u32,
+    pub(crate) kind: String,
+    pub(crate) index: u32,
+    pub(crate) uuid: String,
+    pub(crate) name: String,
     /// Whether the run used the device (only those count in the total).
-    pub in_run: bool,
-    pub source: String,
-    pub energy_j: Option<f64>,
-    pub uncertainty_j: Option<f64>,
-    pub mean_power_w: Option<f64>,
-    pub samples: usize,
+    pub(crate) in_run: bool,
+    pub(crate) source: String,
+    pub(crate) energy_j: Option<f64>,
+    pub(crate) uncertainty_j: Option<f64>,
+    pub(crate) mean_power_w: Option<f64>,
+    pub(crate) samples: usize,
     /// Time of the last sample from the run start, s.
-    pub last_sample_s: Option<f64>,
-    pub errors: Vec<String>,
+    pub(crate) last_sample_s: Option<f64>,
+    pub(crate) errors: Vec<String>,
 }
 
 /// One span name: a function, or an ITT task name in its domain.
 #[derive(Debug, Clone)]
-pub struct SpanEnergy {
-    pub name: String,
-    pub class: String,
+pub(crate) struct SpanEnergy {
+    pub(crate) name: String,
+    pub(crate) class: String,
     /// Input shapes and dtypes (ops recorded with `--torch-shapes`; empty otherwise).
-    pub shapes: OpShapes,
-    pub calls: u64,
-    pub median_s: f64,
+    pub(crate) shapes: OpShapes,
+    pub(crate) calls: u64,
+    pub(crate) median_s: f64,
     /// Mean without values beyond 3σ.
-    pub mean_s: f64,
-    pub time_s: f64,
-    pub energy_j: f64,
-    pub uncertainty_j: f64,
-    pub gpu_j: f64,
-    pub cpu_j: f64,
+    pub(crate) mean_s: f64,
+    pub(crate) time_s: f64,
+    pub(crate) energy_j: f64,
+    pub(crate) uncertainty_j: f64,
+    pub(crate) gpu_j: f64,
+    pub(crate) cpu_j: f64,
 }
 
 #[derive(Debug, Clone)]
-pub struct ClassEnergy {
-    pub class: String,
-    pub energy_j: f64,
-    pub uncertainty_j: f64,
+pub(crate) struct ClassEnergy {
+    pub(crate) class: String,
+    pub(crate) energy_j: f64,
+    pub(crate) uncertainty_j: f64,
 }
 
 /// A process: its lifetime's share of the run's energy, and the sum of its calls'.
 #[derive(Debug, Clone)]
-pub struct ProcessEnergy {
-    pub pid: u32,
+pub(crate) struct ProcessEnergy {
+    pub(crate) pid: u32,
     /// The command lines of its images, joined by ` → exec `.
-    pub cmdline: String,
+    pub(crate) cmdline: String,
     /// From the run start, s.
-    pub start_s: f64,
-    pub end_s: f64,
-    pub energy_j: f64,
-    pub uncertainty_j: f64,
-    pub spans_energy_j: f64,
-    pub spans_uncertainty_j: f64,
+    pub(crate) start_s: f64,
+    pub(crate) end_s: f64,
+    pub(crate) energy_j: f64,
+    pub(crate) uncertainty_j: f64,
+    pub(crate) spans_energy_j: f64,
+    pub(crate) spans_uncertainty_j: f64,
 }
 
 impl EnergyReport {
-    pub fn duration_s(&self) -> f64 {
+    pub(crate) fn duration_s(&self) -> f64 {
         (self.end_ns - self.start_ns) as f64 / 1e9
     }
 
     /// `energy` as a fraction of the measured total (0 when nothing was measured).
-    pub fn share_of(&self, energy: f64) -> f64 {
+    pub(crate) fn share_of(&self, energy: f64) -> f64 {
         if self.measured_j > 0.0 { energy / self.measured_j } else { 0.0 }
     }
 

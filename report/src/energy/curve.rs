@@ -30,7 +30,7 @@
 
 /// How often an energy counter is taken to update when its samples are too sparse to show it:
 /// NVML's moves about every 100 ms (seen on an H200, tests/gpu/nvml_cost.py).
-pub const COUNTER_UPDATE_NS: f64 = 100_000_000.0;
+pub(crate) const COUNTER_UPDATE_NS: f64 = 100_000_000.0;
 
 /// A point where the energy is known.
 struct Knot {
@@ -41,9 +41,9 @@ struct Knot {
 }
 
 /// Piecewise-linear cumulative energy through the knots.
-pub struct EnergyCurve {
+pub(crate) struct EnergyCurve {
     knots: Vec<Knot>,
-    /// Mean power of each segment (knots[i]..knots[i+1]), µJ/ns.
+    /// Mean power of each segment (`knots[i]..knots[i+1]`), µJ/ns.
     power: Vec<f64>,
     /// The knots come from a counter read more sparsely than it updates.
     sparse: bool,
@@ -193,7 +193,7 @@ impl PowerShape {
 
 impl EnergyCurve {
     /// From a device's samples in time order; `None` when they do not give two knots.
-    pub fn new(samples: &[(u64, u64)], counter: bool) -> Option<EnergyCurve> {
+    pub(crate) fn new(samples: &[(u64, u64)], counter: bool) -> Option<EnergyCurve> {
         let sparse = counter
             && median_gap(samples.iter().map(|&(t, _)| t as f64)).is_some_and(|gap| gap >= COUNTER_UPDATE_NS);
         let knots = match (counter, sparse) {
@@ -210,7 +210,7 @@ impl EnergyCurve {
     /// Shapes the energy between sparse counter knots by the device's power readings (time,
     /// mW), in time order. Dense knots (or none from a counter) already follow the energy
     /// closely: they are left alone.
-    pub fn shaped_by(mut self, readings: &[(u64, u32)]) -> EnergyCurve {
+    pub(crate) fn shaped_by(mut self, readings: &[(u64, u32)]) -> EnergyCurve {
         if !self.sparse {
             return self;
         }
@@ -295,7 +295,7 @@ impl EnergyCurve {
     /// what joining the readings inside [a, b] by straight lines can miss. (The segments' mean
     /// powers say nothing of the power inside a shaped segment: with one segment their change
     /// is zero, and a call's energy came out ± 0.)
-    pub fn interval_uncertainty(&self, a: f64, b: f64, ua: f64, ub: f64) -> f64 {
+    pub(crate) fn interval_uncertainty(&self, a: f64, b: f64, ua: f64, ub: f64) -> f64 {
         let j = self.segment(a);
         let short = match self.shaped_segment(j) {
             Some((shape, scale)) => scale * shape.readings.resolution(a, b),
@@ -305,7 +305,7 @@ impl EnergyCurve {
     }
 
     /// Cumulative energy at `t`, µJ, and its uncertainty.
-    pub fn at(&self, t: f64) -> (f64, f64) {
+    pub(crate) fn at(&self, t: f64) -> (f64, f64) {
         let first = &self.knots[0];
         let last = &self.knots[self.knots.len() - 1];
         if t <= first.t {

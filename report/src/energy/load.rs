@@ -15,51 +15,51 @@ use crate::run::{self, RunMeta};
 use crate::shapes::{OpShapes, ShapeMatcher};
 
 /// A measured device (a GPU, a CPU package or its DRAM) and what was recorded about it.
-pub struct Device {
-    pub info: EnergyDevice,
+pub(crate) struct Device {
+    pub(crate) info: EnergyDevice,
     /// In time order.
-    pub samples: Vec<EnergySample>,
-    pub notes: Vec<EnergyNote>,
+    pub(crate) samples: Vec<EnergySample>,
+    pub(crate) notes: Vec<EnergyNote>,
 }
 
 /// An interval energy is attributed to: a recorded call or an ITT span, clamped to the run.
-pub struct Span {
-    pub start: u64,
-    pub end: u64,
+pub(crate) struct Span {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
     /// Index of its name in [`EnergyRun::keys`].
-    pub key: u32,
-    pub pid: u32,
+    pub(crate) key: u32,
+    pub(crate) pid: u32,
 }
 
 /// What spans are grouped by: a function, or an ITT task name in its domain.
-pub struct SpanKey {
-    pub name: String,
+pub(crate) struct SpanKey {
+    pub(crate) name: String,
     /// The function's class (`read`, `launch`, …) or `itt:<domain>`.
-    pub class: String,
+    pub(crate) class: String,
     /// Spans of one layer share the run's energy among themselves: the recorded calls form one
     /// layer, and each ITT domain (PyTorch ops, mlprof.phase, an application's own) another, so
     /// a phase is not diluted by the ops and calls nested inside it.
-    pub layer: String,
+    pub(crate) layer: String,
     /// PyTorch ops recorded with `--torch-shapes` are grouped by (op, input shapes, dtypes);
     /// empty for everything else.
-    pub shapes: OpShapes,
+    pub(crate) shapes: OpShapes,
 }
 
 /// The layer of the recorded calls (libc, CUDA, NCCL).
-pub const CALLS_LAYER: &str = "calls";
+pub(crate) const CALLS_LAYER: &str = "calls";
 
 /// A run as the energy report sees it: devices with their samples, and every span.
 pub struct EnergyRun {
-    pub meta: RunMeta,
+    pub(crate) meta: RunMeta,
     /// By device id.
-    pub devices: Vec<Device>,
+    pub(crate) devices: Vec<Device>,
     /// Notes about no device in particular (no NVML, no RAPL).
-    pub notes: Vec<EnergyNote>,
-    pub keys: Vec<SpanKey>,
-    pub spans: Vec<Span>,
+    pub(crate) notes: Vec<EnergyNote>,
+    pub(crate) keys: Vec<SpanKey>,
+    pub(crate) spans: Vec<Span>,
     /// The run's interval: its start, and its end record or last event or sample.
-    pub start_ns: u64,
-    pub end_ns: u64,
+    pub(crate) start_ns: u64,
+    pub(crate) end_ns: u64,
 }
 
 /// A function's class as the report names it: `Read` → `read`, `GpuSync` → `gpusync`.
@@ -179,7 +179,7 @@ impl EnergyRun {
     }
 
     /// The device's energy over time; `None` when its samples do not give two knots.
-    pub fn curve(device: &Device) -> Option<EnergyCurve> {
+    pub(crate) fn curve(device: &Device) -> Option<EnergyCurve> {
         let points: Vec<(u64, u64)> =
             device.samples.iter().filter_map(|s| s.energy_uj.map(|e| (s.time_ns, e))).collect();
         let readings: Vec<(u64, u32)> =

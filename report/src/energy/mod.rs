@@ -21,17 +21,17 @@
 //! whole energy of its interval, not a share diluted by the ops and calls nested in it; the
 //! coverage of each layer is reported (`coverage_by_layer`), and `coverage` is the calls'.
 
-pub mod attribution;
+pub(crate) mod attribution;
 pub mod csv;
-pub mod curve;
+pub(crate) mod curve;
 pub mod json;
-pub mod load;
+pub(crate) mod load;
 mod share;
 pub mod text;
-pub mod tracks;
+pub(crate) mod tracks;
 
 pub use attribution::EnergyReport;
 pub use load::EnergyRun;
 
 /// Pseudo-process ids of the device tracks in the trace: `TRACK_PID_BASE + device id`.
-pub const TRACK_PID_BASE: u32 = 0x7fff_0000;
+pub(crate) const TRACK_PID_BASE: u32 = 0x7fff_0000;

@@ -12,19 +12,19 @@ use super::load::Device;
 /// uncertainty (variances add when independent shares are summed).
 #[derive(Default, Clone, Copy)]
 pub(super) struct Figure {
-    pub energy: f64,
+    pub(crate) energy: f64,
     /// Squared uncertainty, J².
-    pub var: f64,
-    pub gpu: f64,
-    pub cpu: f64,
+    pub(crate) var: f64,
+    pub(crate) gpu: f64,
+    pub(crate) cpu: f64,
 }
 
 impl Figure {
-    pub fn uncertainty(&self) -> f64 {
+    pub(crate) fn uncertainty(&self) -> f64 {
         self.var.sqrt()
     }
 
-    pub fn add(&mut self, other: &Figure) {
+    pub(crate) fn add(&mut self, other: &Figure) {
         self.energy += other.energy;
         self.var += other.var;
         self.gpu += other.gpu;
@@ -35,9 +35,9 @@ impl Figure {
 /// What [`share`] gives out.
 pub(super) struct Sharing {
     /// Per interval, in the order given.
-    pub per_interval: Vec<Figure>,
+    pub(crate) per_interval: Vec<Figure>,
     /// Energy of the pieces at least one interval covers, J.
-    pub attributed: f64,
+    pub(crate) attributed: f64,
 }
 
 /// Shares each device's energy among `intervals` (start, end ns) by the overlap rule: the

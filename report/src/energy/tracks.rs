@@ -55,13 +55,13 @@ struct DeviceTracks {
 
 /// Turns energy frames into counter tracks as they stream by.
 #[derive(Default)]
-pub struct EnergyTracks {
+pub(crate) struct EnergyTracks {
     devices: HashMap<u32, DeviceTracks>,
 }
 
 impl EnergyTracks {
     /// A device frame: names the device's pseudo-process.
-    pub fn device<W: TraceWriter>(&mut self, device: &EnergyDevice, out: &mut W) -> io::Result<()> {
+    pub(crate) fn device<W: TraceWriter>(&mut self, device: &EnergyDevice, out: &mut W) -> io::Result<()> {
         let label = match device.kind.as_str() {
             DEVICE_GPU => format!("GPU {}: {}", device.index, device.name),
             _ => device.name.clone(),
@@ -73,7 +73,11 @@ impl EnergyTracks {
     }
 
     /// A batch of samples: a counter value per series each sample has.
-    pub fn samples<W: TraceWriter>(&mut self, samples: &[EnergySample], out: &mut W) -> io::Result<()> {
+    pub(crate) fn samples<W: TraceWriter>(
+        &mut self,
+        samples: &[EnergySample],
+        out: &mut W,
+    ) -> io::Result<()> {
         for s in samples {
             let tracks = match self.devices.entry(s.device) {
                 std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),

@@ -70,7 +70,7 @@ fn utc_stamp(ns: u64) -> String {
 }
 
 /// The run's id in the partition paths: start time and a hash of what identifies it.
-pub fn run_id(meta: &RunMeta) -> String {
+pub(crate) fn run_id(meta: &RunMeta) -> String {
     let info = &meta.info;
     let identity = format!(
         "{}\0{}\0{}\0{}\0{}",
@@ -164,7 +164,7 @@ fn export_pass(
 }
 
 /// Where `export_parquet` puts table `table` of run `id` (for messages and tests).
-pub fn table_dir(dir: &Path, table: &str, id: &str) -> PathBuf {
+pub(crate) fn table_dir(dir: &Path, table: &str, id: &str) -> PathBuf {
     dir.join(table).join(format!("run={id}"))
 }
 

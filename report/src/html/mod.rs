@@ -15,7 +15,7 @@
 
 mod answer;
 mod pipeline;
-pub mod svg;
+pub(crate) mod svg;
 mod tables;
 mod timelines;
 

@@ -14,7 +14,7 @@
 use std::fmt::Write as _;
 
 /// Text for HTML and SVG content and attribute values.
-pub fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -30,13 +30,13 @@ pub fn escape(text: &str) -> String {
 }
 
 /// Plot width in SVG units; the page scales it to the column (`width: 100%`).
-pub const WIDTH: f64 = 960.0;
+pub(crate) const WIDTH: f64 = 960.0;
 /// Left margin of every plot (labels, y axis): time panels line up on it.
-pub const LEFT: f64 = 190.0;
+pub(crate) const LEFT: f64 = 190.0;
 const RIGHT: f64 = 24.0;
 
 /// A round step near `span / 5` for axis ticks: 1, 2 or 5 times a power of ten.
-pub fn tick_step(span: f64) -> f64 {
+pub(crate) fn tick_step(span: f64) -> f64 {
     if span <= 0.0 || !span.is_finite() {
         return 1.0;
     }
@@ -113,14 +113,14 @@ impl Canvas {
 }
 
 /// One segment of a stacked bar.
-pub struct Segment {
-    pub value: f64,
-    pub color: &'static str,
-    pub title: String,
+pub(crate) struct Segment {
+    pub(crate) value: f64,
+    pub(crate) color: &'static str,
+    pub(crate) title: String,
 }
 
 /// Horizontal stacked bars on one linear scale (`unit` names the axis), one per row.
-pub fn stacked_bars(label: &str, rows: &[(String, Vec<Segment>)], unit: &str) -> String {
+pub(crate) fn stacked_bars(label: &str, rows: &[(String, Vec<Segment>)], unit: &str) -> String {
     let bar = 26.0;
     let gap = 12.0;
     let top = 8.0;
@@ -158,7 +158,7 @@ fn axis_x(c: &mut Canvas, y: f64, min: f64, max: f64, unit: &str, at: impl Fn(f6
 }
 
 /// Horizontal bars, one per row: (label, value, text after the bar, color).
-pub fn bars(label: &str, rows: &[(String, f64, String, &'static str)], unit: &str) -> String {
+pub(crate) fn bars(label: &str, rows: &[(String, f64, String, &'static str)], unit: &str) -> String {
     let bar = 16.0;
     let gap = 6.0;
     let top = 6.0;
@@ -180,7 +180,7 @@ pub fn bars(label: &str, rows: &[(String, f64, String, &'static str)], unit: &st
 
 /// Per row a bar to the p99 with marks at the median and p90 and a whisker to the max, on a
 /// log scale (durations of transforms span decades): (label, [median, p90, p99, max] in ms).
-pub fn percentile_ranges(label: &str, rows: &[(String, [f64; 4])]) -> String {
+pub(crate) fn percentile_ranges(label: &str, rows: &[(String, [f64; 4])]) -> String {
     let bar = 14.0;
     let gap = 10.0;
     let top = 6.0;
@@ -226,7 +226,7 @@ pub fn percentile_ranges(label: &str, rows: &[(String, [f64; 4])]) -> String {
 
 /// How a series is drawn on a time panel.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Style {
+pub(crate) enum Style {
     /// A polyline through the points.
     Line,
     /// One dot per point.
@@ -234,16 +234,16 @@ pub enum Style {
 }
 
 /// A series of a time panel: (time from the run start in s, value).
-pub struct Series {
-    pub name: String,
-    pub color: &'static str,
-    pub style: Style,
-    pub points: Vec<(f64, f64)>,
+pub(crate) struct Series {
+    pub(crate) name: String,
+    pub(crate) color: &'static str,
+    pub(crate) style: Style,
+    pub(crate) points: Vec<(f64, f64)>,
 }
 
 /// Series over the run's time axis (0 to `duration_s`), with a y axis from 0 in `unit` and a
 /// legend. Every panel has the same width and left margin, so their times line up.
-pub fn time_panel(label: &str, duration_s: f64, unit: &str, series: &[Series]) -> String {
+pub(crate) fn time_panel(label: &str, duration_s: f64, unit: &str, series: &[Series]) -> String {
     let height = 150.0;
     let (top, bottom) = (10.0, height - 28.0);
     let ymax = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(0.0, f64::max);

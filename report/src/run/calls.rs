@@ -5,13 +5,13 @@ use mlprof_format::func::{Class, Func};
 use mlprof_format::record::{Event, GpuCall};
 
 /// Whether a PyTorch op name is a collective's (the process-group backends' op ranges).
-pub fn is_collective_op(name: &str) -> bool {
+pub(crate) fn is_collective_op(name: &str) -> bool {
     name.starts_with("gloo:") || name.starts_with("nccl:")
 }
 
 /// Bytes a call moved: read/written for I/O, copied/set/allocated for GPU memory calls, sent
 /// for collectives (count × datatype size).
-pub fn bytes_moved(func: Func, event: &Event) -> u64 {
+pub(crate) fn bytes_moved(func: Func, event: &Event) -> u64 {
     match func.class() {
         Class::Read | Class::Write => event.arg2,
         Class::Copy | Class::Memset | Class::Alloc => event.arg,
@@ -24,7 +24,7 @@ pub fn bytes_moved(func: Func, event: &Event) -> u64 {
 }
 
 /// Size of an NCCL datatype (ncclInt8 = 0 … ncclFloat8e5m2 = 11).
-pub fn nccl_datatype_bytes(datatype: u32) -> u64 {
+pub(crate) fn nccl_datatype_bytes(datatype: u32) -> u64 {
     match datatype {
         0 | 1 | 10 | 11 => 1,
         6 | 9 => 2,
@@ -34,7 +34,7 @@ pub fn nccl_datatype_bytes(datatype: u32) -> u64 {
     }
 }
 
-pub fn nccl_datatype_name(datatype: u32) -> &'static str {
+pub(crate) fn nccl_datatype_name(datatype: u32) -> &'static str {
     match datatype {
         0 => "int8",
         1 => "uint8",
@@ -52,7 +52,7 @@ pub fn nccl_datatype_name(datatype: u32) -> &'static str {
     }
 }
 
-pub fn nccl_op_name(op: u32) -> &'static str {
+pub(crate) fn nccl_op_name(op: u32) -> &'static str {
     match op {
         0 => "sum",
         1 => "prod",
@@ -65,7 +65,7 @@ pub fn nccl_op_name(op: u32) -> &'static str {
 }
 
 /// A C++ name demangled for display; other names as they are.
-pub fn demangle(name: &str) -> String {
+pub(crate) fn demangle(name: &str) -> String {
     if name.starts_with("_Z")
         && let Ok(symbol) = cpp_demangle::Symbol::new(name)
         && let Ok(text) = symbol.demangle(&cpp_demangle::DemangleOptions::default())

@@ -23,7 +23,7 @@ const RELEASE_BYTES: usize = 8 << 20;
 const RELEASE_ALIGN: usize = 64 << 10;
 
 /// A whole file, mapped read-only.
-pub struct Mapping {
+pub(crate) struct Mapping {
     base: *mut std::ffi::c_void,
     len: usize,
     /// Bytes from the start whose pages were released.
@@ -33,7 +33,7 @@ pub struct Mapping {
 impl Mapping {
     /// Maps `path`; None where it cannot be mapped (an empty file, not a regular file, a
     /// file system without mappings), which the caller reads the usual way.
-    pub fn open(path: &Path) -> Option<Mapping> {
+    pub(crate) fn open(path: &Path) -> Option<Mapping> {
         let file = File::open(path).ok()?;
         let meta = file.metadata().ok()?;
         let len = usize::try_from(meta.len()).ok()?;
@@ -52,7 +52,7 @@ impl Mapping {
     }
 
     /// The file's bytes.
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         // Safety: `base` is a live read-only mapping of `len` bytes (until `Drop`), and nothing
         // writes through it; the slice borrows `self`, so it cannot outlive the mapping.
         unsafe { std::slice::from_raw_parts(self.base.cast::<u8>(), self.len) }
@@ -62,7 +62,7 @@ impl Mapping {
     /// from the process's memory, once a [`RELEASE_BYTES`] stretch of them was read: the file
     /// stays cached by the kernel, the process stops holding it. The caller reads nothing
     /// before the end of `read` again (reading it would only fault the pages in again).
-    pub fn release_through<T>(&self, read: &[T]) {
+    pub(crate) fn release_through<T>(&self, read: &[T]) {
         let (start, end) = (read.as_ptr_range().start.addr(), read.as_ptr_range().end.addr());
         if start < self.base.addr() || end > self.base.addr() + self.len {
             // Not in the mapping (records the reader had to copy): nothing is known read.

@@ -11,12 +11,10 @@ pub(crate) mod source;
 pub(crate) mod stream;
 mod syscall_names;
 
-pub use calls::{
-    bytes_moved, demangle, is_collective_op, nccl_datatype_bytes, nccl_datatype_name, nccl_op_name,
-};
-pub use fds::{FdCache, FdIntervals, KEEP_NS, PathIndex};
-pub use mapped::Mapping;
-pub use syscall_names::syscall_name;
+pub(crate) use calls::{bytes_moved, demangle, is_collective_op, nccl_datatype_name, nccl_op_name};
+pub(crate) use fds::{FdCache, FdIntervals, PathIndex};
+pub(crate) use mapped::Mapping;
+pub(crate) use syscall_names::syscall_name;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -28,21 +26,21 @@ use mlprof_format::runfile::{
 
 /// Why records were lost.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct DropReasons {
+pub(crate) struct DropReasons {
     /// The thread's lane was full (its collector fell behind).
-    pub lane_full: u64,
+    pub(crate) lane_full: u64,
     /// The thread found no lane (more threads at once than lanes, or no memory to back one).
-    pub no_lane: u64,
+    pub(crate) no_lane: u64,
     /// A signal handler's call while the thread was writing a record, or the call a thread was
     /// cancelled in.
-    pub interrupted: u64,
+    pub(crate) interrupted: u64,
 }
 
 /// One process image: a process, or the program it exec'd into.
 #[derive(Debug, Clone)]
 pub struct Image {
     pub info: ProcessInfo,
-    pub exit: Option<ProcessExit>,
+    pub(crate) exit: Option<ProcessExit>,
 }
 
 /// Everything about a run except its events: what the reports keep in memory while they
@@ -50,50 +48,50 @@ pub struct Image {
 #[derive(Default)]
 pub struct RunMeta {
     pub info: RunInfo,
-    pub strings: HashMap<u64, String>,
+    pub(crate) strings: HashMap<u64, String>,
     /// Images per pid, in start order.
-    pub images: HashMap<u32, Vec<Image>>,
-    pub threads: HashMap<(u32, u32), String>,
+    pub(crate) images: HashMap<u32, Vec<Image>>,
+    pub(crate) threads: HashMap<(u32, u32), String>,
     /// Kernel names: (pid, function handle) → name string id.
-    pub symbols: HashMap<(u32, u64), u64>,
+    pub(crate) symbols: HashMap<(u32, u64), u64>,
     /// Last cumulative sample per (stream, func, clock id).
-    pub aggregates: HashMap<(u64, u16, Option<i32>), AggregateSample>,
+    pub(crate) aggregates: HashMap<(u64, u16, Option<i32>), AggregateSample>,
     /// Last cumulative drop count per stream.
-    pub drops: HashMap<u64, DropSample>,
-    pub end: Option<RunEnd>,
+    pub(crate) drops: HashMap<u64, DropSample>,
+    pub(crate) end: Option<RunEnd>,
     pub warnings: Vec<String>,
-    pub truncated: bool,
+    pub(crate) truncated: bool,
     /// Which file each fd named when.
-    pub fds: FdIntervals,
+    pub(crate) fds: FdIntervals,
     /// Threads that recorded ITT spans or GPU calls: on them a call may lie inside a slice
     /// recorded after it (a task, a runtime call around a driver call). On the other threads
     /// no call encloses another, which lets a trace writer put each out as it comes.
-    pub span_threads: rustc_hash::FxHashSet<(u32, u32)>,
+    pub(crate) span_threads: rustc_hash::FxHashSet<(u32, u32)>,
     /// The nodes of a merged run (`mlprof merge`), by [`NodeInfo::node`]; empty for a run of
     /// one collector.
     pub nodes: Vec<NodeInfo>,
 }
 
 /// Opens a run file for a streaming pass, with the path in any error message.
-pub fn open(path: &Path) -> Result<RunReader, String> {
+pub(crate) fn open(path: &Path) -> Result<RunReader, String> {
     RunReader::open(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 impl RunMeta {
-    pub fn load(path: &Path) -> Result<RunMeta, String> {
+    pub(crate) fn load(path: &Path) -> Result<RunMeta, String> {
         Self::load_with(path, false, false)
     }
 
     /// Like [`RunMeta::load`], but corrupt data after the header ends the run with a warning
     /// instead of an error: what precedes it is the run (`mlprof convert` writes what was
     /// readable).
-    pub fn load_readable(path: &Path) -> Result<RunMeta, String> {
+    pub(crate) fn load_readable(path: &Path) -> Result<RunMeta, String> {
         Self::load_with(path, true, false)
     }
 
     /// Like [`RunMeta::load`], but events are not read: `fds` and `span_threads` stay empty.
     /// For `mlprof export`, which learns them from the events as it streams them.
-    pub fn load_without_events(path: &Path) -> Result<RunMeta, String> {
+    pub(crate) fn load_without_events(path: &Path) -> Result<RunMeta, String> {
         Self::load_with(path, false, true)
     }
 
@@ -191,14 +189,14 @@ impl RunMeta {
     }
 
     /// Index of the image of `pid` running at `time_ns` (the latest that started before it).
-    pub fn image_at(&self, pid: u32, time_ns: u64) -> Option<usize> {
+    pub(crate) fn image_at(&self, pid: u32, time_ns: u64) -> Option<usize> {
         let images = self.images.get(&pid)?;
         Some(images.iter().rposition(|i| i.info.start_ns <= time_ns).unwrap_or(0))
     }
 
     /// The demangled name of kernel `handle` launched by `pid` (a fork child uses the names
     /// its parent defined), or its address.
-    pub fn kernel_name(&self, pid: u32, handle: u64) -> String {
+    pub(crate) fn kernel_name(&self, pid: u32, handle: u64) -> String {
         let mut owner = pid;
         for _ in 0..8 {
             if let Some(id) = self.symbols.get(&(owner, handle)) {
@@ -213,12 +211,12 @@ impl RunMeta {
     }
 
     /// Records lost over the whole run (the last count of every stream).
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.drops.values().map(|d| d.dropped).sum()
     }
 
     /// Records lost, by why (see `DropSample`).
-    pub fn drops_by_reason(&self) -> DropReasons {
+    pub(crate) fn drops_by_reason(&self) -> DropReasons {
         let mut reasons = DropReasons::default();
         for sample in self.drops.values() {
             if sample.stream == 0 {
@@ -233,12 +231,12 @@ impl RunMeta {
 
     /// Interned string `id` (a path, a task or domain name, a kernel symbol), or a
     /// placeholder naming the id when the run never defined it.
-    pub fn string(&self, id: u64) -> String {
+    pub(crate) fn string(&self, id: u64) -> String {
         self.strings.get(&id).cloned().unwrap_or_else(|| format!("<string {id:#x}>"))
     }
 
     /// The launched command, or the session served in attach mode.
-    pub fn command_line(&self) -> String {
+    pub(crate) fn command_line(&self) -> String {
         if self.info.command.is_empty() {
             format!("attach session '{}'", self.info.session)
         } else {

@@ -48,7 +48,7 @@ impl RunMeta {
     }
 
     /// Whether any process of the run has a rank.
-    pub fn has_ranks(&self) -> bool {
+    pub(crate) fn has_ranks(&self) -> bool {
         self.images.values().flatten().any(|i| i.info.rank.is_some())
     }
 }

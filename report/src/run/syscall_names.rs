@@ -481,12 +481,12 @@ const NAMES: &[&str] = &[
 
 /// The name of x86_64 system call `nr` (`read`, `newfstatat`, …), or `None` for a number
 /// unknown to this build.
-pub fn name(nr: u32) -> Option<&'static str> {
+pub(crate) fn name(nr: u32) -> Option<&'static str> {
     NAMES.get(nr as usize).copied().filter(|name| !name.is_empty())
 }
 
 /// The name strace gives system call `nr` (`syscall_N` when unknown).
-pub fn syscall_name(nr: u32) -> String {
+pub(crate) fn syscall_name(nr: u32) -> String {
     name(nr).map_or_else(|| format!("syscall_{nr}"), str::to_string)
 }
 

@@ -12,43 +12,43 @@ use super::{CallStats, CallTable};
 use crate::run::RunMeta;
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct GpuSummary {
-    pub apis: CallTable,
+pub(crate) struct GpuSummary {
+    pub(crate) apis: CallTable,
     /// Copies per direction (`H2D`, `D2H`, `D2D`, `H2H`, `default`).
-    pub copies: BTreeMap<&'static str, CopyRow>,
+    pub(crate) copies: BTreeMap<&'static str, CopyRow>,
     /// Per thread, in (pid, tid) order.
-    pub host_blocked: Vec<BlockedRow>,
+    pub(crate) host_blocked: Vec<BlockedRow>,
     /// By kernel name (several handles and processes can share one), most launched first.
-    pub kernels: Vec<KernelRow>,
+    pub(crate) kernels: Vec<KernelRow>,
 }
 
 impl GpuSummary {
-    pub fn host_blocked_ns(&self) -> u64 {
+    pub(crate) fn host_blocked_ns(&self) -> u64 {
         self.host_blocked.iter().map(|b| b.ns).sum()
     }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct CopyRow {
-    pub calls: u64,
-    pub bytes: u64,
+pub(crate) struct CopyRow {
+    pub(crate) calls: u64,
+    pub(crate) bytes: u64,
 }
 
 /// Time a thread spent in synchronizing calls and blocking copies.
 #[derive(Debug, Clone, PartialEq)]
-pub struct BlockedRow {
-    pub pid: u32,
-    pub tid: u32,
-    pub ns: u64,
+pub(crate) struct BlockedRow {
+    pub(crate) pid: u32,
+    pub(crate) tid: u32,
+    pub(crate) ns: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct KernelRow {
+pub(crate) struct KernelRow {
     /// Demangled.
-    pub name: String,
-    pub launches: u64,
+    pub(crate) name: String,
+    pub(crate) launches: u64,
     /// Host time in the launch calls.
-    pub host_ns: u64,
+    pub(crate) host_ns: u64,
 }
 
 #[derive(Default)]

@@ -5,15 +5,15 @@
 
 mod gpu;
 pub mod json;
-pub mod ranks;
-pub mod startup;
-pub mod syscalls;
+pub(crate) mod ranks;
+pub(crate) mod startup;
+pub(crate) mod syscalls;
 pub mod text;
 
-pub use gpu::{BlockedRow, CopyRow, GpuSummary, KernelRow};
-pub use ranks::{RankRow, Ranks, StragglerStep};
-pub use startup::{LibraryRow, Part, StartupRow};
-pub use syscalls::{SyscallStats, SyscallView};
+pub(crate) use gpu::GpuSummary;
+pub(crate) use ranks::Ranks;
+pub(crate) use startup::{Part, StartupRow};
+pub(crate) use syscalls::SyscallView;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -28,11 +28,11 @@ use crate::run::{self, RunMeta, bytes_moved};
 
 /// Calls of one function.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Serialize)]
-pub struct CallStats {
-    pub count: u64,
-    pub errors: u64,
-    pub total_ns: u64,
-    pub bytes: u64,
+pub(crate) struct CallStats {
+    pub(crate) count: u64,
+    pub(crate) errors: u64,
+    pub(crate) total_ns: u64,
+    pub(crate) bytes: u64,
 }
 
 impl CallStats {
@@ -45,81 +45,81 @@ impl CallStats {
 }
 
 /// Function name → its calls.
-pub type CallTable = BTreeMap<&'static str, CallStats>;
+pub(crate) type CallTable = BTreeMap<&'static str, CallStats>;
 
 /// Everything `mlprof summary` reports about a run.
 #[derive(Debug, Clone)]
 pub struct Summary {
     /// The launched command, or the attach session (for the text header).
-    pub command_line: String,
-    pub command: Vec<String>,
-    pub host: String,
-    pub clock_source: String,
+    pub(crate) command_line: String,
+    pub(crate) command: Vec<String>,
+    pub(crate) host: String,
+    pub(crate) clock_source: String,
     /// What the run-file reader had to say (a truncated tail, skipped frames).
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Recorded events plus aggregated clock calls.
-    pub events: u64,
+    pub(crate) events: u64,
     /// Events of function ids this build does not know (a newer recorder).
-    pub unknown_events: u64,
-    pub dropped: u64,
+    pub(crate) unknown_events: u64,
+    pub(crate) dropped: u64,
     /// `dropped` by why.
-    pub drops: crate::run::DropReasons,
-    pub truncated: bool,
-    pub duration_ns: u64,
+    pub(crate) drops: crate::run::DropReasons,
+    pub(crate) truncated: bool,
+    pub(crate) duration_ns: u64,
     /// Threads the run named.
-    pub threads: usize,
+    pub(crate) threads: usize,
     /// Process images in (start time, pid) order.
-    pub processes: Vec<ProcessRow>,
-    pub calls: CallTable,
+    pub(crate) processes: Vec<ProcessRow>,
+    pub(crate) calls: CallTable,
     /// Most bytes moved first, then by path.
-    pub files: Vec<FileRow>,
+    pub(crate) files: Vec<FileRow>,
     /// `None` when the run made no CUDA or NCCL call.
-    pub gpu: Option<GpuSummary>,
+    pub(crate) gpu: Option<GpuSummary>,
     /// ITT spans per (domain, name), most total time first.
-    pub spans: Vec<SpanRow>,
-    pub data_pipeline: Option<DataPipeline>,
+    pub(crate) spans: Vec<SpanRow>,
+    pub(crate) data_pipeline: Option<DataPipeline>,
     /// `None` when no process has a rank.
-    pub ranks: Option<Ranks>,
+    pub(crate) ranks: Option<Ranks>,
     /// The nodes of a merged run, with the clock offsets `mlprof merge` applied.
-    pub nodes: Vec<NodeInfo>,
+    pub(crate) nodes: Vec<NodeInfo>,
     /// Each launched program's start-up: until its first training step or DataLoader batch.
-    pub startup: Vec<StartupRow>,
+    pub(crate) startup: Vec<StartupRow>,
     /// The calls as the system calls they make (`mlprof summary --syscalls`).
-    pub syscalls: SyscallView,
+    pub(crate) syscalls: SyscallView,
 }
 
 /// One process image: a process, or a program it exec'd into.
 #[derive(Debug, Clone)]
-pub struct ProcessRow {
-    pub pid: u32,
-    pub ppid: u32,
+pub(crate) struct ProcessRow {
+    pub(crate) pid: u32,
+    pub(crate) ppid: u32,
     /// 0 for the process's first program, then one more per exec.
-    pub exec_index: usize,
-    pub forked: bool,
+    pub(crate) exec_index: usize,
+    pub(crate) forked: bool,
     /// argv joined by spaces.
-    pub cmdline: String,
+    pub(crate) cmdline: String,
     /// Relative to the run start.
-    pub start_ns: u64,
+    pub(crate) start_ns: u64,
     /// `None` when no exit was seen.
-    pub exit: Option<ProcessExit>,
-    pub calls: CallTable,
-    pub rank: Option<RankInfo>,
+    pub(crate) exit: Option<ProcessExit>,
+    pub(crate) calls: CallTable,
+    pub(crate) rank: Option<RankInfo>,
     /// The pid of the rank's own process (itself, or the parent whose rank a worker inherited).
-    pub rank_main: Option<u32>,
-    pub node: u32,
-    pub host: String,
+    pub(crate) rank_main: Option<u32>,
+    pub(crate) node: u32,
+    pub(crate) host: String,
 }
 
 /// Calls on one file (by the path its fd named when each call started).
 #[derive(Debug, Clone, Default)]
-pub struct FileRow {
-    pub path: String,
-    pub opens: u64,
-    pub calls: u64,
-    pub bytes_read: u64,
-    pub bytes_written: u64,
-    pub total_ns: u64,
-    pub by_call: BTreeMap<&'static str, u64>,
+pub(crate) struct FileRow {
+    pub(crate) path: String,
+    pub(crate) opens: u64,
+    pub(crate) calls: u64,
+    pub(crate) bytes_read: u64,
+    pub(crate) bytes_written: u64,
+    pub(crate) total_ns: u64,
+    pub(crate) by_call: BTreeMap<&'static str, u64>,
 }
 
 impl Summary {

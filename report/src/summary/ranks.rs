@@ -35,43 +35,43 @@ const PYTORCH: u64 = string_id(b"PyTorch");
 
 /// One rank's figures.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct RankRow {
-    pub rank: u32,
+pub(crate) struct RankRow {
+    pub(crate) rank: u32,
     /// Processes with this rank (its own and its children), and the rank's own pids.
-    pub processes: usize,
-    pub main_pids: Vec<u32>,
-    pub hosts: Vec<String>,
-    pub collectives_ns: u64,
-    pub collectives: u64,
-    pub data_wait_ns: u64,
-    pub io_ns: u64,
-    pub gpu_sync_ns: u64,
-    pub steps: u64,
+    pub(crate) processes: usize,
+    pub(crate) main_pids: Vec<u32>,
+    pub(crate) hosts: Vec<String>,
+    pub(crate) collectives_ns: u64,
+    pub(crate) collectives: u64,
+    pub(crate) data_wait_ns: u64,
+    pub(crate) io_ns: u64,
+    pub(crate) gpu_sync_ns: u64,
+    pub(crate) steps: u64,
     /// Median step time (see the module documentation), 0 with fewer than two steps.
-    pub step_median_ns: u64,
+    pub(crate) step_median_ns: u64,
 }
 
 /// In step `step`, `slowest_rank` spent `by_ns` more outside collectives than the median rank.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StragglerStep {
-    pub step: usize,
-    pub slowest_rank: u32,
+pub(crate) struct StragglerStep {
+    pub(crate) step: usize,
+    pub(crate) slowest_rank: u32,
     /// The slowest rank's time outside collectives in the step.
-    pub duration_ns: u64,
-    pub median_ns: u64,
-    pub by_ns: u64,
+    pub(crate) duration_ns: u64,
+    pub(crate) median_ns: u64,
+    pub(crate) by_ns: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Ranks {
-    pub rows: Vec<RankRow>,
+pub(crate) struct Ranks {
+    pub(crate) rows: Vec<RankRow>,
     /// Steps that at least two ranks finished, in order.
-    pub stragglers: Vec<StragglerStep>,
+    pub(crate) stragglers: Vec<StragglerStep>,
 }
 
 impl Ranks {
     /// The rank slowest in most steps: (rank, steps it was slowest in).
-    pub fn most_often_slowest(&self) -> Option<(u32, usize)> {
+    pub(crate) fn most_often_slowest(&self) -> Option<(u32, usize)> {
         let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
         for s in &self.stragglers {
             *counts.entry(s.slowest_rank).or_default() += 1;

@@ -30,9 +30,9 @@ const MAX_RECORDS: usize = 500_000;
 
 /// Calls and their time.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Part {
-    pub count: u64,
-    pub total_ns: u64,
+pub(crate) struct Part {
+    pub(crate) count: u64,
+    pub(crate) total_ns: u64,
 }
 
 impl Part {
@@ -44,32 +44,32 @@ impl Part {
 
 /// One library's loads during start-up (each `dlopen` of it, nested ones included).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LibraryRow {
-    pub path: String,
-    pub loads: u64,
-    pub total_ns: u64,
+pub(crate) struct LibraryRow {
+    pub(crate) path: String,
+    pub(crate) loads: u64,
+    pub(crate) total_ns: u64,
 }
 
 /// One program's start-up.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StartupRow {
-    pub pid: u32,
-    pub cmdline: String,
+pub(crate) struct StartupRow {
+    pub(crate) pid: u32,
+    pub(crate) cmdline: String,
     /// The program's start, relative to the run start.
-    pub start_ns: u64,
-    pub duration_ns: u64,
+    pub(crate) start_ns: u64,
+    pub(crate) duration_ns: u64,
     /// `first_step`, `first_batch`, or `exit` (no step seen: the program's whole life).
-    pub until: &'static str,
-    pub library_loads: Part,
-    pub metadata: Part,
-    pub opens: Part,
-    pub reads: Part,
-    pub gpu: Part,
-    pub other: Part,
+    pub(crate) until: &'static str,
+    pub(crate) library_loads: Part,
+    pub(crate) metadata: Part,
+    pub(crate) opens: Part,
+    pub(crate) reads: Part,
+    pub(crate) gpu: Part,
+    pub(crate) other: Part,
     /// Most load time first.
-    pub libraries: Vec<LibraryRow>,
+    pub(crate) libraries: Vec<LibraryRow>,
     /// More calls than the section keeps: the parts count the first ones only.
-    pub truncated: bool,
+    pub(crate) truncated: bool,
 }
 
 #[derive(Clone, Copy)]

@@ -23,10 +23,10 @@ use crate::run::syscall_name;
 
 /// Calls of one system call.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct SyscallStats {
-    pub count: u64,
-    pub errors: u64,
-    pub total_ns: u64,
+pub(crate) struct SyscallStats {
+    pub(crate) count: u64,
+    pub(crate) errors: u64,
+    pub(crate) total_ns: u64,
 }
 
 impl SyscallStats {
@@ -42,17 +42,17 @@ const EINVAL: i32 = 22;
 
 /// The view: per system call name, and how each process was counted.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct SyscallView {
-    pub syscalls: BTreeMap<String, SyscallStats>,
+pub(crate) struct SyscallView {
+    pub(crate) syscalls: BTreeMap<String, SyscallStats>,
     /// Recorded calls with no fixed system call, by function (folded processes only).
-    pub not_folded: BTreeMap<&'static str, u64>,
+    pub(crate) not_folded: BTreeMap<&'static str, u64>,
     /// Processes counted from trapped system calls (complete mode).
-    pub trapped_pids: Vec<u32>,
+    pub(crate) trapped_pids: Vec<u32>,
     /// Processes counted by folding their libc calls.
-    pub folded_pids: Vec<u32>,
+    pub(crate) folded_pids: Vec<u32>,
     /// The same table per process (pid), so that one process, or a window a program marks by
     /// running it in a child, can be held against strace.
-    pub per_pid: BTreeMap<u32, BTreeMap<String, SyscallStats>>,
+    pub(crate) per_pid: BTreeMap<u32, BTreeMap<String, SyscallStats>>,
 }
 
 impl SyscallView {
@@ -66,7 +66,7 @@ impl SyscallView {
 /// The system calls glibc makes for `func` as recorded in `event`: `Some(&[])` for none,
 /// `None` for a call with no fixed system call (not folded). GPU and ITT records are not system
 /// calls (`Some(&[])`).
-pub fn folded(func: Func, event: &Event) -> Option<&'static [&'static str]> {
+pub(crate) fn folded(func: Func, event: &Event) -> Option<&'static [&'static str]> {
     if func.api() != Api::Libc {
         return Some(&[]);
     }
@@ -139,7 +139,7 @@ pub fn folded(func: Func, event: &Event) -> Option<&'static [&'static str]> {
 /// Whether `clock_gettime` of `clock` enters the kernel: the vDSO serves the realtime,
 /// monotonic, raw, coarse, boottime and TAI clocks, not the CPU-time clocks (2, 3, and the
 /// negative per-process and per-thread ids) or the alarm clocks.
-pub fn clock_needs_syscall(clock: i32) -> bool {
+pub(crate) fn clock_needs_syscall(clock: i32) -> bool {
     !matches!(clock, 0 | 1 | 4 | 5 | 6 | 7 | 11)
 }
 

@@ -40,7 +40,7 @@ fn err(e: impl std::fmt::Display) -> ParquetError {
 /// What a string column chunk's encoder keeps between chunks: the symbols it has been sent
 /// and, per symbol, its index in the chunk being written + 1 (0: not in it).
 #[derive(Default)]
-pub struct DictionaryEncoder {
+pub(crate) struct DictionaryEncoder {
     symbols: Vec<Bytes>,
     local: Vec<u32>,
     zstd: Option<zstd::bulk::Compressor<'static>>,
@@ -54,19 +54,19 @@ pub struct DictionaryEncoder {
 }
 
 impl DictionaryEncoder {
-    pub fn new(level: i32) -> DictionaryEncoder {
+    pub(crate) fn new(level: i32) -> DictionaryEncoder {
         DictionaryEncoder { level, ..Default::default() }
     }
 
     /// Symbols added since the last call (their indexes follow the ones known).
-    pub fn extend(&mut self, symbols: impl IntoIterator<Item = Bytes>) {
+    pub(crate) fn extend(&mut self, symbols: impl IntoIterator<Item = Bytes>) {
         self.symbols.extend(symbols);
         self.local.resize(self.symbols.len(), 0);
     }
 
     /// Takes the symbols of `all` (the export's so far, of which it knows a prefix) that it
     /// does not know yet.
-    pub fn catch_up(&mut self, all: &[Bytes]) {
+    pub(crate) fn catch_up(&mut self, all: &[Bytes]) {
         let known = self.symbols.len();
         self.extend(all[known..].iter().cloned());
     }
@@ -75,7 +75,7 @@ impl DictionaryEncoder {
     /// value, `def` the definition levels of an optional column (one per row). Returns the
     /// chunk's bytes (offsets in its metadata are relative to them) and what `append_column`
     /// needs.
-    pub fn chunk(
+    pub(crate) fn chunk(
         &mut self,
         descr: ColumnDescPtr,
         values: &[u32],
@@ -151,7 +151,7 @@ impl DictionaryEncoder {
     /// does, its dictionary made by hashing (the last value remembered: runs of a thread's
     /// pid, tid, fd, of a call's byte count). `None` when the chunk has too many distinct
     /// values for a dictionary to pay: the column writer takes it.
-    pub fn int_chunk<T: IntValue>(
+    pub(crate) fn int_chunk<T: IntValue>(
         &mut self,
         descr: ColumnDescPtr,
         values: &[T],
@@ -239,7 +239,7 @@ impl DictionaryEncoder {
     /// Encodes one int64 column chunk as DELTA_BINARY_PACKED pages, not compressed: for times
     /// (small steps) and durations, where bit-packed deltas come within a few tenths of a
     /// byte a value of what zstd makes of PLAIN values, for a small part of its work.
-    pub fn delta_chunk(
+    pub(crate) fn delta_chunk(
         &mut self,
         descr: ColumnDescPtr,
         values: &[i64],
@@ -262,7 +262,7 @@ impl DictionaryEncoder {
 }
 
 /// Column values the dictionary encoder takes: int32 and int64.
-pub trait IntValue: Copy + PartialEq + Ord + Into<i64> {
+pub(crate) trait IntValue: Copy + PartialEq + Ord + Into<i64> {
     /// Appends the PLAIN encoding of the value.
     fn put(self, out: &mut Vec<u8>);
     /// A chunk's statistics: its (min, max), if it has a value, and its null count.

@@ -29,7 +29,7 @@ pub(super) enum Batch {
     I32(Vec<i32>),
     I64(Vec<i64>),
     Bool(Vec<bool>),
-    /// Indexes into [`Symbols`].
+    /// Indexes into [`super::Symbols`].
     Sym(Vec<u32>),
 }
 
@@ -43,7 +43,7 @@ pub(super) struct Job {
     pub(super) columns: Vec<(Batch, Option<Vec<i16>>)>,
     /// The symbols added since the table's last job.
     pub(super) symbols: Vec<Bytes>,
-    /// The first columns, encoded before the job was sent (by [`Table::hand_over`], while the
+    /// The first columns, encoded before the job was sent (by [`super::Table::hand_over`], while the
     /// writer thread was busy), in schema order (`None`: the Parquet crate's column writer
     /// takes it); the writer thread encodes those after them.
     pub(super) encoded: Vec<Option<Encoded>>,

@@ -5,7 +5,7 @@
 /// Slots of [`FdCache`].
 const FD_CACHE_SLOTS: usize = 256;
 
-/// An answer of [`FdIntervals::lookup_cached`], valid for times in (after, until].
+/// An answer of [`super::FdIntervals::lookup_cached`], valid for times in (after, until].
 #[derive(Clone, Copy)]
 pub(super) struct FdAnswer {
     pub(super) key: (u32, i32),
@@ -18,8 +18,8 @@ pub(super) struct FdAnswer {
     pub(super) latest: u64,
 }
 
-/// Recent answers of [`FdIntervals::lookup_cached`], by a hash of (pid, fd).
-pub struct FdCache {
+/// Recent answers of [`super::FdIntervals::lookup_cached`], by a hash of (pid, fd).
+pub(crate) struct FdCache {
     pub(super) slots: Box<[FdAnswer; FD_CACHE_SLOTS]>,
 }
 

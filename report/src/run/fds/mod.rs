@@ -34,7 +34,7 @@ use super::path_table::PathTable;
 use super::{Image, RunMeta};
 use history::{FdAnswer, History, prune, slot_of};
 
-pub use history::FdCache;
+pub(crate) use history::FdCache;
 
 /// fcntl's commands that duplicate an fd.
 const F_DUPFD: u32 = 0;
@@ -43,10 +43,10 @@ const F_DUPFD_CLOEXEC: u32 = 1030;
 /// How much of its past a streaming history keeps, before its latest change (run time).
 /// Records reach the file within a collector pass or two of happening; only a call longer
 /// than this whose fd was closed and reused while it ran reaches further back (detected).
-pub const KEEP_NS: u64 = 2_000_000_000;
+pub(crate) const KEEP_NS: u64 = 2_000_000_000;
 
 /// A path's dense index in [`FdIntervals`] (see [`FdIntervals::path_id`]).
-pub type PathIndex = u32;
+pub(crate) type PathIndex = u32;
 
 /// What streaming keeps besides the histories.
 struct Streaming {
@@ -62,7 +62,7 @@ struct Streaming {
 /// closes an fd and another reuses its number. A fork child inherits its parent's fds as they
 /// were when the child started.
 #[derive(Default)]
-pub struct FdIntervals {
+pub(crate) struct FdIntervals {
     /// A fast non-cryptographic hash: looked up on cache misses of every call with an fd.
     histories: FxHashMap<(u32, i32), History>,
     /// Path string ids by index, and the index of each.
@@ -121,7 +121,7 @@ fn duplicate(event: &Event) -> Option<Duplicate> {
 
 impl FdIntervals {
     /// An empty table for a streaming pass over a run whose process images are `images`.
-    pub fn streaming<'a>(images: impl IntoIterator<Item = &'a Image>) -> FdIntervals {
+    pub(crate) fn streaming<'a>(images: impl IntoIterator<Item = &'a Image>) -> FdIntervals {
         let mut children: FxHashMap<u32, Vec<u64>> = FxHashMap::default();
         for image in images {
             if image.info.forked {
@@ -143,19 +143,19 @@ impl FdIntervals {
     }
 
     /// The index of path string `id`, if an fd was seen naming it.
-    pub fn path_index(&self, id: u64) -> Option<PathIndex> {
+    pub(crate) fn path_index(&self, id: u64) -> Option<PathIndex> {
         self.path_index.get(id)
     }
 
     /// Asks the cache for what [`FdIntervals::path_index`] (or an open's indexing) of path
     /// string `id` reads: callers name the path of an event some way ahead.
     #[inline]
-    pub fn prefetch_path(&self, id: u64) {
+    pub(crate) fn prefetch_path(&self, id: u64) {
         self.path_index.prefetch(id);
     }
 
     /// The string id of path `index`.
-    pub fn path_id(&self, index: PathIndex) -> u64 {
+    pub(crate) fn path_id(&self, index: PathIndex) -> u64 {
         self.paths[index as usize]
     }
 
@@ -203,7 +203,7 @@ impl FdIntervals {
     /// [`FdIntervals::path_index`] would say of it: a caller can keep it rather than hash the
     /// path again).
     #[inline]
-    pub fn observe_streaming(
+    pub(crate) fn observe_streaming(
         &mut self,
         meta: &RunMeta,
         event: &Event,
@@ -250,12 +250,13 @@ impl FdIntervals {
     }
 
     /// Streaming mode: why an answer may have differed from the complete history's.
-    pub fn inexact(&self) -> Option<&str> {
+    pub(crate) fn inexact(&self) -> Option<&str> {
         self.streaming.as_ref().and_then(|s| s.inexact.as_deref())
     }
 
     /// Changes kept, over all fds (for tests and memory checks).
-    pub fn changes_kept(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn changes_kept(&self) -> usize {
         self.histories.values().map(|h| h.times.len()).sum()
     }
 
@@ -323,7 +324,7 @@ impl FdIntervals {
     /// The path index `fd` of `pid` named at `time`, remembering the answer in `cache` for
     /// the calls that follow (most calls on an fd fall in the same interval).
     #[inline]
-    pub fn lookup_cached(
+    pub(crate) fn lookup_cached(
         &mut self,
         meta: &RunMeta,
         pid: u32,
@@ -349,7 +350,7 @@ impl FdIntervals {
 
     /// The path string id a call refers to, from a complete history: a call with a path
     /// argument names it (an open too), a call on an fd what the fd named when it started.
-    pub fn path_of(&self, meta: &RunMeta, event: &Event) -> Option<u64> {
+    pub(crate) fn path_of(&self, meta: &RunMeta, event: &Event) -> Option<u64> {
         let func = Func::from_id(event.kind)?;
         if func.api() != Api::Libc {
             // GPU and ITT records keep other things where libc records keep the fd.
@@ -393,7 +394,7 @@ impl FdIntervals {
     /// call's directory fd (`fstatat(dfd, "f0")` → the directory's path + `/f0`), from a
     /// complete history; `None` for an absolute path, or a directory fd that names nothing
     /// known. `name` is the call's own path string.
-    pub fn resolve_relative(&self, meta: &RunMeta, event: &Event, name: &str) -> Option<String> {
+    pub(crate) fn resolve_relative(&self, meta: &RunMeta, event: &Event, name: &str) -> Option<String> {
         if name.starts_with('/') || event.fd < 0 {
             return None;
         }
