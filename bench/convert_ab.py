@@ -25,6 +25,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import stats
+
 
 def median_ci(values, level=0.95):
     """Median and the order-statistic interval around it covering at least `level`."""
@@ -138,6 +141,18 @@ def main():
             f"| {rate:.2f} [{rl:.2f}, {rh:.2f}] | {urate:.2f} [{ql:.2f}, {qh:.2f}] | {rss:.1f} [{sl:.1f}, {sh:.1f}] "
             f"| {rs[0]['bytes'] / events:.1f} | {sum(r['second_pass'] for r in rs)}/{len(rs)} |"
         )
+    # Paired by round (the two binaries ran back to back): the steadier comparison on a
+    # machine whose speed drifts from round to round.
+    print("\nPaired new / base, per round (median [95 % bootstrap CI]):\n")
+    for spec in args.runs:
+        run = spec.partition(":")[0]
+        base = dict(enumerate(results[(run, "base")]))
+        new = dict(enumerate(results[(run, "new")]))
+        cells = []
+        for key in ("wall", "cpu", "user"):
+            ratios = stats.paired(new, base, key)
+            cells.append(f"{key} {stats.fmt_ratio_ci(*stats.median_ci(ratios))}")
+        print(f"- {os.path.basename(run)}: " + "; ".join(cells))
 
 
 if __name__ == "__main__":

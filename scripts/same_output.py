@@ -43,7 +43,9 @@ def sh(cmd, env=None, cwd=None, check=True, stdout=None):
 
 
 def python_env():
-    out = subprocess.run([str(ROOT / "scripts" / "python-env.sh")], check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [str(ROOT / "scripts" / "python-env.sh")], check=True, capture_output=True, text=True
+    )
     return out.stdout.strip()
 
 
@@ -66,7 +68,16 @@ def record(args):
     no_powercap.mkdir(exist_ok=True)
     nvml = build / "libnvml_double.so"
     sh(["gcc", "-shared", "-fPIC", "-O1", "-o", nvml, ROOT / "tests/nvml_double/nvml_double.c", "-lm"])
-    for name in ["fileops", "threads_fork", "energy_phases", "metadata", "stdio", "spawn", "fdchurn", "trapped"]:
+    for name in [
+        "fileops",
+        "threads_fork",
+        "energy_phases",
+        "metadata",
+        "stdio",
+        "spawn",
+        "fdchurn",
+        "trapped",
+    ]:
         gcc(build / name, PROGRAMS / f"{name}.c")
     libcuda = build / "libcuda.so.1"
     sh(["gcc", "-O1", "-shared", "-fPIC", "-o", libcuda, ROOT / "tests/doubles/libcuda_double.c"])
@@ -104,7 +115,21 @@ def record(args):
     sh([synth, runs / "synth.bin", args.synth_events])
     sh([synth, runs / "synth_small.bin", 300000, "--seed", 7, "--open-every", 40])
     for node in range(2):
-        sh([synth, runs / f"node{node}.bin", 200000, "--node", node, "--nodes", 2, "--ranks", 4, "--procs", 4])
+        sh(
+            [
+                synth,
+                runs / f"node{node}.bin",
+                200000,
+                "--node",
+                node,
+                "--nodes",
+                2,
+                "--ranks",
+                4,
+                "--procs",
+                4,
+            ]
+        )
     shutil.rmtree(work, ignore_errors=True)
     print(f"runs in {runs}", file=sys.stderr)
 
@@ -176,7 +201,8 @@ def outputs(binary, runs, out_dir, names, pairs, merges):
             made[target.name] = target
         target = out_dir / f"{a}-{b}.report.html"
         subprocess.run(
-            [binary, "report", "--baseline", runs / f"{a}.bin", "-o", target, runs / f"{b}.bin"], capture_output=True
+            [binary, "report", "--baseline", runs / f"{a}.bin", "-o", target, runs / f"{b}.bin"],
+            capture_output=True,
         )
         made[target.name] = target
     for name, parts in merges:
@@ -227,8 +253,10 @@ for table in sorted(p.name for p in root.iterdir() if p.is_dir()):
 
 def compare(args):
     runs = pathlib.Path(args.dir).resolve()
-    names = args.runs.split(",") if args.runs else sorted(
-        p.stem for p in runs.glob("*.bin") if not p.stem.startswith("node")
+    names = (
+        args.runs.split(",")
+        if args.runs
+        else sorted(p.stem for p in runs.glob("*.bin") if not p.stem.startswith("node"))
     )
     pairs = [("torch_plain", "torch"), ("fileops", "threads_fork"), ("synth_small", "synth")]
     pairs = [(a, b) for a, b in pairs if a in names and b in names]
@@ -272,7 +300,9 @@ def compare(args):
     status_diffs = 0
     for f in sorted(base_out.glob("*.status")):
         g = new_out / f.name
-        if not g.exists() or normalize(f.read_bytes(), str(base_out)) != normalize(g.read_bytes(), str(new_out)):
+        if not g.exists() or normalize(f.read_bytes(), str(base_out)) != normalize(
+            g.read_bytes(), str(new_out)
+        ):
             status_diffs += 1
             print(f"DIFFERENT {f.name} (exit status or messages)")
     if not args.keep:

@@ -109,24 +109,28 @@ pub(crate) struct Row<'a> {
 }
 
 impl Row<'_> {
+    #[inline]
     fn next(&mut self) -> &mut Column {
         let at = self.at;
         self.at += 1;
         &mut self.columns[at]
     }
 
+    #[inline]
     pub(crate) fn i32(&mut self, v: i32) -> &mut Self {
         let Values::I32(values) = &mut self.next().values else { mismatch("an i32") };
         values.push(v);
         self
     }
 
+    #[inline]
     pub(crate) fn i64(&mut self, v: i64) -> &mut Self {
         let Values::I64(values) = &mut self.next().values else { mismatch("an i64") };
         values.push(v);
         self
     }
 
+    #[inline]
     pub(crate) fn bool(&mut self, v: bool) -> &mut Self {
         let Values::Bool(values) = &mut self.next().values else { mismatch("a bool") };
         values.push(v);
@@ -134,12 +138,14 @@ impl Row<'_> {
     }
 
     /// A string, as its index in [`Symbols`].
+    #[inline]
     pub(crate) fn str(&mut self, v: u32) -> &mut Self {
         let Values::Sym(values) = &mut self.next().values else { mismatch("a string") };
         values.push(v);
         self
     }
 
+    #[inline]
     fn null_or(&mut self, present: bool) -> &mut Column {
         let column = self.next();
         let Some(def) = &mut column.def else { mismatch("an optional value") };
@@ -147,18 +153,21 @@ impl Row<'_> {
         column
     }
 
+    #[inline]
     pub(crate) fn opt_i32(&mut self, v: Option<i32>) -> &mut Self {
         let Values::I32(values) = &mut self.null_or(v.is_some()).values else { mismatch("an i32") };
         values.extend(v);
         self
     }
 
+    #[inline]
     pub(crate) fn opt_i64(&mut self, v: Option<i64>) -> &mut Self {
         let Values::I64(values) = &mut self.null_or(v.is_some()).values else { mismatch("an i64") };
         values.extend(v);
         self
     }
 
+    #[inline]
     pub(crate) fn opt_str(&mut self, v: Option<u32>) -> &mut Self {
         let Values::Sym(values) = &mut self.null_or(v.is_some()).values else { mismatch("a string") };
         values.extend(v);

@@ -1,0 +1,90 @@
+//! `mlprof-collect`'s command line: its options, their defaults and help, the modes in
+//! `--help`, and the `MLPROF_*` variables in `--help`'s long form.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use mlprof_format::ring::RingGeometry;
+
+const AFTER_HELP: &str = "\
+Modes:
+  mlprof-collect --out run.bin -- CMD ARGS...
+      Launcher: runs CMD with libmlprof.so preloaded, records CMD and every process it starts
+      (threads, fork/vfork/spawn/exec children, Python multiprocessing workers), waits for it,
+      writes run.bin and exits with CMD's exit status.
+  mlprof-collect --out run.bin [--session NAME]
+      Attach: serves the session until SIGINT/SIGTERM. Any process started elsewhere with
+      LD_PRELOAD=$(mlprof-collect --print-preload) (and MLPROF_SESSION=NAME for a session
+      other than 'default') joins it.
+
+Then: mlprof summary run.bin, mlprof convert run.bin -o trace.json
+Environment variables: see --help.";
+
+fn long_help() -> String {
+    format!("{AFTER_HELP}\n\nEnvironment:\n{}", mlprof_format::options::render())
+}
+
+#[derive(Parser, Debug)]
+#[command(name = "mlprof-collect", version, about = "Record a process tree's file I/O, clock reads and ioctls into run.bin", after_help = AFTER_HELP, after_long_help = long_help())]
+pub(crate) struct Args {
+    /// Output run file; `%h` is replaced by the host name, `%n` by the node index
+    /// (SLURM_NODEID, GROUP_RANK, or torchrun's --node_rank), `%%` by `%`.
+    #[arg(long, short, default_value = "run.bin")]
+    pub(crate) out: PathBuf,
+    /// Session name (attach mode; also usable in launcher mode). Defaults to $MLPROF_SESSION or 'default'.
+    #[arg(long)]
+    pub(crate) session: Option<String>,
+    /// libmlprof.so to preload (default: $MLPROF_PRELOAD, else the one next to this binary,
+    /// else the one of the Python package installed with it).
+    #[arg(long)]
+    pub(crate) preload: Option<PathBuf>,
+    /// Print the absolute path of the libmlprof.so the launcher would inject and exit, for
+    /// attach mode: `LD_PRELOAD=$(mlprof-collect --print-preload) python train.py`.
+    #[arg(long, conflicts_with = "command")]
+    pub(crate) print_preload: bool,
+    /// Lanes in the ring: threads that can record at the same time.
+    #[arg(long, default_value_t = RingGeometry::DEFAULT.lane_count)]
+    pub(crate) lanes: u32,
+    /// Records per lane (a power of two); a lane that fills drops and counts.
+    #[arg(long, default_value_t = RingGeometry::DEFAULT.lane_capacity)]
+    pub(crate) lane_records: u32,
+    /// Timestamp source for producers: auto (TSC where invariant), tsc, monotonic.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "tsc", "monotonic"])]
+    pub(crate) clock: String,
+    /// After the command exits, how long to keep collecting from processes it left running.
+    #[arg(long, default_value_t = 2000)]
+    pub(crate) linger_ms: u64,
+    /// Energy sampling interval, ms (GPUs through NVML, CPU packages through RAPL).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=60000))]
+    pub(crate) energy_interval: u64,
+    /// NVML library to load for GPU energy (default: $MLPROF_NVML_LIB, else libnvidia-ml.so.1).
+    #[arg(long)]
+    pub(crate) nvml_lib: Option<PathBuf>,
+    /// Record no energy, power or utilization samples.
+    #[arg(long)]
+    pub(crate) no_energy: bool,
+    /// PyTorch without code change: Python processes emit PyTorch's per-op ITT ranges,
+    /// training phases (forward, backward, optimizer.step, torch.save/load) and DataLoader and
+    /// transform spans, through a start-up hook put first on PYTHONPATH (see README).
+    #[arg(long)]
+    pub(crate) torch: bool,
+    /// With --torch (implied): also record each op's input shapes and dtypes (a marker before
+    /// each Python-level torch call, paired with the op by the reports; costs ~7 µs per
+    /// call, BENCHMARKS.md). Sets MLPROF_TORCH_SHAPES=1 for the hook.
+    #[arg(long)]
+    pub(crate) torch_shapes: bool,
+    /// Complete mode: also record the system calls no symbol hook sees (glibc's own, raw
+    /// syscall(), inline syscall instructions, the dynamic loader inside dlopen), every thread
+    /// and child, by trapping each one with Linux's syscall user dispatch (5.11+; not ptrace).
+    /// Costs a signal delivery and return per system call (+3.2 µs on a 2-vCPU VM whose
+    /// signal round trip costs 3.1 µs; strace -f: +25 to +180 µs, BENCHMARKS.md); off by default. Sets
+    /// MLPROF_ALL_SYSCALLS=1 for the library. See README "System calls".
+    #[arg(long)]
+    pub(crate) all_syscalls: bool,
+    /// Print nothing but errors.
+    #[arg(long, short)]
+    pub(crate) quiet: bool,
+    /// The command to run (launcher mode); none = attach mode.
+    #[arg(last = true)]
+    pub(crate) command: Vec<String>,
+}
