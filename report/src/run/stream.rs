@@ -404,3 +404,6 @@ impl<'m> EventStream<'m> {
         batch
     }
 }
+
+#[cfg(test)]
+mod tests;
