@@ -3,7 +3,7 @@
 //! and slots (the first bytes pick which region gets how much).  Then:
 //!
 //! 1. `validate_header` must accept or refuse it without panicking (the producer's check);
-//! 2. a consumer pass like the collector's (`collector/src/drain/mod.rs`): lane states, the
+//! 2. a consumer pass like the collector's (`collector/src/drain/step.rs`): lane states, the
 //!    look-ahead `RingView::record_end_ahead`, then `LaneConsumer::drain_in_blocks`, the
 //!    consumer step the collector itself runs (head/tail sanity, copy-out in blocks of a size
 //!    the input picks, string definitions with their payload slots, tail release), then `free`;
