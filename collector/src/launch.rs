@@ -278,6 +278,7 @@ pub fn describe(status: ExitStatus) -> (Option<i32>, Option<i32>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::TempDir;
 
     #[test]
     fn the_child_is_asked_after_its_signal_and_now_and_then() {
@@ -293,30 +294,23 @@ mod tests {
     }
 
     /// A fresh directory standing for an installation prefix; removed on drop.
-    struct Prefix(PathBuf);
+    struct Prefix(TempDir);
 
     impl Prefix {
         fn new(tag: &str) -> Prefix {
-            let dir = std::env::temp_dir().join(format!("mlprof-prefix-{tag}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(dir.join("bin")).unwrap();
+            let dir = TempDir::new(&format!("prefix-{tag}"));
+            std::fs::create_dir_all(dir.path().join("bin")).unwrap();
             Prefix(dir)
         }
 
         /// Installs a package `mlprof` (with its dist-info of `version`) under `relative`.
         fn install(&self, relative: &str, version: &str) -> PathBuf {
-            let packages = self.0.join(relative);
+            let packages = self.0.path().join(relative);
             std::fs::create_dir_all(packages.join("mlprof")).unwrap();
             std::fs::create_dir_all(packages.join(format!("mlprof-{version}.dist-info"))).unwrap();
             let lib = packages.join("mlprof").join(PRELOAD_NAME);
             std::fs::write(&lib, b"").unwrap();
             lib
-        }
-    }
-
-    impl Drop for Prefix {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
         }
     }
 
@@ -332,9 +326,9 @@ mod tests {
         ] {
             let prefix = Prefix::new(tag);
             let lib = prefix.install(relative, ours);
-            assert_eq!(installed_copy(&prefix.0.join("bin")), Some(lib), "{tag}");
+            assert_eq!(installed_copy(&prefix.0.path().join("bin")), Some(lib), "{tag}");
         }
-        assert_eq!(installed_copy(&Prefix::new("none").0.join("bin")), None);
+        assert_eq!(installed_copy(&Prefix::new("none").0.path().join("bin")), None);
     }
 
     #[test]
@@ -342,6 +336,6 @@ mod tests {
         let prefix = Prefix::new("two-pythons");
         prefix.install("lib/python3.10/site-packages", "0.0.1");
         let ours = prefix.install("lib/python3.12/site-packages", env!("CARGO_PKG_VERSION"));
-        assert_eq!(installed_copy(&prefix.0.join("bin")), Some(ours));
+        assert_eq!(installed_copy(&prefix.0.path().join("bin")), Some(ours));
     }
 }

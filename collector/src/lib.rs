@@ -11,6 +11,8 @@ mod energy;
 mod launch;
 mod node;
 mod segment;
+#[cfg(test)]
+mod testing;
 mod timebase;
 mod torch_hook;
 

@@ -137,13 +137,6 @@ pub fn process_start(ppid: u32, argv: u64, start: u64, forked: bool) -> Event {
     Event { kind: KIND_PROCESS_START, arg: ppid as u64, arg2: argv, start, extra, ..Event::default() }
 }
 
-/// The pid of a process that ended and was reaped: it no longer exists.
-pub fn dead_pid() -> u32 {
-    let mut child = std::process::Command::new("true").spawn().unwrap();
-    child.wait().unwrap();
-    child.id()
-}
-
 /// The id of a thread of this process that has exited (and that the kernel let go of).
 pub fn exited_tid() -> u32 {
     let tid = std::thread::spawn(gettid).join().unwrap();

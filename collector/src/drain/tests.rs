@@ -5,6 +5,7 @@ use mlprof_format::ring::{LANE_FREE, RingGeometry};
 
 use super::testing::*;
 use super::{BATCH_EVENTS, DrainedRing};
+use crate::testing::dead_pid;
 
 /// Four lanes of 4096 records: room for every test's records without a lane filling.
 const GEOMETRY: RingGeometry = RingGeometry { lane_count: 4, lane_capacity: 4096 };

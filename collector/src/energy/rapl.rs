@@ -193,23 +193,21 @@ impl RaplZone {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::TempDir;
 
     /// A powercap folder in the temporary directory, laid out like `/sys/class/powercap`
     /// (every zone a folder of its own at the top, sub-zones included), removed when dropped.
-    struct FakePowercap(std::path::PathBuf);
+    struct FakePowercap(TempDir);
 
     impl FakePowercap {
         fn new(tag: &str) -> FakePowercap {
-            let dir = std::env::temp_dir().join(format!("mlprof-powercap-{tag}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            FakePowercap(dir)
+            FakePowercap(TempDir::new(&format!("powercap-{tag}")))
         }
 
         /// Zone folder `zone` named `name`, its counter at `energy_uj`, wrapping at
         /// `max_energy_range_uj` when given.
         fn zone(&self, zone: &str, name: &str, energy_uj: &str, max_energy_range_uj: Option<u64>) {
-            let path = self.0.join(zone);
+            let path = self.0.path().join(zone);
             std::fs::create_dir_all(&path).unwrap();
             std::fs::write(path.join("name"), format!("{name}\n")).unwrap();
             std::fs::write(path.join("energy_uj"), energy_uj).unwrap();
@@ -220,13 +218,7 @@ mod tests {
 
         /// Sets zone `zone`'s counter, as the kernel's next reading would show it.
         fn set_energy(&self, zone: &str, energy_uj: &str) {
-            std::fs::write(self.0.join(zone).join("energy_uj"), energy_uj).unwrap();
-        }
-    }
-
-    impl Drop for FakePowercap {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
+            std::fs::write(self.0.path().join(zone).join("energy_uj"), energy_uj).unwrap();
         }
     }
 
@@ -254,9 +246,9 @@ mod tests {
         powercap.zone("intel-rapl:0:1", "uncore", "1\n", None);
         powercap.zone("intel-rapl:0:2", "dram", "3\n", None);
         // The control type's own folder and the MMIO interface's zone are not RAPL zones here.
-        std::fs::create_dir_all(powercap.0.join("intel-rapl")).unwrap();
+        std::fs::create_dir_all(powercap.0.path().join("intel-rapl")).unwrap();
         powercap.zone("intel-rapl-mmio:0", "package-0", "9\n", None);
-        let (zones, why) = rapl_zones(&powercap.0);
+        let (zones, why) = rapl_zones(powercap.0.path());
         assert_eq!(why, None);
         // Ids count the zones kept, in the order of their numbers: 0, 0:2, 10.
         assert_eq!(
@@ -278,7 +270,7 @@ mod tests {
         powercap.zone("intel-rapl:0:2", "dram", "3\n", Some(1000));
         let (tx, rx) = mpsc::channel();
         let mut missing = Vec::new();
-        let zones = open_zones(&powercap.0, 10_000_000, &tx, &mut missing);
+        let zones = open_zones(powercap.0.path(), 10_000_000, &tx, &mut missing);
         assert_eq!(zones.len(), 2);
         assert!(missing.is_empty(), "{missing:?}");
         let devices: Vec<EnergyDevice> = rx
@@ -309,11 +301,11 @@ mod tests {
         // A counter that is no number, one that is a folder (reading it fails), one missing.
         powercap.zone("intel-rapl:0", "package-0", "lots\n", None);
         powercap.zone("intel-rapl:1", "package-1", "", None);
-        std::fs::remove_file(powercap.0.join("intel-rapl:1/energy_uj")).unwrap();
-        std::fs::create_dir(powercap.0.join("intel-rapl:1/energy_uj")).unwrap();
+        std::fs::remove_file(powercap.0.path().join("intel-rapl:1/energy_uj")).unwrap();
+        std::fs::create_dir(powercap.0.path().join("intel-rapl:1/energy_uj")).unwrap();
         powercap.zone("intel-rapl:2", "package-2", "", None);
-        std::fs::remove_file(powercap.0.join("intel-rapl:2/energy_uj")).unwrap();
-        let (zones, why) = rapl_zones(&powercap.0);
+        std::fs::remove_file(powercap.0.path().join("intel-rapl:2/energy_uj")).unwrap();
+        let (zones, why) = rapl_zones(powercap.0.path());
         assert!(zones.is_empty());
         let why = why.unwrap();
         for zone in ["intel-rapl:0", "intel-rapl:1", "intel-rapl:2"] {
@@ -321,7 +313,7 @@ mod tests {
         }
         // With one readable zone, that one is kept and the others are not reported as missing.
         powercap.zone("intel-rapl:3", "package-3", "11\n", None);
-        let (zones, why) = rapl_zones(&powercap.0);
+        let (zones, why) = rapl_zones(powercap.0.path());
         assert_eq!(
             (found(&zones), why),
             (vec![("intel-rapl:3", DEVICE_CPU_PACKAGE, 3, CPU_DEVICE_ID_BASE)], None)
@@ -331,10 +323,10 @@ mod tests {
     #[test]
     fn no_zone_says_why() {
         let powercap = FakePowercap::new("none");
-        let (zones, why) = rapl_zones(&powercap.0);
+        let (zones, why) = rapl_zones(powercap.0.path());
         assert!(zones.is_empty());
-        assert_eq!(why, Some(format!("no RAPL package zone under {}", powercap.0.display())));
-        let absent = powercap.0.join("absent");
+        assert_eq!(why, Some(format!("no RAPL package zone under {}", powercap.0.path().display())));
+        let absent = powercap.0.path().join("absent");
         let (zones, why) = rapl_zones(&absent);
         assert!(zones.is_empty());
         let why = why.unwrap();
@@ -350,7 +342,7 @@ mod tests {
         let powercap = FakePowercap::new("wrap");
         // The counter wraps at 2000 µJ.
         powercap.zone("intel-rapl:0", "package-0", "1000\n", Some(2000));
-        let (mut zones, _) = rapl_zones(&powercap.0);
+        let (mut zones, _) = rapl_zones(powercap.0.path());
         let zone = &mut zones[0];
         let (tx, rx) = mpsc::channel();
         let mut batch = Vec::new();

@@ -69,29 +69,11 @@ fn live_collector(bytes: &[u8; HEADER_PREFIX]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::testing::dead_pid;
-
-    /// A directory of its own under the system's temporary one, removed when dropped.
-    struct Dir(std::path::PathBuf);
-
-    impl Dir {
-        fn new(tag: &str) -> Dir {
-            let dir = std::env::temp_dir().join(format!("mlprof-leftovers-{tag}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            Dir(dir)
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::testing::{TempDir, dead_pid};
 
     #[test]
     fn only_the_launcher_segments_of_dead_collectors_are_swept() {
-        let dir = Dir::new("sweep");
+        let dir = TempDir::new("leftovers-sweep");
         // Safety: geteuid cannot fail.
         let uid = unsafe { libc::geteuid() };
         let (dead, alive) = (dead_pid(), std::process::id());
@@ -105,29 +87,29 @@ mod tests {
             format!("mlprof-{uid}-run-x-1f2e"),
         ];
         for name in &names {
-            std::fs::write(dir.0.join(name), b"ring").unwrap();
+            std::fs::write(dir.path().join(name), b"ring").unwrap();
         }
-        assert_eq!(sweep_stale_launcher_segments(&dir.0, uid), 1);
-        assert!(!dir.0.join(&names[0]).exists(), "the dead collector's segment is gone");
-        assert!(names[1..].iter().all(|name| dir.0.join(name).exists()), "the others are left");
+        assert_eq!(sweep_stale_launcher_segments(dir.path(), uid), 1);
+        assert!(!dir.path().join(&names[0]).exists(), "the dead collector's segment is gone");
+        assert!(names[1..].iter().all(|name| dir.path().join(name).exists()), "the others are left");
     }
 
     #[test]
     fn a_session_segment_that_is_no_serving_ring_is_removed() {
-        let dir = Dir::new("existing");
-        assert_eq!(check_existing(&dir.0, "mlprof-0-none").unwrap(), None, "no segment at all");
+        let dir = TempDir::new("leftovers-existing");
+        assert_eq!(check_existing(dir.path(), "mlprof-0-none").unwrap(), None, "no segment at all");
         // Shorter than a header, and a header-sized file that is no ring: nobody serves them.
         for (name, bytes) in [("mlprof-0-short", vec![7u8; 10]), ("mlprof-0-zeroes", vec![0u8; 4096])] {
-            std::fs::write(dir.0.join(name), bytes).unwrap();
-            assert_eq!(check_existing(&dir.0, name).unwrap(), None);
-            assert!(!dir.0.join(name).exists(), "{name} is removed as stale");
+            std::fs::write(dir.path().join(name), bytes).unwrap();
+            assert_eq!(check_existing(dir.path(), name).unwrap(), None);
+            assert!(!dir.path().join(name).exists(), "{name} is removed as stale");
         }
     }
 
     #[test]
     fn a_session_segment_a_live_collector_serves_is_left_alone() {
         use mlprof_format::ring::{CLOCK_MONOTONIC, RingGeometry, RingView};
-        let dir = Dir::new("live");
+        let dir = TempDir::new("leftovers-live");
         let geometry = RingGeometry { lane_count: 2, lane_capacity: 64 };
         let ring = mlprof_format::testing::HeapRing::new(geometry);
         let header_of = |pid: u32| {
@@ -138,12 +120,12 @@ mod tests {
             unsafe { std::slice::from_raw_parts(ring.base(), 4096) }.to_vec()
         };
         // Served by this process (alive): kept, and its collector named.
-        std::fs::write(dir.0.join("mlprof-0-live"), header_of(std::process::id())).unwrap();
-        assert_eq!(check_existing(&dir.0, "mlprof-0-live").unwrap(), Some(std::process::id()));
-        assert!(dir.0.join("mlprof-0-live").exists());
+        std::fs::write(dir.path().join("mlprof-0-live"), header_of(std::process::id())).unwrap();
+        assert_eq!(check_existing(dir.path(), "mlprof-0-live").unwrap(), Some(std::process::id()));
+        assert!(dir.path().join("mlprof-0-live").exists());
         // The same header naming a collector that is gone: stale, removed.
-        std::fs::write(dir.0.join("mlprof-0-dead"), header_of(dead_pid())).unwrap();
-        assert_eq!(check_existing(&dir.0, "mlprof-0-dead").unwrap(), None);
-        assert!(!dir.0.join("mlprof-0-dead").exists());
+        std::fs::write(dir.path().join("mlprof-0-dead"), header_of(dead_pid())).unwrap();
+        assert_eq!(check_existing(dir.path(), "mlprof-0-dead").unwrap(), None);
+        assert!(!dir.path().join("mlprof-0-dead").exists());
     }
 }

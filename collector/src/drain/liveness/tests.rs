@@ -8,6 +8,7 @@ use mlprof_format::ring::{LANE_ACTIVE, LANE_CLAIMING, LANE_FREE, LANE_UNBACKED, 
 use super::super::procfs::zombie_exit;
 use super::super::testing::*;
 use super::super::{DrainedRing, Drainer};
+use crate::testing::dead_pid;
 
 /// Four lanes of 4096 records: room for every test's records without a lane filling.
 const GEOMETRY: RingGeometry = RingGeometry { lane_count: 4, lane_capacity: 4096 };
