@@ -11,12 +11,12 @@ use mlprof_format::runfile::{AggregateSample, DropSample};
 use mlprof_trace::{
     CounterHandle, CounterUnit, CounterValue, ProcessHandle, StringHandle, ThreadHandle, TraceWriter,
 };
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use super::{ConvertError, Options, Outcome, calls, itt};
 use crate::energy::tracks::EnergyTracks;
 use crate::run::kinds::kind_of;
-use crate::run::stream::{Item, Learned, PassError, Paths};
+use crate::run::stream::{Item, Learned, PassError, Paths, SpanThreads};
 use crate::run::{FdIntervals, PathIndex, RunMeta};
 
 /// A string the trace uses, by what it is in the run: computed and interned once.
@@ -64,11 +64,6 @@ pub(super) struct Converter<'a, W: TraceWriter> {
     path_texts: Vec<Option<StringHandle>>,
     /// Recent threads, by a hash of (pid, tid): (pid << 32 | tid, index in `thread_states`).
     thread_cache: Box<[(u64, u32); THREAD_CACHE_SLOTS]>,
-    /// Threads that recorded ITT spans or GPU calls, as far as the stream learned them: on
-    /// them a call may lie inside a slice recorded after it (a task, a runtime call around a
-    /// driver call). On the other threads no call encloses another, which lets a trace writer
-    /// put each out as it comes.
-    span_threads: FxHashSet<(u32, u32)>,
     /// Events written to the current part.
     in_part: u64,
 }
@@ -77,20 +72,18 @@ pub(super) struct Converter<'a, W: TraceWriter> {
 #[derive(Clone, Copy)]
 pub(super) struct ThreadState {
     pub(super) handle: ThreadHandle,
-    /// In `span_threads`.
+    /// Whether the thread has spans (`Learned::span_threads`, as far as the stream read): a
+    /// call on it may lie inside a slice recorded after it (a task, a runtime call around a
+    /// driver call). On the other threads no call encloses another, which lets a trace writer
+    /// put each out as it comes.
     pub(super) spans: bool,
 }
 
 const THREAD_CACHE_SLOTS: usize = 256;
 
 impl<'a, W: TraceWriter> Converter<'a, W> {
-    /// A conversion into `out`; `span_threads`: the threads known to have spans so far.
-    pub(super) fn new(
-        meta: &'a RunMeta,
-        options: &'a Options<'a>,
-        out: W,
-        span_threads: FxHashSet<(u32, u32)>,
-    ) -> Self {
+    /// A conversion into `out`.
+    pub(super) fn new(meta: &'a RunMeta, options: &'a Options<'a>, out: W) -> Self {
         Converter {
             meta,
             options,
@@ -105,13 +98,12 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
             function_texts: Vec::new(),
             path_texts: Vec::new(),
             thread_cache: Box::new([(u64::MAX, 0); THREAD_CACHE_SLOTS]),
-            span_threads,
             in_part: 0,
         }
     }
 
     /// A new writer took over: its handles start afresh, with the same metadata.
-    fn new_part(&mut self) -> io::Result<()> {
+    fn new_part(&mut self, span_threads: &SpanThreads) -> io::Result<()> {
         self.processes.clear();
         self.threads.clear();
         self.thread_states.clear();
@@ -121,7 +113,7 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         self.thread_cache.fill((u64::MAX, 0));
         self.counters.clear();
         self.energy = EnergyTracks::default();
-        self.declare_named_tracks()?;
+        self.declare_named_tracks(span_threads)?;
         for device in &self.devices {
             self.energy.device(device, &mut self.out)?;
         }
@@ -129,12 +121,11 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
     }
 
     /// Threads the stream found to have spans while reading ahead: those declared already
-    /// are told, before any more of their calls is written.
+    /// are told, before any more of their calls is written (those declared later find them in
+    /// `Learned::span_threads`).
     pub(super) fn spans_found(&mut self, threads: &[(u32, u32)]) {
-        for &(pid, tid) in threads {
-            if self.span_threads.insert((pid, tid))
-                && let Some(&index) = self.threads.get(&(pid, tid))
-            {
+        for thread in threads {
+            if let Some(&index) = self.threads.get(thread) {
                 self.thread_states[index as usize].spans = true;
             }
         }
@@ -188,9 +179,9 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
                 close(outcome.parts - 1, full)?;
                 outcome.parts += 1;
                 self.in_part = 0;
-                self.new_part()?;
+                self.new_part(&learned.span_threads)?;
             }
-            let thread = self.thread(event.pid, event.tid)?;
+            let thread = self.thread(event.pid, event.tid, &learned.span_threads)?;
             if kind.api == Api::Itt {
                 itt::write(self, kind.func, event, thread.handle)?;
             } else {
@@ -203,8 +194,8 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
     }
 
     /// Names every process (its programs, in exec order) and every named thread, by id
-    /// (those the options keep).
-    pub(super) fn declare_named_tracks(&mut self) -> io::Result<()> {
+    /// (those the options keep); `span_threads`: the threads known to have spans.
+    pub(super) fn declare_named_tracks(&mut self, span_threads: &SpanThreads) -> io::Result<()> {
         let mut pids: Vec<_> = self.meta.images.iter().filter(|(pid, _)| self.options.pid(**pid)).collect();
         pids.sort_by_key(|(pid, _)| **pid);
         for (&pid, images) in pids {
@@ -218,13 +209,13 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         for (&(pid, tid), name) in threads {
             let process = self.process(pid)?;
             let thread = self.out.thread(process, tid, Some(&format!("{name} ({tid})")))?;
-            self.add_thread(pid, tid, thread);
+            self.add_thread(pid, tid, thread, span_threads);
         }
         Ok(())
     }
 
-    fn add_thread(&mut self, pid: u32, tid: u32, handle: ThreadHandle) -> u32 {
-        let spans = self.span_threads.contains(&(pid, tid));
+    fn add_thread(&mut self, pid: u32, tid: u32, handle: ThreadHandle, span_threads: &SpanThreads) -> u32 {
+        let spans = span_threads.contains(&(pid, tid));
         self.thread_states.push(ThreadState { handle, spans });
         let index = (self.thread_states.len() - 1) as u32;
         self.threads.insert((pid, tid), index);
@@ -243,7 +234,7 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
     }
 
     #[inline]
-    fn thread(&mut self, pid: u32, tid: u32) -> io::Result<ThreadState> {
+    fn thread(&mut self, pid: u32, tid: u32, span_threads: &SpanThreads) -> io::Result<ThreadState> {
         let key = u64::from(pid) << 32 | u64::from(tid);
         let slot = (tid ^ pid.rotate_left(7)) as usize % THREAD_CACHE_SLOTS;
         let (cached, index) = self.thread_cache[slot];
@@ -255,7 +246,7 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
             None => {
                 let process = self.process(pid)?;
                 let thread = self.out.thread(process, tid, None)?;
-                self.add_thread(pid, tid, thread)
+                self.add_thread(pid, tid, thread, span_threads)
             }
         };
         self.thread_cache[slot] = (key, index);

@@ -137,9 +137,8 @@ fn convert_pass<W: TraceWriter>(
     stream: &mut EventStream<'_>,
 ) -> Result<Outcome, PassError<ConvertError>> {
     let total_bytes = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0);
-    let span_threads = stream.learned().span_threads.clone();
-    let mut converter = Converter::new(meta, options, open(0)?, span_threads);
-    converter.declare_named_tracks()?;
+    let mut converter = Converter::new(meta, options, open(0)?);
+    converter.declare_named_tracks(&stream.learned().span_threads)?;
     let mut outcome = Outcome { parts: 1, ..Outcome::default() };
     let mut reported = None;
     let mut report = |events, stream: &EventStream<'_>| {

@@ -81,14 +81,24 @@ enum Sent {
 }
 
 /// A run file's frames, for one pass.
-pub(crate) enum Source<'m> {
-    Mapped(RunReader<&'m [u8]>, Vec<Vec<Event>>),
-    Copied(RunReader, Vec<Vec<Event>>),
+pub(crate) struct Source<'m> {
+    reader: Reader<'m>,
+    /// Buffers of copied records given back, for frames to come (a reader thread has its own).
+    spares: Vec<Vec<Event>>,
+    /// The run file, for messages.
+    path: &'m Path,
+    wants: Wants,
+}
+
+/// How a [`Source`] reads.
+enum Reader<'m> {
+    Mapped(RunReader<&'m [u8]>),
+    Copied(RunReader),
     Thread(ReaderThread),
 }
 
 /// The pass's side of a reader thread.
-pub(crate) struct ReaderThread {
+struct ReaderThread {
     frames: Receiver<Result<(Sent, u64), String>>,
     spares: Sender<Vec<Event>>,
     /// The file offset after the last frame received.
@@ -97,96 +107,103 @@ pub(crate) struct ReaderThread {
 }
 
 impl<'m> Source<'m> {
-    /// Opens `path` to be read as `read_by` says; `mapping` is its mapping, if the caller
-    /// could make one (it outlives the source, whose records borrow it).
+    /// Opens `path` to be read as `read_by` says, for the frames `wants` names; `mapping` is
+    /// its mapping, if the caller could make one (it outlives the source, whose records borrow
+    /// it).
     pub(crate) fn open(
-        path: &Path,
+        path: &'m Path,
         read_by: ReadBy,
         mapping: Option<&'m Mapping>,
         wants: Wants,
     ) -> Result<Source<'m>, String> {
-        let named = |e: mlprof_format::runfile::Error| format!("{}: {e}", path.display());
-        Ok(match (read_by, mapping) {
-            (ReadBy::Mapping, Some(mapping)) => {
-                Source::Mapped(RunReader::new(mapping.bytes()).map_err(named)?, Vec::new())
-            }
-            (ReadBy::Mapping, None) => Source::Copied(super::open(path)?, Vec::new()),
-            (ReadBy::Thread, _) => reader_thread(path, wants)?,
-        })
+        let reader = match (read_by, mapping) {
+            (ReadBy::Mapping, Some(mapping)) => Reader::Mapped(
+                RunReader::new(mapping.bytes()).map_err(|e| format!("{}: {e}", path.display()))?,
+            ),
+            (ReadBy::Mapping, None) => Reader::Copied(super::open(path)?),
+            (ReadBy::Thread, _) => Reader::Thread(reader_thread(path, wants)?),
+        };
+        Ok(Source { reader, spares: Vec::new(), path, wants })
     }
 
-    /// The next frame a pass asked for (`wants`), `None` at the end of the data (then
-    /// [`Source::end`] says what the reader noticed), or why reading stopped ("PATH: what").
-    pub(crate) fn next(&mut self, path: &Path, wants: Wants) -> Result<Option<Read<'m>>, String> {
-        let named = |e: mlprof_format::runfile::Error| format!("{}: {e}", path.display());
+    /// The next frame asked for, `None` at the end of the data (then [`Source::end`] says what
+    /// the reader noticed), or why reading stopped ("PATH: what").
+    pub(crate) fn next(&mut self) -> Result<Option<Read<'m>>, String> {
         loop {
-            let read = match self {
-                Source::Mapped(reader, spares) => match reader.next_frame_in_place().map_err(named)? {
-                    None => return Ok(None),
-                    Some(InPlace::Events(records)) => Read::InPlace(records),
-                    // An events frame that could not be viewed where it lies.
-                    Some(InPlace::Frame(Frame::Events(_))) => {
-                        Read::Copied(reader.take_events(spares.pop().unwrap_or_default()))
-                    }
-                    Some(InPlace::Frame(frame)) => match wants.item(frame) {
-                        Some(item) => Read::Other(item),
-                        None => continue,
-                    },
+            let frame = match &mut self.reader {
+                Reader::Mapped(reader) => reader.next_frame_in_place(),
+                Reader::Copied(reader) => reader.next_frame().map(|frame| frame.map(InPlace::Frame)),
+                Reader::Thread(thread) => return thread.next(),
+            }
+            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+            let read = match frame {
+                None => return Ok(None),
+                Some(InPlace::Events(records)) => Read::InPlace(records),
+                // Read into the reader's buffer (a file read, or a frame that could not be
+                // viewed where it lies in the mapping): the buffer itself is handed on.
+                Some(InPlace::Frame(Frame::Events(_))) => Read::Copied(self.take_events()),
+                Some(InPlace::Frame(frame)) => match self.wants.item(frame) {
+                    Some(item) => Read::Other(item),
+                    None => continue,
                 },
-                Source::Copied(reader, spares) => match reader.next_frame().map_err(named)? {
-                    None => return Ok(None),
-                    Some(Frame::Events(_)) => {
-                        Read::Copied(reader.take_events(spares.pop().unwrap_or_default()))
-                    }
-                    Some(frame) => match wants.item(frame) {
-                        Some(item) => Read::Other(item),
-                        None => continue,
-                    },
-                },
-                Source::Thread(ReaderThread { frames, offset, end, .. }) => {
-                    let (sent, after) =
-                        frames.recv().unwrap_or_else(|_| Err("the run reader thread stopped".into()))?;
-                    *offset = after;
-                    match sent {
-                        Sent::Events(events) => Read::Copied(events),
-                        Sent::Other(item) => Read::Other(item),
-                        Sent::End(last) => {
-                            *end = last;
-                            return Ok(None);
-                        }
-                    }
-                }
             };
             return Ok(Some(read));
         }
     }
 
+    /// The records of the events frame just read, the reader given a spare buffer instead.
+    fn take_events(&mut self) -> Vec<Event> {
+        let spare = self.spares.pop().unwrap_or_default();
+        match &mut self.reader {
+            Reader::Mapped(reader) => reader.take_events(spare),
+            Reader::Copied(reader) => reader.take_events(spare),
+            Reader::Thread(_) => unreachable!("a reader thread sends its records"),
+        }
+    }
+
     /// A buffer of [`Read::Copied`] records, done with: filled again by a later frame.
     pub(crate) fn give_back(&mut self, events: Vec<Event>) {
-        match self {
-            Source::Mapped(_, spares) | Source::Copied(_, spares) => spares.push(events),
+        match &self.reader {
             // The thread may be gone (it stops at the end of the data): the buffer goes too.
-            Source::Thread(thread) => drop(thread.spares.send(events)),
+            Reader::Thread(thread) => drop(thread.spares.send(events)),
+            Reader::Mapped(_) | Reader::Copied(_) => self.spares.push(events),
         }
     }
 
     /// Bytes of the file read so far.
     pub(crate) fn offset(&self) -> u64 {
-        match self {
-            Source::Mapped(reader, _) => reader.offset(),
-            Source::Copied(reader, _) => reader.offset(),
-            Source::Thread(thread) => thread.offset,
+        match &self.reader {
+            Reader::Mapped(reader) => reader.offset(),
+            Reader::Copied(reader) => reader.offset(),
+            Reader::Thread(thread) => thread.offset,
         }
     }
 
     /// What the reader noticed by the end of the data (or so far).
     pub(crate) fn end(&self) -> End {
         let of = |warnings: &[String], skipped_frames| End { warnings: warnings.to_vec(), skipped_frames };
-        match self {
-            Source::Mapped(reader, _) => of(reader.warnings(), reader.skipped_frames()),
-            Source::Copied(reader, _) => of(reader.warnings(), reader.skipped_frames()),
-            Source::Thread(thread) => thread.end.clone(),
+        match &self.reader {
+            Reader::Mapped(reader) => of(reader.warnings(), reader.skipped_frames()),
+            Reader::Copied(reader) => of(reader.warnings(), reader.skipped_frames()),
+            Reader::Thread(thread) => thread.end.clone(),
         }
+    }
+}
+
+impl ReaderThread {
+    /// The next frame the thread sent (it filtered them), or `None` at the end of the data.
+    fn next<'m>(&mut self) -> Result<Option<Read<'m>>, String> {
+        let (sent, after) =
+            self.frames.recv().unwrap_or_else(|_| Err("the run reader thread stopped".into()))?;
+        self.offset = after;
+        Ok(match sent {
+            Sent::Events(events) => Some(Read::Copied(events)),
+            Sent::Other(item) => Some(Read::Other(item)),
+            Sent::End(last) => {
+                self.end = last;
+                None
+            }
+        })
     }
 }
 
@@ -194,7 +211,7 @@ impl<'m> Source<'m> {
 /// copy the file from the page cache then run beside the pass rather than in it. Event buffers
 /// given back are filled again. The thread stops at the end of the data, at an error (sent
 /// on), or when the source is dropped.
-fn reader_thread<'m>(path: &Path, wants: Wants) -> Result<Source<'m>, String> {
+fn reader_thread(path: &Path, wants: Wants) -> Result<ReaderThread, String> {
     let mut reader = super::open(path)?;
     let path = path.to_path_buf();
     let (frames, receiver) = sync_channel(READ_AHEAD_FRAMES);
@@ -224,5 +241,5 @@ fn reader_thread<'m>(path: &Path, wants: Wants) -> Result<Source<'m>, String> {
             }
         })
         .map_err(|e| format!("cannot start a thread: {e}"))?;
-    Ok(Source::Thread(ReaderThread { frames: receiver, spares: spare, offset: 0, end: End::default() }))
+    Ok(ReaderThread { frames: receiver, spares: spare, offset: 0, end: End::default() })
 }

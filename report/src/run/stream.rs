@@ -104,6 +104,9 @@ impl Paths<'_> {
     }
 }
 
+/// Threads (pid, tid) that recorded ITT spans or GPU calls.
+pub(crate) type SpanThreads = FxHashSet<(u32, u32)>;
+
 /// What the events taught, as far as they were read: which file each fd named, and which
 /// threads have spans.
 pub(crate) struct Learned {
@@ -113,7 +116,7 @@ pub(crate) struct Learned {
     pub(crate) fd_cache: FdCache,
     /// Threads that recorded ITT spans or GPU calls: on them a call may lie inside a slice
     /// recorded after it (a task, a runtime call around a driver call).
-    pub(crate) span_threads: FxHashSet<(u32, u32)>,
+    pub(crate) span_threads: SpanThreads,
     /// Threads found to have spans by the last [`EventStream::next`].
     new_span_threads: Vec<(u32, u32)>,
 }
@@ -121,10 +124,10 @@ pub(crate) struct Learned {
 impl Learned {
     /// Nothing learned yet: a streaming pass over a run of `meta`'s processes.
     fn streaming(meta: &RunMeta) -> Learned {
-        Learned::from(FdIntervals::streaming(meta.images.values().flatten()), FxHashSet::default())
+        Learned::new(FdIntervals::streaming(meta.images.values().flatten()), SpanThreads::default())
     }
 
-    fn from(fds: FdIntervals, span_threads: FxHashSet<(u32, u32)>) -> Learned {
+    fn new(fds: FdIntervals, span_threads: SpanThreads) -> Learned {
         Learned { fds, fd_cache: FdCache::default(), span_threads, new_span_threads: Vec::new() }
     }
 
@@ -219,7 +222,7 @@ pub(crate) fn read_exactly<T, E: From<String>>(
         Err(PassError::Inexact(reason)) => {
             let complete = if spec.strict { RunMeta::load(path) } else { RunMeta::load_readable(path) };
             let complete = complete.map_err(E::from)?;
-            let learned = Learned::from(complete.fds, complete.span_threads);
+            let learned = Learned::new(complete.fds, complete.span_threads);
             match one_pass(path, meta, spec, learned, None, &mut pass) {
                 Ok(value) => Ok(Exact { value, second_pass: Some(reason) }),
                 Err(PassError::Fail(e)) => Err(e),
@@ -247,10 +250,8 @@ fn one_pass<T, E: From<String>>(
         .map_err(|e| PassError::Fail(e.into()))?;
     let mut stream = EventStream {
         meta,
-        path,
         source,
         mapping: mapping.as_ref(),
-        wants: spec.wants,
         strict: spec.strict,
         lookahead,
         window: VecDeque::new(),
@@ -267,11 +268,9 @@ fn one_pass<T, E: From<String>>(
 /// ([`EventStream::next`]), what they taught beside them ([`EventStream::learned`]).
 pub(crate) struct EventStream<'m> {
     meta: &'m RunMeta,
-    path: &'m Path,
     source: Source<'m>,
     /// The mapped run, whose pages are released behind the batches done.
     mapping: Option<&'m Mapping>,
-    wants: Wants,
     strict: bool,
     /// Events read ahead (`None`: the fd history is complete, nothing is read ahead).
     lookahead: Option<usize>,
@@ -290,7 +289,7 @@ impl<'m> EventStream<'m> {
     /// The next frame, once the events [`LOOKAHEAD_EVENTS`] beyond it are noted; `None` at
     /// the end of the data. Hand batches back with [`EventStream::recycle`].
     pub(crate) fn next(&mut self) -> Result<Option<Item<'m>>, Stop> {
-        self.new_span_threads_taken();
+        self.learned.new_span_threads.clear();
         self.exact()?;
         while !self.done_reading
             && (self.window.is_empty() || self.lookahead.is_some_and(|n| self.ahead <= n))
@@ -345,10 +344,6 @@ impl<'m> EventStream<'m> {
         self.source.end()
     }
 
-    fn new_span_threads_taken(&mut self) {
-        self.learned.new_span_threads.clear();
-    }
-
     /// Whether the pass can go on exactly.
     fn exact(&self) -> Result<(), Stop> {
         match self.learned.fds.inexact() {
@@ -359,7 +354,7 @@ impl<'m> EventStream<'m> {
 
     /// Reads one more frame into the window, noting an events frame's records.
     fn read_ahead(&mut self) -> Result<(), Stop> {
-        let read = match self.source.next(self.path, self.wants) {
+        let read = match self.source.next() {
             Ok(Some(read)) => read,
             Ok(None) => {
                 self.done_reading = true;
@@ -380,10 +375,8 @@ impl<'m> EventStream<'m> {
             }
             Read::Copied(events) => {
                 let mut batch = self.note(&events);
-                let done = std::mem::replace(&mut batch.events, events);
-                if done.capacity() > 0 {
-                    self.source.give_back(done);
-                }
+                // A spare batch holds no buffer: `recycle` gave it back to the source.
+                batch.events = events;
                 Item::Events(batch)
             }
             Read::Other(item) => item,
