@@ -94,29 +94,29 @@ def test_ranges(lines):
     ranges = []
     for idx, line in enumerate(lines):
         if line.strip().startswith("#[cfg(test)]"):
-            end = item_end(lines, idx + 1)
+            end, _ = item_end(lines, idx + 1)
             if end is not None:
                 ranges.append((idx, end))
     return ranges
 
 
 def item_end(lines, start):
-    """The last line of the item that starts at or after `start` (its closing brace, or the
-    line of its `;`)."""
-    depth = 0
-    opened = False
+    """(last line, has a body) of the item that starts at or after `start`: its closing brace,
+    or the line of the `;` that ends it first (outside parentheses and brackets, so that a
+    `[u8; 64]` in a signature does not end a function)."""
+    depth, opened = 0, False
     for idx in range(start, len(lines)):
         for ch in lines[idx]:
-            if ch == "{":
+            if ch in "([{":
                 depth += 1
-                opened = True
-            elif ch == "}":
+                opened |= ch == "{"
+            elif ch in ")]}":
                 depth -= 1
-                if opened and depth == 0:
-                    return idx
+                if ch == "}" and opened and depth == 0:
+                    return idx, True
             elif ch == ";" and not opened and depth == 0:
-                return idx
-    return None
+                return idx, False
+    return None, False
 
 
 def functions(lines):
@@ -124,31 +124,10 @@ def functions(lines):
     found = []
     for idx, line in enumerate(lines):
         m = FN_START.match(line)
-        if not m:
-            continue
-        # The body opens at the first `{` before a `;` at depth 0 (a declaration has none).
-        depth, end, opened = 0, None, False
-        for j in range(idx, len(lines)):
-            for ch in lines[j]:
-                if ch in "([":
-                    depth += 1
-                elif ch in ")]":
-                    depth -= 1
-                elif ch == ";" and not opened and depth == 0:
-                    end = -1
-                    break
-                elif ch == "{":
-                    depth += 1
-                    opened = True
-                elif ch == "}":
-                    depth -= 1
-                    if opened and depth == 0:
-                        end = j
-                        break
-            if end is not None:
-                break
-        if end is not None and end >= 0:
-            found.append((m.group(1), idx, end))
+        if m:
+            end, body = item_end(lines, idx)
+            if body:
+                found.append((m.group(1), idx, end))
     return found
 
 
