@@ -229,9 +229,10 @@ def first_difference(a: bytes, b: bytes):
 
 
 def files_under(path: pathlib.Path):
-    if path.is_file():
-        return [pathlib.Path()]
-    return sorted(p.relative_to(path) for p in path.rglob("*") if p.is_file())
+    """`path` itself when it is no folder (a file, or missing), else every file below it."""
+    if not path.is_dir():
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_file())
 
 
 def duckdb_hashes(python, export_dir: pathlib.Path):
@@ -274,15 +275,16 @@ def compare(args):
     differences = 0
     for key in sorted(made["base"]):
         a, b = made["base"][key], made["new"][key]
-        for rel in files_under(a) if a.exists() else [pathlib.Path()]:
-            fa, fb = a / rel if rel != pathlib.Path() else a, b / rel if rel != pathlib.Path() else b
-            label = f"{key}/{rel}" if rel != pathlib.Path() else key
+        for fa in files_under(a):
+            whole = fa == a
+            fb = b if whole else b / fa.relative_to(a)
+            label = key if whole else f"{key}/{fa.relative_to(a)}"
             if not fb.exists() or not fa.exists():
                 print(f"DIFFERENT {label}: missing in {'new' if fa.exists() else 'base'}")
                 differences += 1
                 continue
             da, db = fa.read_bytes(), fb.read_bytes()
-            if key.endswith((".txt", ".json", ".html", ".csv")) and "/" not in str(rel):
+            if whole and key.endswith((".txt", ".json", ".html", ".csv")):
                 da, db = normalize(da, str(base_out)), normalize(db, str(new_out))
             at = first_difference(da, db)
             if at is None:
