@@ -7,6 +7,7 @@
 //! * [`runfile`]: the `run.bin` writer and streaming reader (versioned by
 //!   [`runfile::FORMAT_MAJOR`]/[`runfile::FORMAT_MINOR`]).
 //! * [`energy`]: the energy frames of `run.bin` (devices, samples, notes; since format 1.2).
+//! * [`gpu`]: what the GPU did (CUPTI activity records; since format 1.5).
 //! * [`options`]: the one table of `MLPROF_*` environment variables and who reads each.
 //! * [`rank`]: a process's rank in a distributed job, from its launcher's variables.
 //! * `testing` (feature `testing`): a heap ring and a plain consumer for other crates' unit tests.
@@ -21,6 +22,7 @@
 
 pub mod energy;
 pub mod func;
+pub mod gpu;
 pub mod options;
 pub mod rank;
 pub mod record;

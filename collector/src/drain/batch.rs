@@ -3,19 +3,22 @@
 
 use std::io;
 
+use mlprof_format::gpu::GpuActivity;
 use mlprof_format::record::Event;
 
 use super::{DrainedRing, Drainer};
 
-/// The events of the next frame, and those waiting for their path.
+/// The events of the next frame, those waiting for their path, and the GPU activities of the
+/// next GPU frame (CUPTI delivers them in its own order, late: they are not sorted in).
 pub(super) struct Batch {
     pub(super) events: Vec<Event>,
     pub(super) waiting_for_path: Vec<Event>,
+    pub(super) gpu: Vec<GpuActivity>,
 }
 
 impl Batch {
     pub(super) fn new() -> Batch {
-        Batch { events: Vec::with_capacity(1 << 16), waiting_for_path: Vec::new() }
+        Batch { events: Vec::with_capacity(1 << 16), waiting_for_path: Vec::new(), gpu: Vec::new() }
     }
 }
 
@@ -28,8 +31,14 @@ impl<R: DrainedRing> Drainer<R> {
         self.write_events()
     }
 
-    /// Writes the batch's events in end-time order, as one frame, and empties it.
+    /// Writes the batch's events in end-time order, as one frame, and its GPU activities, and
+    /// empties it.
     pub(super) fn write_events(&mut self) -> io::Result<()> {
+        if !self.batch.gpu.is_empty() {
+            self.writer.write_gpu_activity(&self.batch.gpu)?;
+            self.totals.gpu_activities += self.batch.gpu.len() as u64;
+            self.batch.gpu.clear();
+        }
         let events = &mut self.batch.events;
         if events.is_empty() {
             return Ok(());
@@ -46,7 +55,7 @@ impl<R: DrainedRing> Drainer<R> {
     /// each time while anything waited).
     pub(super) fn release_waiting(&mut self) {
         let strings = &self.metadata.strings;
-        let Batch { events, waiting_for_path } = &mut self.batch;
+        let Batch { events, waiting_for_path, .. } = &mut self.batch;
         events.extend(waiting_for_path.extract_if(.., |e| strings.is_known(e.arg2)));
     }
 }

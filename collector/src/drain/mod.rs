@@ -55,6 +55,8 @@ pub struct Totals {
     pub threads: u64,
     pub refused_records: u64,
     pub corrupt_lanes: u64,
+    /// GPU activity records written (CUPTI's, through the preload).
+    pub gpu_activities: u64,
 }
 
 /// The consumer of a ring (the collector's segment by default) and the run file it writes.

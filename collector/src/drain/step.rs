@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use mlprof_filewrite::BackgroundFile;
 use mlprof_format::func::Func;
+use mlprof_format::gpu::{ACTIVITY_FLAG_MONOTONIC, GpuActivity, KIND_GPU_ACTIVITY};
 use mlprof_format::rank::RankRecord;
 use mlprof_format::record::{
     CONTROL_KIND_BASE, Event, KIND_PROCESS_EXIT, KIND_PROCESS_RANK, KIND_PROCESS_START, KIND_SYMBOL_DEF,
@@ -112,7 +113,8 @@ impl RecordHandler<'_> {
         self.event(event)
     }
 
-    /// A control record: a process's rank, start, symbol or exit; other kinds are skipped.
+    /// A control record: a process's rank, start, symbol or exit, a GPU activity; other kinds are
+    /// skipped.
     #[inline]
     fn control_record(&mut self, event: &Event) -> io::Result<()> {
         let (pid, timebase) = (self.pid, self.timebase);
@@ -139,6 +141,16 @@ impl RecordHandler<'_> {
                 // A fork child refers to its parent's command line, which the parent's lane
                 // may deliver later in this pass: wait for it.
                 self.metadata.waiting_for_argv.push((event.arg2, process));
+            }
+            KIND_GPU_ACTIVITY => {
+                let mut activity = GpuActivity::from_event(event);
+                activity.pid = pid;
+                if activity.flags & ACTIVITY_FLAG_MONOTONIC == 0 {
+                    activity.start = timebase.to_ns(activity.start);
+                    activity.dur = timebase.duration_ns(activity.dur);
+                }
+                activity.flags &= !ACTIVITY_FLAG_MONOTONIC;
+                self.batch.gpu.push(activity);
             }
             KIND_SYMBOL_DEF => {
                 self.writer.write_symbol(&SymbolInfo { pid, handle: event.arg, name: event.arg2 })?;

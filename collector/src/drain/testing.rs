@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use mlprof_filewrite::BackgroundFile;
 use mlprof_format::func::Func;
+use mlprof_format::gpu::GpuActivity;
 use mlprof_format::record::{Event, KIND_PROCESS_START, PROC_FORKED};
 use mlprof_format::ring::{Claim, RingGeometry, RingView, lane_state};
 use mlprof_format::runfile::{
@@ -158,6 +159,7 @@ pub enum Written {
     /// A thread's name (who records in a lane).
     Thread,
     Events(Vec<Event>),
+    Gpu(Vec<GpuActivity>),
     Aggregates(Vec<AggregateSample>),
     Drops(Vec<DropSample>),
     End(RunEnd),
@@ -176,6 +178,7 @@ impl RunFile {
                 Frame::ProcessExit(exit) => Written::Exit(exit),
                 Frame::Thread(_) => Written::Thread,
                 Frame::Events(events) => Written::Events(events.to_vec()),
+                Frame::GpuActivity(records) => Written::Gpu(records),
                 Frame::Aggregates(samples) => Written::Aggregates(samples),
                 Frame::Drops(drops) => Written::Drops(drops),
                 Frame::End(end) => Written::End(end),

@@ -314,3 +314,53 @@ fn counters_are_written_when_they_change_and_totalled_at_the_end() {
     });
     assert_eq!(end, Some((0, 7)));
 }
+
+#[test]
+fn gpu_activities_are_written_in_their_own_frames_on_the_monotonic_axis() {
+    use mlprof_format::gpu::{ACTIVITY_FLAG_MONOTONIC, ACTIVITY_KERNEL, GpuActivity, KIND_GPU_ACTIVITY};
+    let (mut drainer, file) = drainer("gpu", GEOMETRY);
+    let view = drainer.segment().view();
+    let pid = std::process::id();
+    let lane = claim(view, pid, 101, 0);
+    let kernel = |correlation, start, flags| GpuActivity {
+        kind: KIND_GPU_ACTIVITY,
+        what: ACTIVITY_KERNEL,
+        flags,
+        pid: 1,
+        correlation,
+        start,
+        dur: 5,
+        ..Default::default()
+    };
+    // A host call between two kernels; the second kernel's times are monotonic ns already
+    // (CUPTI refused the timestamp callback): the collector passes them through. The test
+    // timebase is the identity (ring ticks are ns), so both come out as given.
+    push_all(
+        view,
+        lane.index,
+        &[
+            kernel(7, 100, 0).into_event(),
+            call(Func::Read, 5, 10),
+            kernel(8, 200, ACTIVITY_FLAG_MONOTONIC).into_event(),
+        ],
+    );
+    drainer.drain_once().unwrap();
+    let totals = drainer.finish().unwrap();
+    assert_eq!((totals.events, totals.gpu_activities), (1, 2), "GPU records are not events");
+    let gpu: Vec<GpuActivity> = file
+        .frames()
+        .into_iter()
+        .filter_map(|frame| match frame {
+            Written::Gpu(records) => Some(records),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let seen: Vec<(u32, u32, u64, u64, u8)> =
+        gpu.iter().map(|a| (a.pid, a.correlation, a.start, a.dur, a.flags)).collect();
+    assert_eq!(
+        seen,
+        [(pid, 7, 100, 5, 0), (pid, 8, 200, 5, 0)],
+        "named by the lane's owner, in CUPTI's order"
+    );
+}

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::energy::{EnergyDevice, EnergyNote, EnergySample};
+use crate::gpu::GpuActivity;
 use crate::rank::RankInfo;
 use crate::record::Event;
 
@@ -38,6 +39,10 @@ pub const FRAME_SYMBOL: u16 = 20;
 /// Frame kind: [`NodeInfo`], one node of a merged run (since 1.4; `mlprof merge` writes one
 /// per input file, before any frame of that node).
 pub const FRAME_NODE: u16 = 21;
+
+/// Frame kind: raw 64-byte [`GpuActivity`] records (times in CLOCK_MONOTONIC ns), `len / 64`
+/// of them (since 1.5): what the GPUs did, in the order CUPTI delivered it.
+pub const FRAME_GPU_ACTIVITY: u16 = 22;
 
 /// Largest frame a reader accepts; anything larger is corruption, not data.
 pub const MAX_FRAME_BYTES: u32 = 64 << 20;
@@ -281,6 +286,8 @@ pub enum Frame<'a> {
     Symbol(SymbolInfo),
     /// [`FRAME_NODE`].
     Node(NodeInfo),
+    /// [`FRAME_GPU_ACTIVITY`].
+    GpuActivity(Vec<GpuActivity>),
     /// [`FRAME_END`].
     End(RunEnd),
     /// [`FRAME_ENERGY_DEVICE`].

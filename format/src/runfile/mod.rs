@@ -21,9 +21,9 @@ mod writer;
 
 pub use frames::{
     AggregateSample, DropSample, FRAME_AGGREGATES, FRAME_DROPS, FRAME_END, FRAME_ENERGY_DEVICE,
-    FRAME_ENERGY_NOTE, FRAME_ENERGY_SAMPLES, FRAME_EVENTS, FRAME_NODE, FRAME_PROCESS, FRAME_PROCESS_EXIT,
-    FRAME_RUN_INFO, FRAME_STRING, FRAME_SYMBOL, FRAME_THREAD, Frame, MAX_FRAME_BYTES, NodeInfo, ProcessExit,
-    ProcessInfo, RunEnd, RunInfo, SymbolInfo, ThreadInfo,
+    FRAME_ENERGY_NOTE, FRAME_ENERGY_SAMPLES, FRAME_EVENTS, FRAME_GPU_ACTIVITY, FRAME_NODE, FRAME_PROCESS,
+    FRAME_PROCESS_EXIT, FRAME_RUN_INFO, FRAME_STRING, FRAME_SYMBOL, FRAME_THREAD, Frame, MAX_FRAME_BYTES,
+    NodeInfo, ProcessExit, ProcessInfo, RunEnd, RunInfo, SymbolInfo, ThreadInfo,
 };
 pub use reader::{Error, InPlace, RunReader};
 pub use writer::{RunWriter, create_run_file};
@@ -37,7 +37,8 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// 1.2: energy frames (kinds 10..=12).
 /// 1.3: `DropSample::interrupted` (drops by reason).
 /// 1.4: `ProcessInfo::rank` and `ProcessInfo::node`; [`NodeInfo`] frames (merged runs).
-pub const FORMAT_MINOR: u16 = 4;
+/// 1.5: [`FRAME_GPU_ACTIVITY`] frames (CUPTI activity records, [`crate::gpu`]).
+pub const FORMAT_MINOR: u16 = 5;
 /// Size of the header this version writes; readers skip the extra bytes of a larger one.
 const FILE_HEADER_BYTES: u32 = 16;
 

@@ -10,10 +10,11 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use super::frames::{
     FRAME_AGGREGATES, FRAME_DROPS, FRAME_END, FRAME_ENERGY_DEVICE, FRAME_ENERGY_NOTE, FRAME_ENERGY_SAMPLES,
-    FRAME_EVENTS, FRAME_NODE, FRAME_PROCESS, FRAME_PROCESS_EXIT, FRAME_RUN_INFO, FRAME_STRING, FRAME_SYMBOL,
-    FRAME_THREAD, Frame, MAX_FRAME_BYTES,
+    FRAME_EVENTS, FRAME_GPU_ACTIVITY, FRAME_NODE, FRAME_PROCESS, FRAME_PROCESS_EXIT, FRAME_RUN_INFO,
+    FRAME_STRING, FRAME_SYMBOL, FRAME_THREAD, Frame, MAX_FRAME_BYTES,
 };
 use super::{FILE_HEADER_BYTES, FILE_MAGIC, FORMAT_MAJOR, padding_for};
+use crate::gpu::GpuActivity;
 use crate::record::{Event, RECORD_BYTES};
 
 /// Why a run file cannot be read (further).
@@ -308,6 +309,7 @@ impl<R: Read> RunReader<R> {
                 FRAME_ENERGY_DEVICE => Frame::EnergyDevice(decode(payload).map_err(corrupt)?),
                 FRAME_ENERGY_SAMPLES => Frame::EnergySamples(decode(payload).map_err(corrupt)?),
                 FRAME_ENERGY_NOTE => Frame::EnergyNote(decode(payload).map_err(corrupt)?),
+                FRAME_GPU_ACTIVITY => Frame::GpuActivity(gpu_records(payload).map_err(corrupt)?),
                 FRAME_END => {
                     self.ended = true;
                     Frame::End(decode(payload).map_err(corrupt)?)
@@ -402,6 +404,17 @@ impl<'a> RunReader<&'a [u8]> {
         }
         Ok(self.next_frame()?.map(InPlace::Frame))
     }
+}
+
+/// The records of a [`FRAME_GPU_ACTIVITY`], copied out (the payload need not be aligned).
+fn gpu_records(payload: &[u8]) -> Result<Vec<GpuActivity>, String> {
+    if !payload.len().is_multiple_of(RECORD_BYTES) {
+        return Err(format!("GPU activity frame of {} bytes", payload.len()));
+    }
+    Ok(payload
+        .chunks_exact(RECORD_BYTES)
+        .filter_map(|bytes| GpuActivity::read_from_bytes(bytes).ok())
+        .collect())
 }
 
 fn decode<'de, T: Deserialize<'de>>(payload: &'de [u8]) -> Result<T, String> {

@@ -10,12 +10,13 @@ use zerocopy::IntoBytes;
 
 use super::frames::{
     AggregateSample, DropSample, FRAME_AGGREGATES, FRAME_DROPS, FRAME_END, FRAME_ENERGY_DEVICE,
-    FRAME_ENERGY_NOTE, FRAME_ENERGY_SAMPLES, FRAME_EVENTS, FRAME_NODE, FRAME_PROCESS, FRAME_PROCESS_EXIT,
-    FRAME_RUN_INFO, FRAME_STRING, FRAME_SYMBOL, FRAME_THREAD, MAX_FRAME_BYTES, NodeInfo, ProcessExit,
-    ProcessInfo, RunEnd, RunInfo, SymbolInfo, ThreadInfo,
+    FRAME_ENERGY_NOTE, FRAME_ENERGY_SAMPLES, FRAME_EVENTS, FRAME_GPU_ACTIVITY, FRAME_NODE, FRAME_PROCESS,
+    FRAME_PROCESS_EXIT, FRAME_RUN_INFO, FRAME_STRING, FRAME_SYMBOL, FRAME_THREAD, MAX_FRAME_BYTES, NodeInfo,
+    ProcessExit, ProcessInfo, RunEnd, RunInfo, SymbolInfo, ThreadInfo,
 };
 use super::{FILE_HEADER_BYTES, FILE_MAGIC, FORMAT_MAJOR, FORMAT_MINOR, padding_for};
 use crate::energy::{EnergyDevice, EnergyNote, EnergySample};
+use crate::gpu::GpuActivity;
 use crate::record::Event;
 
 /// Streaming writer. Frames are buffered; [`RunWriter::flush`] makes them durable enough that a
@@ -128,6 +129,15 @@ impl<W: Write> RunWriter<W> {
     pub fn write_events(&mut self, events: &[Event]) -> io::Result<()> {
         for chunk in events.chunks(65536) {
             self.write_frame(FRAME_EVENTS, chunk.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Writes GPU activity records (times already in CLOCK_MONOTONIC ns) in frames of at most
+    /// 64 Ki records.
+    pub fn write_gpu_activity(&mut self, records: &[GpuActivity]) -> io::Result<()> {
+        for chunk in records.chunks(65536) {
+            self.write_frame(FRAME_GPU_ACTIVITY, chunk.as_bytes())?;
         }
         Ok(())
     }
