@@ -27,7 +27,7 @@ use mlprof_format::ring::{
 
 mod leftovers;
 
-pub use leftovers::{check_existing, sweep_stale_launcher_segments};
+pub use leftovers::{check_existing, sweep_leftover_segments};
 
 /// Where segments live: `$MLPROF_SHM_DIR`, else `/dev/shm`.
 pub fn shm_dir() -> PathBuf {
