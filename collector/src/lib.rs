@@ -134,7 +134,10 @@ impl Collector {
         let segment = match Segment::create(&shm_dir, &shm_name, &plan, timebase.source(), check_period) {
             Ok(segment) => segment,
             Err(e) => {
-                let why = format!("cannot create the ring {} ({e})", shm_dir.join(&shm_name).display());
+                // Safety: geteuid cannot fail.
+                let uid = unsafe { libc::geteuid() };
+                let attached = (!launching).then_some(session.as_str());
+                let why = segment::create_error(&shm_dir.join(&shm_name), &e, uid, attached);
                 if launching {
                     return launch::run_unprofiled(&args.command, &why).map(ControlFlow::Break);
                 }
@@ -280,7 +283,7 @@ fn use_tsc(args: &Args) -> bool {
 }
 
 /// The segment's name: the per-user session's in attach mode (refused when a live collector
-/// serves it), a name of this launcher's own otherwise.
+/// serves it or another user's file has its name), a name of this launcher's own otherwise.
 /// Sweeps the segments killed collectors of this user left first, and says what it removed.
 fn shm_name(launching: bool, session: &str, shm_dir: &Path, quiet: bool) -> Result<String, String> {
     // Safety: geteuid cannot fail.
@@ -298,6 +301,10 @@ fn shm_name(launching: bool, session: &str, shm_dir: &Path, quiet: bool) -> Resu
         ));
     }
     let name = session_shm_name(uid, session);
+    let path = shm_dir.join(&name);
+    if let Some(owner) = segment::foreign_owner(&path, uid) {
+        return Err(segment::taken_message(&path, owner, Some(session)));
+    }
     if let Some(pid) = segment::check_existing(shm_dir, &name, uid).map_err(|e| e.to_string())? {
         return Err(format!(
             "session '{session}' is already served by mlprof-collect pid {pid}; choose another with --session"

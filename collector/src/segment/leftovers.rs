@@ -159,7 +159,7 @@ const _: () = assert!(HEARTBEAT_AT + 8 <= HEADER_PREFIX);
 
 /// Whether an existing segment `name` in `dir` is served by a live collector (its pid); removes
 /// it when stale. A file that `uid` does not own is left alone (root could remove it): creating
-/// the segment then fails.
+/// the segment then fails and says whose it is (`taken`).
 pub fn check_existing(dir: &Path, name: &str, uid: u32) -> io::Result<Option<u32>> {
     use std::io::Read;
     let path = dir.join(name);
