@@ -109,7 +109,7 @@ impl Collector {
         }
         let session = session_name(&args)?;
         let shm_dir = segment::shm_dir();
-        let shm_name = shm_name(launching, &session, &shm_dir)?;
+        let shm_name = shm_name(launching, &session, &shm_dir, args.quiet)?;
         let preload = if launching { Some(launch::find_preload(args.preload.as_deref())?) } else { None };
 
         let timebase = Timebase::new(use_tsc(&args));
@@ -134,7 +134,10 @@ impl Collector {
         let segment = match Segment::create(&shm_dir, &shm_name, &plan, timebase.source(), check_period) {
             Ok(segment) => segment,
             Err(e) => {
-                let why = format!("cannot create the ring {} ({e})", shm_dir.join(&shm_name).display());
+                // Safety: geteuid cannot fail.
+                let uid = unsafe { libc::geteuid() };
+                let attached = (!launching).then_some(session.as_str());
+                let why = segment::create_error(&shm_dir.join(&shm_name), &e, uid, attached);
                 if launching {
                     return launch::run_unprofiled(&args.command, &why).map(ControlFlow::Break);
                 }
@@ -280,12 +283,16 @@ fn use_tsc(args: &Args) -> bool {
 }
 
 /// The segment's name: the per-user session's in attach mode (refused when a live collector
-/// serves it), a name of this launcher's own otherwise. Sweeps the launcher segments killed
-/// collectors left first.
-fn shm_name(launching: bool, session: &str, shm_dir: &Path) -> Result<String, String> {
+/// serves it or another user's file has its name), a name of this launcher's own otherwise.
+/// Sweeps the segments killed collectors of this user left first, and says what it removed.
+fn shm_name(launching: bool, session: &str, shm_dir: &Path, quiet: bool) -> Result<String, String> {
     // Safety: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
-    segment::sweep_stale_launcher_segments(shm_dir, uid);
+    for removed in segment::sweep_leftover_segments(shm_dir, uid) {
+        if !quiet {
+            eprintln!("mlprof-collect: {removed}");
+        }
+    }
     if launching {
         return Ok(format!(
             "mlprof-{uid}-run-{}-{:x}",
@@ -294,7 +301,11 @@ fn shm_name(launching: bool, session: &str, shm_dir: &Path) -> Result<String, St
         ));
     }
     let name = session_shm_name(uid, session);
-    if let Some(pid) = segment::check_existing(shm_dir, &name).map_err(|e| e.to_string())? {
+    let path = shm_dir.join(&name);
+    if let Some(owner) = segment::foreign_owner(&path, uid) {
+        return Err(segment::taken_message(&path, owner, Some(session)));
+    }
+    if let Some(pid) = segment::check_existing(shm_dir, &name, uid).map_err(|e| e.to_string())? {
         return Err(format!(
             "session '{session}' is already served by mlprof-collect pid {pid}; choose another with --session"
         ));

@@ -31,15 +31,15 @@ impl AttachCollector {
     pub fn start_with_args(out: &Path, session: &str, args: &[&str]) -> AttachCollector {
         let mut cmd = Command::new(&bins().collect);
         clean_env(&mut cmd);
-        cmd.arg("--out")
-            .arg(out)
-            .arg("--session")
-            .arg(session)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .process_group(0);
+        cmd.arg("--out").arg(out).arg("--session").arg(session).args(args);
+        Self::start_command(cmd, out, session)
+    }
+
+    /// Like [`AttachCollector::start`] with a command line of the caller's, which runs
+    /// `mlprof-collect --out OUT --session NAME` its own way (as another user through
+    /// `setpriv`, with `MLPROF_SHM_DIR`); its stdio and process group are set here.
+    pub fn start_command(mut cmd: Command, out: &Path, session: &str) -> AttachCollector {
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).process_group(0);
         let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
         let stderr = child.stderr.take().expect("piped stderr");
         let lines = Arc::new(Mutex::new(Vec::new()));

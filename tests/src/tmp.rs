@@ -59,3 +59,36 @@ impl Drop for TempDir {
         }
     }
 }
+
+/// A directory in /dev/shm that every user may write, as /dev/shm itself (mode 1777), for
+/// `MLPROF_SHM_DIR`: the collectors of one test then see only that test's segments, while the
+/// collectors of tests running beside it sweep /dev/shm.  Removed with what it holds on drop.
+pub struct ShmDir {
+    path: PathBuf,
+}
+
+impl ShmDir {
+    pub fn new(tag: &str) -> ShmDir {
+        use std::os::unix::fs::PermissionsExt;
+        let path = Path::new("/dev/shm").join(format!("mlprof-test-{tag}-{}", unique_suffix()));
+        std::fs::create_dir(&path).unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
+        // Set after creation: the umask would clear the bits mkdir was given.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o1777))
+            .unwrap_or_else(|e| panic!("chmod 1777 {}: {e}", path.display()));
+        ShmDir { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.path.join(p)
+    }
+}
+
+impl Drop for ShmDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}

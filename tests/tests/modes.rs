@@ -130,6 +130,55 @@ fn a_served_session_is_not_taken_over() {
     e.finish();
 }
 
+/// An attach collector killed with SIGKILL leaves its session's segment behind; the user's
+/// next collector of another session removes it and says so (path and dead pid), and leaves
+/// alone the segment of a session a live collector serves, which goes on recording. The
+/// collectors use a shm directory of their own: collectors of other tests sweep /dev/shm.
+#[test]
+fn a_killed_attach_collectors_segment_is_removed_by_the_next_collector() {
+    let dir = TempDir::new("session-leftover");
+    let prog = compile("writer", &dir);
+    let shm = ShmDir::new("session-leftover");
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let start = |name: &str| {
+        let session = unique_session(name);
+        let out = dir.join(format!("{name}.bin"));
+        let mut c = Command::new(&bins().collect);
+        clean_env(&mut c).env("MLPROF_SHM_DIR", shm.path());
+        c.arg("--out").arg(&out).args(["--session", &session, "--no-energy"]);
+        let segment = shm.join(format!("mlprof-{uid}-{session}"));
+        (AttachCollector::start_command(c, &out, &session), segment, session)
+    };
+    // The live one first: a collector started after the kill would be the one that sweeps.
+    let (mut live, served, session) = start("live");
+    let (mut killed, left, _) = start("killed");
+    let killed_pid = killed.pid();
+    killed.kill9();
+    assert!(left.exists(), "a SIGKILLed collector cannot unlink {}", left.display());
+    // The next collector, of another session: it removes the leftover, and says so.
+    let (mut next, _, _) = start("next");
+    let said: Vec<String> = next.stderr_lines().into_iter().filter(|l| l.contains("removed")).collect();
+    let want = format!(
+        "mlprof-collect: removed {}, left behind by mlprof-collect pid {killed_pid}, which is gone",
+        left.display()
+    );
+    assert_eq!(said, [want], "stderr:\n{}", next.stderr());
+    assert!(!left.exists(), "{} is left", left.display());
+    next.stop_ok();
+    assert!(served.exists(), "the live collector's segment {} was removed", served.display());
+    let path = dir.file("w.dat");
+    let mut c = preloaded_command(&prog, &session);
+    c.env("MLPROF_SHM_DIR", shm.path()).args([path.as_str(), "10", "0"]);
+    let o = output_with_timeout(c, default_timeout());
+    assert!(o.status.success(), "a program of the live session\n{}", describe(&o));
+    live.stop_ok();
+    let s = clean_summary(&live.out);
+    let mut e = s.expect();
+    e.calls("tree", s.calls(), &[("open", 1), ("write", 10), ("close", 1)], &[]);
+    e.finish();
+}
+
 /// A collector started with SIGCHLD blocked (a mask some job launchers pass on) unblocks it in
 /// its main thread, where the signal of the command's end cuts its sleep short and tells it to
 /// reap: without that it would notice the end only at its once-a-second safety net. Read from

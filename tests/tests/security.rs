@@ -214,3 +214,175 @@ fn records_of_another_users_process_are_refused() {
     e.calls("dropuid", p.calls(), &[("write", 5), ("open", 1)], &[("write", 40)]);
     e.finish();
 }
+
+/// `setpriv` running `program` as nobody, in a clean environment.
+fn as_nobody(program: &Path) -> Command {
+    let mut c = Command::new("setpriv");
+    clean_env(&mut c);
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]).arg(program);
+    c
+}
+
+/// Copies of mlprof-collect and libmlprof.so that nobody can run whatever the build directory's
+/// permissions, and a directory nobody can write its run files to: (collector, directory).
+fn nobodys_collector(dir: &TempDir) -> (std::path::PathBuf, std::path::PathBuf) {
+    let bin = dir.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for from in [&bins().collect, &bins().preload] {
+        let to = bin.join(from.file_name().unwrap());
+        std::fs::copy(from, &to).unwrap();
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let work = dir.join("nobody");
+    std::fs::create_dir(&work).unwrap();
+    std::os::unix::fs::chown(&work, Some(NOBODY), Some(NOBODY)).unwrap();
+    (bin.join("mlprof-collect"), work)
+}
+
+/// The lines of `stderr` that say a leftover was removed.
+fn removals(stderr: &str) -> Vec<String> {
+    stderr.lines().filter(|l| l.starts_with("mlprof-collect: removed")).map(str::to_string).collect()
+}
+
+fn removal(segment: &Path, pid: u32) -> String {
+    format!(
+        "mlprof-collect: removed {}, left behind by mlprof-collect pid {pid}, which is gone",
+        segment.display()
+    )
+}
+
+/// Two users' attach collectors killed with SIGKILL leave their segments in one shm directory
+/// (world-writable like /dev/shm; a directory of the test's own, since collectors of other
+/// tests sweep /dev/shm), beside a live collector of root's and a file of nobody's under root's
+/// names holding a copy of root's dead ring. Root's next collector removes root's leftover
+/// only, and says so; root could remove the others, and must not. Nobody's next collector
+/// removes nobody's. Needs root and setpriv; skipped otherwise.
+#[test]
+fn each_user_sweeps_only_their_own_leftovers() {
+    if !require_root("to run a collector as nobody")
+        || !require_program("setpriv", "to run a collector as nobody")
+    {
+        return;
+    }
+    let dir = TempDir::new("leftovers-two-users");
+    let (collect, work) = nobodys_collector(&dir);
+    let shm = ShmDir::new("leftovers-two-users");
+    let attach = |mut c: Command, out: std::path::PathBuf, name: &str| {
+        let session = unique_session(name);
+        c.env("MLPROF_SHM_DIR", shm.path()).arg("--out").arg(&out).args([
+            "--session",
+            &session,
+            "--no-energy",
+        ]);
+        (AttachCollector::start_command(c, &out, &session), session)
+    };
+    let root_collect = || {
+        let mut c = Command::new(&bins().collect);
+        clean_env(&mut c);
+        c
+    };
+    // The live one first: a collector of root's started after the kill would sweep.
+    let (mut live, live_session) = attach(root_collect(), dir.join("live.bin"), "live");
+    let served = shm.join(format!("mlprof-{}-{live_session}", euid()));
+    let (mut theirs, their_session) = attach(as_nobody(&collect), work.join("killed.bin"), "nobody");
+    let their_pid = theirs.pid();
+    theirs.kill9();
+    let their_segment = shm.join(format!("mlprof-{NOBODY}-{their_session}"));
+    let (mut mine, my_session) = attach(root_collect(), dir.join("killed.bin"), "root");
+    let my_pid = mine.pid();
+    mine.kill9();
+    let my_segment = shm.join(format!("mlprof-{}-{my_session}", euid()));
+    let planted = shm.join(format!("mlprof-{}-{}", euid(), unique_session("planted")));
+    let mut header = vec![0u8; 4096];
+    std::io::Read::read_exact(&mut std::fs::File::open(&my_segment).unwrap(), &mut header)
+        .unwrap_or_else(|e| panic!("read {}: {e}", my_segment.display()));
+    std::fs::write(&planted, header).unwrap();
+    std::os::unix::fs::chown(&planted, Some(NOBODY), Some(NOBODY)).unwrap();
+
+    let mut next = collect_command(&dir.join("next.bin"), &["--no-energy"], &["true"]);
+    next.env("MLPROF_SHM_DIR", shm.path());
+    let o = output_with_timeout(next, default_timeout());
+    assert!(o.status.success(), "root's next collector\n{}", describe(&o));
+    assert_eq!(
+        removals(&String::from_utf8_lossy(&o.stderr)),
+        [removal(&my_segment, my_pid)],
+        "{}",
+        describe(&o)
+    );
+    assert!(!my_segment.exists(), "root's leftover is still there");
+    for (what, kept) in
+        [("nobody's leftover", &their_segment), ("nobody's file", &planted), ("the live one", &served)]
+    {
+        assert!(kept.exists(), "root's collector removed {what}, {}", kept.display());
+    }
+    live.stop_ok();
+
+    let mut next = as_nobody(&collect);
+    next.env("MLPROF_SHM_DIR", shm.path()).arg("--out").arg(work.join("next.bin")).args([
+        "--no-energy",
+        "--",
+        "true",
+    ]);
+    let o = output_with_timeout(next, default_timeout());
+    assert!(o.status.success(), "nobody's next collector\n{}", describe(&o));
+    assert_eq!(
+        removals(&String::from_utf8_lossy(&o.stderr)),
+        [removal(&their_segment, their_pid)],
+        "{}",
+        describe(&o)
+    );
+    assert!(!their_segment.exists(), "nobody's leftover is still there");
+    assert!(planted.exists(), "nobody's collector removed a file under root's names");
+}
+
+/// Another user creates the name of a session's segment before its collector does (the shm
+/// directory is writable by all): the collector refuses with an error that says the file is
+/// another user's and what to do, and leaves the file alone; another session then works. Both
+/// ways: root's file at nobody's name, and nobody's at root's (which root could remove). Needs
+/// root and setpriv; skipped otherwise.
+#[test]
+fn a_session_name_another_user_took_is_refused_and_left_alone() {
+    if !require_root("to act as two users") || !require_program("setpriv", "to run a collector as nobody") {
+        return;
+    }
+    let dir = TempDir::new("name-taken");
+    let (collect, work) = nobodys_collector(&dir);
+    let shm = ShmDir::new("name-taken");
+    let session = unique_session("taken");
+    let cases = [
+        ("nobody's session, taken by root", as_nobody(&collect), NOBODY, 0, work.clone()),
+        (
+            "root's session, taken by nobody",
+            Command::new(&bins().collect),
+            euid(),
+            NOBODY,
+            dir.path().to_path_buf(),
+        ),
+    ];
+    for (what, mut c, victim, owner, out_dir) in cases {
+        let name = shm.join(format!("mlprof-{victim}-{session}"));
+        std::fs::write(&name, b"mine").unwrap();
+        std::os::unix::fs::chown(&name, Some(owner), Some(owner)).unwrap();
+        clean_env(&mut c).env("MLPROF_SHM_DIR", shm.path());
+        c.arg("--out").arg(out_dir.join("taken.bin")).args(["--session", &session, "--no-energy"]);
+        let o = output_with_timeout(c, default_timeout());
+        assert_eq!(o.status.code(), Some(2), "{what}: the collector refuses\n{}", describe(&o));
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        let said = format!(
+            "mlprof-collect: error: cannot create the ring {}: it belongs to another user (uid {owner})",
+            name.display()
+        );
+        assert!(stderr.starts_with(&said), "{what}: want {said:?}\n{stderr}");
+        for advice in ["--session NAME", "MLPROF_SESSION=NAME", "MLPROF_SHM_DIR"] {
+            assert!(stderr.contains(advice), "{what}: no {advice:?} in\n{stderr}");
+        }
+        assert_eq!(std::fs::read(&name).unwrap(), b"mine", "{what}: the other user's file was touched");
+        assert_eq!(std::fs::metadata(&name).unwrap().uid(), owner, "{what}");
+    }
+    // The advice works: another session.
+    let mut c = Command::new(&bins().collect);
+    clean_env(&mut c).env("MLPROF_SHM_DIR", shm.path());
+    let other = unique_session("untaken");
+    c.arg("--out").arg(dir.join("other.bin")).args(["--session", &other, "--no-energy"]);
+    AttachCollector::start_command(c, &dir.join("other.bin"), &other).stop_ok();
+}

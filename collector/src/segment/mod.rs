@@ -26,8 +26,10 @@ use mlprof_format::ring::{
 };
 
 mod leftovers;
+mod taken;
 
-pub use leftovers::{check_existing, sweep_stale_launcher_segments};
+pub use leftovers::{check_existing, sweep_leftover_segments};
+pub use taken::{create_error, foreign_owner, taken_message};
 
 /// Where segments live: `$MLPROF_SHM_DIR`, else `/dev/shm`.
 pub fn shm_dir() -> PathBuf {
