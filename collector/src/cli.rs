@@ -81,6 +81,11 @@ pub(crate) struct Args {
     /// MLPROF_ALL_SYSCALLS=1 for the library. See README "System calls".
     #[arg(long)]
     pub(crate) all_syscalls: bool,
+    /// Record no GPU timeline: no CUPTI activity records (kernels, copies, memsets on the GPU's
+    /// own clock) in processes that use CUDA. Sets MLPROF_CUPTI=off for the library (attach
+    /// mode: set it in the processes' environment). The timeline is on by default.
+    #[arg(long)]
+    pub(crate) no_gpu_timeline: bool,
     /// Print nothing but errors.
     #[arg(long, short)]
     pub(crate) quiet: bool,

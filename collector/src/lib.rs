@@ -187,6 +187,9 @@ impl Collector {
         if args.all_syscalls {
             extra_env.push(("MLPROF_ALL_SYSCALLS", "1".into()));
         }
+        if args.no_gpu_timeline {
+            extra_env.push(("MLPROF_CUPTI", "off".into()));
+        }
         let mut watch = launch::ChildWatch::new();
         let mut child = launch::spawn(&args.command, preload, shm_path, session, &extra_env)?;
         let child_pid = child.id();

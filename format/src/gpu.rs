@@ -14,6 +14,7 @@
 //! | [`ACTIVITY_OVERHEAD`] | CUPTI overhead kind | – | – | – | – | – |
 //! | [`ACTIVITY_STATE`] | [`GpuTimelineState`] | – | – | CUPTI result code or CUDA version | `grid`: CUPTI's API version | – |
 //! | [`ACTIVITY_COUNTS`] | – | – | – | activities CUPTI delivered so far | `grid`: dropped by CUPTI so far; `block`/`shared`: (low/high 32 bits) lost to a full ring so far | – |
+//! | [`ACTIVITY_LINK`] | – | correlation id | the host call's function id | the host call's tid | – | – |
 //!
 //! `start`/`dur` are ring ticks in the ring (CUPTI stamps records with the ring's own clock
 //! through its timestamp callback) unless [`ACTIVITY_FLAG_MONOTONIC`] says they are
@@ -44,6 +45,11 @@ pub const ACTIVITY_OVERHEAD: u8 = 5;
 pub const ACTIVITY_STATE: u8 = 6;
 /// Running totals of this process's GPU activities (delivered, dropped by reason).
 pub const ACTIVITY_COUNTS: u8 = 7;
+/// A host API call with a known correlation id (the collector writes it for each call flagged
+/// [`crate::record::FLAG_CORRELATED`]): `correlation`, the call's thread in `value`, its
+/// `start`/`dur`, and its function id in `aux`. GPU work with the same (pid, correlation) was
+/// issued by that call.
+pub const ACTIVITY_LINK: u8 = 8;
 
 /// `flags` bit: `start`/`dur` are CLOCK_MONOTONIC ns already (in the ring; see the module).
 pub const ACTIVITY_FLAG_MONOTONIC: u8 = 1;
@@ -154,13 +160,16 @@ pub enum GpuTimelineState {
     /// CUPTI refused the timestamp callback: times are its own, calibrated onto the monotonic
     /// clock (`aux`: the calibration's residual, ns).
     Calibrated = 7,
+    /// Collecting, but GPU work cannot be linked to its host calls: CUPTI's callbacks were
+    /// refused (`value`: the result of `cuptiSubscribe`).
+    Unlinked = 8,
 }
 
 impl GpuTimelineState {
     /// The state of `detail`, if known to this build.
     pub fn from_u8(detail: u8) -> Option<GpuTimelineState> {
         use GpuTimelineState::*;
-        [Started, Off, NotFound, VersionMismatch, Failed, StoodDown, Calibrated]
+        [Started, Off, NotFound, VersionMismatch, Failed, StoodDown, Calibrated, Unlinked]
             .into_iter()
             .find(|s| *s as u8 == detail)
     }
@@ -227,7 +236,7 @@ mod tests {
         let mut counts = GpuActivity { what: ACTIVITY_COUNTS, ..Default::default() };
         counts.set_ring_dropped(0x1_0000_0002);
         assert_eq!(counts.ring_dropped(), 0x1_0000_0002);
-        for state in 1..=7 {
+        for state in 1..=8 {
             assert_eq!(GpuTimelineState::from_u8(state).map(|s| s as u8), Some(state));
         }
         assert_eq!(GpuTimelineState::from_u8(0), None);

@@ -81,6 +81,12 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         meaning: "an ITT collector (VTune's) to forward every ITT call to; the launcher moves a user's INTEL_LIBITTNOTIFY64 here",
     },
     EnvOption {
+        name: "MLPROF_CUPTI",
+        read_by: ReadBy::Preload,
+        default: "on",
+        meaning: "GPU timeline (CUPTI activity records) of processes that use CUDA: off, or the libcupti to load (default: the application's own, else the one beside the CUDA runtime, else $CUDA_HOME/extras/CUPTI/lib64)",
+    },
+    EnvOption {
         name: "MLPROF_QUIET",
         read_by: ReadBy::Preload,
         default: "0",

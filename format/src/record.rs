@@ -67,6 +67,11 @@ const _: () = assert!(core::mem::align_of::<Event>() == 8);
 
 /// `flags` bit: the call failed (returned its error value).
 pub const FLAG_ERROR: u16 = 1;
+/// `flags` bit: a GPU API call (launch, copy, memset) whose CUPTI correlation id was known
+/// (format 1.5): in the ring its `tid` carries that id, and the collector stores it as an
+/// [`crate::gpu::ACTIVITY_LINK`] record beside the GPU activities, then names the call by its
+/// thread as usual.
+pub const FLAG_CORRELATED: u16 = 4;
 /// `flags` bit: a driver call made from inside a recorded runtime call (e.g. the
 /// `cuLaunchKernel` behind a `cudaLaunchKernel`); reports leave it out of host-time totals.
 pub const FLAG_NESTED: u16 = 2;

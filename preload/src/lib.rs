@@ -26,6 +26,8 @@ use mlprof_preload_core::{guard, itt, library, real, recorder, user_memory};
 // up ITT stamping, outside any hook.
 #[ctor::ctor(unsafe)]
 fn mlprof_init() {
+    // Before anything can exit: the GPU timeline's buffers are handed over first.
+    recorder::set_before_exit(mlprof_preload_core::cupti::flush_at_exit);
     if recorder::init_from_constructor()
         && let Some(state) = guard::current()
         && !state.in_hook.get()

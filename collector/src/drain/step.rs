@@ -8,11 +8,11 @@ use std::sync::atomic::Ordering;
 
 use mlprof_filewrite::BackgroundFile;
 use mlprof_format::func::Func;
-use mlprof_format::gpu::{ACTIVITY_FLAG_MONOTONIC, GpuActivity, KIND_GPU_ACTIVITY};
+use mlprof_format::gpu::{ACTIVITY_FLAG_MONOTONIC, ACTIVITY_LINK, GpuActivity, KIND_GPU_ACTIVITY};
 use mlprof_format::rank::RankRecord;
 use mlprof_format::record::{
-    CONTROL_KIND_BASE, Event, KIND_PROCESS_EXIT, KIND_PROCESS_RANK, KIND_PROCESS_START, KIND_SYMBOL_DEF,
-    PROC_FORKED,
+    CONTROL_KIND_BASE, Event, FLAG_CORRELATED, KIND_PROCESS_EXIT, KIND_PROCESS_RANK, KIND_PROCESS_START,
+    KIND_SYMBOL_DEF, PROC_FORKED,
 };
 use mlprof_format::ring::{Drained, LaneItem};
 use mlprof_format::runfile::{ProcessExit, ProcessInfo, RunWriter, SymbolInfo};
@@ -182,10 +182,13 @@ impl RecordHandler<'_> {
             return Err(Stop::BatchFull);
         }
         let timebase = self.timebase;
-        event.pid = self.pid;
-        event.tid = self.tid;
         event.start = timebase.to_ns(event.start);
         event.dur = timebase.duration_ns(event.dur);
+        if event.flags & FLAG_CORRELATED != 0 {
+            self.link(&event);
+        }
+        event.pid = self.pid;
+        event.tid = self.tid;
         let needs_path = event.arg2 != 0 && Func::kind_has_path(event.kind);
         if needs_path && !self.metadata.strings.is_known(event.arg2) {
             if hold {
@@ -196,6 +199,25 @@ impl RecordHandler<'_> {
             self.batch.events.push(event);
         }
         Ok(())
+    }
+}
+
+impl RecordHandler<'_> {
+    /// A GPU call that carries its CUPTI correlation id in `tid` (in the ring only): the link
+    /// from that id to the call goes beside the GPU activities.
+    #[cold]
+    fn link(&mut self, event: &Event) {
+        self.batch.gpu.push(GpuActivity {
+            kind: KIND_GPU_ACTIVITY,
+            what: ACTIVITY_LINK,
+            pid: self.pid,
+            correlation: event.tid,
+            aux: event.kind,
+            start: event.start,
+            dur: event.dur,
+            value: self.tid as u64,
+            ..GpuActivity::default()
+        });
     }
 }
 

@@ -364,3 +364,40 @@ fn gpu_activities_are_written_in_their_own_frames_on_the_monotonic_axis() {
         "named by the lane's owner, in CUPTI's order"
     );
 }
+
+#[test]
+fn a_correlated_call_is_stored_as_its_thread_with_a_link_beside_the_gpu_work() {
+    use mlprof_format::gpu::{ACTIVITY_LINK, GpuActivity};
+    use mlprof_format::record::FLAG_CORRELATED;
+    let (mut drainer, file) = drainer("link", GEOMETRY);
+    let view = drainer.segment().view();
+    let pid = std::process::id();
+    let lane = claim(view, pid, 101, 0);
+    // In the ring, a correlated launch carries CUPTI's correlation id (42) where its tid goes.
+    let mut launch = call(Func::CuLaunchKernel, 10, 16);
+    launch.flags |= FLAG_CORRELATED;
+    launch.tid = 42;
+    push_all(view, lane.index, &[launch, call(Func::Read, 20, 25)]);
+    drainer.drain_once().unwrap();
+    drainer.finish().unwrap();
+    let frames = file.frames();
+    let stored = events(&frames);
+    assert_eq!(
+        stored.iter().map(|e| (e.tid, e.flags)).collect::<Vec<_>>(),
+        [(101, FLAG_CORRELATED), (101, 0)]
+    );
+    let links: Vec<GpuActivity> = frames
+        .into_iter()
+        .filter_map(|frame| match frame {
+            Written::Gpu(records) => Some(records),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(links.len(), 1);
+    let link = links[0];
+    assert_eq!(
+        (link.what, link.pid, link.correlation, link.value, link.start, link.dur, link.aux),
+        (ACTIVITY_LINK, pid, 42, 101, 10, 6, Func::CuLaunchKernel as u16)
+    );
+}

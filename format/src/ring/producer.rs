@@ -31,6 +31,7 @@ fn make_room(
     head: u64,
     count: u64,
     back: Option<BackFn>,
+    count_drop: bool,
 ) -> bool {
     let tail = lane.tail.load(Ordering::Acquire);
     lane.cached_tail.store(tail, Ordering::Relaxed);
@@ -45,7 +46,9 @@ fn make_room(
     let limit = if backed < capacity { room.min(backed) } else { room };
     lane.limit.store(limit, Ordering::Relaxed);
     if end > limit {
-        signal_safe_add(&lane.dropped, 1);
+        if count_drop {
+            signal_safe_add(&lane.dropped, 1);
+        }
         return false;
     }
     true
@@ -196,11 +199,11 @@ impl RingView {
     /// the drop is counted) when the lane is full, or ends where its backing does and cannot
     /// grow.
     #[inline(always)]
-    fn reserve(&self, index: u32, lane: &Lane, count: u64) -> Option<u64> {
+    fn reserve(&self, index: u32, lane: &Lane, count: u64, count_drop: bool) -> Option<u64> {
         let head = lane.head.load(Ordering::Relaxed);
         if head.wrapping_add(count) > lane.limit.load(Ordering::Relaxed) {
             let capacity = self.geometry().lane_capacity as u64;
-            if !make_room(lane, self.slot_of(index, 0), capacity, head, count, self.back) {
+            if !make_room(lane, self.slot_of(index, 0), capacity, head, count, self.back, count_drop) {
                 return None;
             }
         }
@@ -211,8 +214,20 @@ impl RingView {
     /// counts the drop. Never blocks.
     #[inline(always)]
     pub fn push(&self, index: u32, event: &Event) -> bool {
+        self.push_counting(index, event, true)
+    }
+
+    /// Like [`RingView::push`], but a full lane drops the record without counting it in the
+    /// lane's drops: for records that are not calls (GPU activities), whose writer counts its
+    /// losses by their own reason, so that the lane's drops stay calls lost.
+    pub fn push_uncounted(&self, index: u32, event: &Event) -> bool {
+        self.push_counting(index, event, false)
+    }
+
+    #[inline(always)]
+    fn push_counting(&self, index: u32, event: &Event, count_drop: bool) -> bool {
         let Some(lane) = self.lane(index) else { return false };
-        let Some(head) = self.reserve(index, lane, 1) else { return false };
+        let Some(head) = self.reserve(index, lane, 1, count_drop) else { return false };
         // Safety: the slot belongs to this lane, which only its owner writes; the consumer does
         // not read it before the release store below.
         unsafe { (self.slot(index, head) as *mut Event).write(*event) };
@@ -229,7 +244,7 @@ impl RingView {
         let Some(lane) = self.lane(index) else { return false };
         let bytes = &bytes[..bytes.len().min(MAX_STRING_BYTES)];
         let payload = string_payload_slots(bytes.len()) as u64;
-        let Some(head) = self.reserve(index, lane, 1 + payload) else { return false };
+        let Some(head) = self.reserve(index, lane, 1 + payload, true) else { return false };
         // Safety: as in `push`; all slots up to head + payload belong to this lane.
         unsafe {
             (self.slot(index, head) as *mut Event).write(*definition);
@@ -309,7 +324,7 @@ impl LaneWriter {
         let head = lane.head.load(Ordering::Relaxed);
         let capacity = self.mask + 1;
         if head.wrapping_add(1) > lane.limit.load(Ordering::Relaxed)
-            && !make_room(lane, self.slots, capacity, head, 1, self.back)
+            && !make_room(lane, self.slots, capacity, head, 1, self.back, true)
         {
             return Pushed::Dropped;
         }

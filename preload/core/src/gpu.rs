@@ -1,13 +1,57 @@
 //! What the GPU hooks share: recording a call as a [`GpuCall`], marking driver calls made from
-//! inside runtime calls as nested, and naming kernels once per function.
+//! inside runtime calls as nested, naming kernels once per function, and, while the GPU
+//! timeline runs, taking the CUPTI correlation id of each call that issues GPU work.
 
 use core::ffi::{c_char, c_int, c_void};
+use core::sync::atomic::{AtomicBool, Ordering};
 
-use mlprof_format::func::Func;
+use mlprof_format::func::{Class, Func};
 use mlprof_format::record::GpuCall;
 
+use crate::guard::ThreadState;
 use crate::real::{CUDA_DRIVER, CUDA_RUNTIME, Real, as_fn};
 use crate::recorder::Span;
+
+/// Whether CUPTI's callback tells this process's threads the correlation id of their CUDA
+/// calls (set when the GPU timeline started with its callbacks; see `crate::cupti`).
+static LINKING: AtomicBool = AtomicBool::new(false);
+
+/// Turns the taking of correlation ids on (or off, when the GPU timeline stands down).
+pub fn set_linking(on: bool) {
+    LINKING.store(on, Ordering::Relaxed);
+}
+
+/// A call that issues GPU work (launch, copy, memset), made outside any other recorded CUDA
+/// call, while linking is on: its correlation id is forgotten before the real call, so that
+/// what CUPTI's callback notes during the call is this call's. `func` is a constant at every
+/// caller: the class test folds away.
+#[inline(always)]
+fn starts_link(func: Func, thread: &ThreadState) -> bool {
+    let issues_work = matches!(func.class(), Class::Launch | Class::Copy | Class::Memset);
+    if issues_work && thread.gpu_depth.get() == 0 && LINKING.load(Ordering::Relaxed) {
+        thread.gpu_correlation.set(0);
+        return true;
+    }
+    false
+}
+
+/// The correlation id CUPTI noted during a call that [`starts_link`]ed (0 otherwise, or when
+/// CUPTI's callback did not run).
+#[inline(always)]
+fn take_link(linked: bool, thread: &ThreadState) -> u32 {
+    if linked { thread.gpu_correlation.replace(0) } else { 0 }
+}
+
+/// From CUPTI's callback, at the entry of a CUDA API call on this thread: the call's
+/// correlation id, kept unless an outer call's is there already (a driver call made inside a
+/// runtime call: the GPU work carries the runtime call's id).
+pub fn note_correlation(correlation: u32) {
+    if let Some(thread) = crate::guard::current()
+        && thread.gpu_correlation.get() == 0
+    {
+        thread.gpu_correlation.set(correlation);
+    }
+}
 
 /// Status returned when the real function cannot be found (cudaErrorInitializationError,
 /// CUDA_ERROR_NOT_INITIALIZED, ncclInternalError all happen to be 3).
@@ -18,11 +62,14 @@ pub const NOT_FOUND_STATUS: c_int = 3;
 pub fn outer_call(func: Func, call: impl FnOnce() -> c_int, fields: impl FnOnce(c_int) -> GpuCall) -> c_int {
     let Some(span) = Span::begin(func) else { return call() };
     let thread = span.thread();
+    let linked = starts_link(func, thread);
     thread.gpu_depth.set(thread.gpu_depth.get() + 1);
     let status = call();
+    let end = crate::clock::now();
     let thread = span.thread();
     thread.gpu_depth.set(thread.gpu_depth.get().saturating_sub(1));
-    span.finish_gpu(GpuCall { status, ..fields(status) }, func, status != 0);
+    let correlation = take_link(linked, thread);
+    span.finish_gpu_linked(end, GpuCall { status, ..fields(status) }, func, status != 0, correlation);
     status
 }
 
@@ -30,8 +77,11 @@ pub fn outer_call(func: Func, call: impl FnOnce() -> c_int, fields: impl FnOnce(
 #[inline(always)]
 pub fn driver_call(func: Func, call: impl FnOnce() -> c_int, fields: impl FnOnce(c_int) -> GpuCall) -> c_int {
     let Some(span) = Span::begin(func) else { return call() };
+    let linked = starts_link(func, span.thread());
     let status = call();
-    span.finish_gpu(GpuCall { status, ..fields(status) }, func, status != 0);
+    let end = crate::clock::now();
+    let correlation = take_link(linked, span.thread());
+    span.finish_gpu_linked(end, GpuCall { status, ..fields(status) }, func, status != 0, correlation);
     status
 }
 
@@ -48,6 +98,7 @@ pub fn launch_call(
     let Some(span) = Span::begin(func) else { return call() };
     let runtime = func.api() == mlprof_format::func::Api::CudaRuntime;
     let thread = span.thread();
+    let linked = starts_link(func, thread);
     if runtime {
         thread.gpu_depth.set(thread.gpu_depth.get() + 1);
     }
@@ -58,8 +109,9 @@ pub fn launch_call(
     }
     // The launch ended here: naming the kernel (the first launch of each) is not its time.
     let end = crate::clock::now();
+    let correlation = take_link(linked, span.thread());
     span.define_symbol(handle, |buf| name(handle, buf));
-    span.finish_gpu_at(end, GpuCall { status, ..fields(status) }, func, status != 0);
+    span.finish_gpu_linked(end, GpuCall { status, ..fields(status) }, func, status != 0, correlation);
     status
 }
 

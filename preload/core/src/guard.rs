@@ -43,6 +43,9 @@ pub struct ThreadState {
     pub device: Cell<i32>,
     /// Depth of recorded CUDA runtime calls in progress (driver calls inside are nested).
     pub gpu_depth: Cell<u32>,
+    /// CUPTI's correlation id of the outermost CUDA API call this thread is in, as CUPTI's
+    /// callback told it (0: none yet): what links the call to the GPU work it issued.
+    pub gpu_correlation: Cell<u32>,
     /// Set (with `in_hook`) around our own cold paths that may call hooked functions (joining,
     /// claiming a lane, naming a kernel, ITT stamping): calls made there are ours, not lost.
     pub internal: Cell<bool>,
@@ -195,6 +198,7 @@ impl ThreadState {
             clone_start: Cell::new(0),
             device: Cell::new(0),
             gpu_depth: Cell::new(0),
+            gpu_correlation: Cell::new(0),
             internal: Cell::new(false),
             nested: core::sync::atomic::AtomicU32::new(0),
             trap_sigsys_blocked: Cell::new(false),

@@ -12,7 +12,8 @@
 //! 3. [`recorder`]: joining the collector's ring, the process lifecycle (fork, exec, exit,
 //!    vfork, thread exit), lanes, strings and the record API the hooks use ([`recorder::Span`],
 //!    [`recorder::AggregateCall`]); ITT stamping is injected into it ([`recorder::stamp`]), not
-//!    imported; [`gpu`] records CUDA/NCCL calls through it;
+//!    imported; [`gpu`] records CUDA/NCCL calls through it; [`cupti`] sends what the GPU did
+//!    (CUPTI activity records) through it;
 //! 4. [`itt`]: mlprof as an ITT collector (ABI structs, interning, task stacks, chaining);
 //!    [`trap`]: complete mode, every system call trapped with syscall user dispatch and
 //!    recorded through the recorder.
@@ -26,6 +27,7 @@
 
 pub mod clock;
 pub mod config;
+pub mod cupti;
 pub mod gpu;
 pub mod guard;
 pub mod itt;

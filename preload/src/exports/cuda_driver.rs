@@ -203,6 +203,25 @@ gpu_hook!(driver_call, crate::real::CUDA_DRIVER, cuMemFreeAsync => CuMemFreeAsyn
 gpu_hook!(driver_call, crate::real::CUDA_DRIVER, cuMemFreeAsync_ptsz => CuMemFreeAsyncPtsz(ptr: DevicePtr, stream: Stream),
     |status| GpuCall { stream: stream as u64, object: ptr, ..GpuCall::default() });
 
+// ---- initialization ------------------------------------------------------------------------
+
+real_slot!(cuInit, crate::real::CUDA_DRIVER);
+/// Not recorded (a call made once, and no test of ours counts it): a successful `cuInit` is when
+/// the process's GPU timeline starts (CUPTI, see `mlprof_preload_core::cupti`). The status is
+/// the real call's, whatever becomes of the timeline.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuInit(flags: c_uint) -> c_int {
+    let Some(addr) = cuInit::REAL.get() else { return NOT_FOUND_STATUS };
+    // Safety: the slot was resolved for cuInit, `CUresult cuInit(unsigned int)`.
+    let real: unsafe extern "C" fn(c_uint) -> c_int = unsafe { as_fn(addr) };
+    // Safety: forwarding the caller's argument unchanged.
+    let status = unsafe { real(flags) };
+    if status == 0 {
+        mlprof_preload_core::cupti::on_cuda_initialized();
+    }
+    status
+}
+
 // ---- synchronization, events, graphs -------------------------------------------------------
 
 gpu_hook!(driver_call, crate::real::CUDA_DRIVER, cuStreamSynchronize => CuStreamSynchronize(stream: Stream),
@@ -279,4 +298,5 @@ wrappers! {
     "cuEventSynchronize" => cuEventSynchronize;
     "cuEventRecord" => cuEventRecord, cuEventRecord_ptsz;
     "cuGraphLaunch" => cuGraphLaunch, cuGraphLaunch_ptsz;
+    "cuInit" => cuInit;
 }

@@ -325,3 +325,21 @@ fn concurrent_producers_lose_nothing_they_did_not_count() {
     }
     assert_eq!(total_received + total_dropped, producers as u64 * per_producer);
 }
+
+#[test]
+fn an_uncounted_push_into_a_full_lane_leaves_the_lanes_drops_alone() {
+    let geometry = RingGeometry { lane_count: 1, lane_capacity: 64 };
+    let mapping = HeapRing::new(geometry);
+    let view = mapping.view();
+    let lane = view.claim(1, 7, 0, 0, false).unwrap().index;
+    for seq in 0..64 {
+        assert!(view.push_uncounted(lane, &record(seq, 7)));
+    }
+    // Full: a GPU activity is refused and not counted as a lost call; a call still is.
+    assert!(!view.push_uncounted(lane, &record(64, 7)));
+    assert_eq!(view.lane(lane).unwrap().dropped.load(Ordering::Relaxed), 0);
+    assert!(!view.push(lane, &record(64, 7)));
+    assert_eq!(view.lane(lane).unwrap().dropped.load(Ordering::Relaxed), 1);
+    let mut next = 0;
+    assert_eq!(take(&view, lane, &mut next), 64);
+}

@@ -4,7 +4,7 @@
 //! and passes through in a vfork child, which runs on its parent's memory.
 
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use mlprof_format::record::{Event, KIND_PROCESS_EXIT, KIND_PROCESS_START, PROC_FORKED};
 
@@ -110,6 +110,15 @@ fn send_process_start(parent: u32, forked: bool) {
     );
 }
 
+/// Work the library does first when its process exits (the GPU timeline's last flush, which
+/// lies above the recorder): injected at start-up, as ITT stamping is; 0 when none.
+static BEFORE_EXIT: AtomicUsize = AtomicUsize::new(0);
+
+/// Makes `work` run once when the process exits, before its exit is recorded.
+pub fn set_before_exit(work: fn()) {
+    BEFORE_EXIT.store(work as usize, Ordering::Relaxed);
+}
+
 /// Records the exit status a process passes to exit/_exit (once per process image).
 pub fn record_process_exit(status: i32) {
     if !session::is_active_quick() {
@@ -121,6 +130,11 @@ pub fn record_process_exit(status: i32) {
     }
     if EXIT_RECORDED.swap(true, Ordering::Relaxed) {
         return;
+    }
+    let before = BEFORE_EXIT.load(Ordering::Relaxed);
+    if before != 0 {
+        // Safety: only set_before_exit stores here, the address of a `fn()`.
+        unsafe { core::mem::transmute::<usize, fn()>(before)() };
     }
     let Some(ring) = session::ring() else { return };
     let pid = session::pid();

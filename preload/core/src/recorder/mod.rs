@@ -24,14 +24,16 @@ pub mod stamp;
 pub mod strings;
 
 use mlprof_format::func::Func;
-use mlprof_format::record::{Event, FLAG_ERROR, FLAG_NESTED, GpuCall};
+use mlprof_format::record::{Event, FLAG_CORRELATED, FLAG_ERROR, FLAG_NESTED, GpuCall};
 use mlprof_format::ring::{AggSlot, LaneWriter, Pushed, RingView};
 
 use crate::clock;
 use crate::guard::{self, ThreadRef, ThreadState};
 use crate::user_memory;
 
-pub use lifecycle::{after_raw_fork_in_child, note_vfork, record_process_exit, set_thread_device};
+pub use lifecycle::{
+    after_raw_fork_in_child, note_vfork, record_process_exit, set_before_exit, set_thread_device,
+};
 pub use session::clock_events;
 
 /// From the library's constructor: registers the fork and exit handlers (here, where no
@@ -237,21 +239,41 @@ impl Span {
     /// Like [`Span::finish_gpu`], for a call that ended at `end` (a [`clock::now`] taken right
     /// after the real call, so that work done since, such as naming a kernel, is not its time).
     #[inline(always)]
-    pub fn finish_gpu_at(self, end: u64, mut call: GpuCall, func: Func, failed: bool) {
+    pub fn finish_gpu_at(self, end: u64, call: GpuCall, func: Func, failed: bool) {
+        self.finish_gpu_linked(end, call, func, failed, 0);
+    }
+
+    /// Like [`Span::finish_gpu_at`], for a call whose CUPTI correlation id is `correlation`
+    /// (0: unknown): the ring record carries the id in its `tid` (flagged
+    /// [`FLAG_CORRELATED`]), which the collector turns into a link to the GPU work.
+    #[inline(always)]
+    pub fn finish_gpu_linked(self, end: u64, mut call: GpuCall, func: Func, failed: bool, correlation: u32) {
         if call.device == 0 {
             call.device = self.thread.device.get();
         }
         if self.thread.gpu_depth.get() > 0 {
             call.flags |= FLAG_NESTED;
         }
-        self.write(end, call.into_event(), func, failed);
+        if correlation != 0 {
+            call.flags |= FLAG_CORRELATED;
+            self.write_as(end, call.into_event(), func, failed, Some(correlation));
+        } else {
+            self.write(end, call.into_event(), func, failed);
+        }
     }
 
     /// What every finish shares: closes the ITT stamp, fills in identity, times and the error
     /// flag, pushes the record, and adds the calls a signal handler made meanwhile to the lane's
     /// drops (see `ThreadState::reentered`).
     #[inline(always)]
-    fn write(self, end: u64, mut event: Event, func: Func, failed: bool) {
+    fn write(self, end: u64, event: Event, func: Func, failed: bool) {
+        self.write_as(end, event, func, failed, None);
+    }
+
+    /// [`Span::write`], with `tid` in the ring record's tid instead of the thread's (a GPU
+    /// call's correlation id; `None` at every other caller, folded away).
+    #[inline(always)]
+    fn write_as(self, end: u64, mut event: Event, func: Func, failed: bool, tid: Option<u32>) {
         let state = self.thread;
         // A hooked call marked itself in flight in `begin` and clears the mark; a trapped
         // system call's span did not mark (it lies inside the libc call that did) and leaves
@@ -265,7 +287,7 @@ impl Span {
         state.in_hook.set(true);
         event.kind = func as u16;
         event.pid = session::pid();
-        event.tid = state.tid.get();
+        event.tid = tid.unwrap_or_else(|| state.tid.get());
         event.start = self.start;
         event.dur = end.wrapping_sub(self.start);
         if failed {
@@ -514,6 +536,34 @@ pub fn with_lane(f: impl FnOnce(&RingView, u32, u32, &ThreadState)) -> bool {
         true
     })();
     state.in_hook.set(false);
+    recorded
+}
+
+/// Runs `f` with this thread's lane for records that are not calls (GPU activities, written
+/// by CUPTI's buffer callback): like [`with_lane`], except that a guard our own code holds
+/// (marked internal: the library flushing CUPTI at exit, or starting it) is no reason to
+/// refuse, since CUPTI calls the callback from inside such a flush. Never joins a session.
+pub fn with_lane_for_activity(f: impl FnOnce(&RingView, u32, u32, &ThreadState)) -> bool {
+    let Some(state) = guard::current() else { return false };
+    if state.in_hook.get() && !state.internal.get() {
+        state.reentered();
+        return false;
+    }
+    if !session::is_active_quick() {
+        return false;
+    }
+    let held = state.in_hook.get();
+    state.in_hook.set(true);
+    let recorded = (|| {
+        if state.vfork_pending.get() && !lifecycle::vfork_parent_resumed(&state) {
+            return false;
+        }
+        let Some(ring) = session::ring() else { return false };
+        let Some(lane) = lane::lane_of(ring, &state, session::identity()) else { return false };
+        f(ring, lane, session::pid(), &state);
+        true
+    })();
+    state.in_hook.set(held);
     recorded
 }
 

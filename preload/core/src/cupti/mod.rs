@@ -1,0 +1,271 @@
+//! The GPU timeline of a process: CUPTI activity records (what each kernel, copy and memset
+//! did on the GPU's own clock), collected from the process's first successful `cuInit` on and
+//! sent through the ring from CUPTI's buffer callback ([`buffers`]).
+//!
+//! * [`library`]: finding libcupti (its major version the CUDA runtime's) and its entry points;
+//! * [`records`]: CUPTI's record structs, read through their stable prefixes;
+//! * [`buffers`]: the buffers CUPTI fills and what becomes of them;
+//! * [`links`]: the subscriber callback that tells each call its correlation id.
+//!
+//! Started lazily, once per process ([`on_cuda_initialized`]), only in a process that records,
+//! never in a fork child before it initializes CUDA itself (the state belongs to the pid that
+//! started it). What happened is told to the collector as a state record
+//! ([`GpuTimelineState`]): started, off, not found, a version mismatch, a failed CUPTI call, or
+//! stood down (39: another tool holds CUPTI; said once on stderr too). Flushed periodically by
+//! CUPTI's worker and at exit ([`flush_at_exit`]).
+//!
+//! Failure behaviour: any CUPTI failure leaves the process as it would be without mlprof's GPU
+//! timeline (kinds enabled so far are disabled again); nothing here changes what a CUDA call
+//! returns.
+
+pub mod buffers;
+pub mod library;
+pub mod links;
+pub mod records;
+
+use core::cell::UnsafeCell;
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+
+use mlprof_format::gpu::{ACTIVITY_STATE, GpuActivity, GpuTimelineState};
+
+use crate::{clock, config, guard, recorder, sys};
+use library::Api;
+
+/// `CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED`: another tool holds CUPTI.
+pub const MULTIPLE_SUBSCRIBERS: i32 = 39;
+/// `CUPTI_ACTIVITY_FLAG_FLUSH_FORCED`: flush buffers not full yet too.
+const FLUSH_FORCED: u32 = 1;
+/// How often CUPTI's worker hands over buffers, ms: the GPU timeline lags the host by about
+/// this much while the job runs.
+const FLUSH_PERIOD_MS: u32 = 500;
+
+const IDLE: u8 = 0;
+const STARTING: u8 = 1;
+const STARTED: u8 = 2;
+/// Tried, and there is no GPU timeline in this process (reported once).
+const UNAVAILABLE: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(IDLE);
+/// The process whose state `STATE` is (a fork child inherits its parent's memory, not its
+/// CUPTI: it starts over).
+static STATE_PID: AtomicU32 = AtomicU32::new(0);
+
+/// The entry points, written once before `STATE` becomes `STARTED` (release), read after
+/// seeing it (acquire).
+struct ApiCell(UnsafeCell<Option<Api>>);
+// Safety: written once by the one thread that moved STATE to STARTING, before the release
+// store of STARTED; read only after an acquire load of STARTED.
+unsafe impl Sync for ApiCell {}
+static API: ApiCell = ApiCell(UnsafeCell::new(None));
+
+/// The entry points, if this process's GPU timeline is running.
+fn api() -> Option<Api> {
+    if STATE.load(Ordering::Acquire) != STARTED || STATE_PID.load(Ordering::Relaxed) != sys::getpid() {
+        return None;
+    }
+    // Safety: see ApiCell.
+    unsafe { *API.0.get() }
+}
+
+/// CUDA is up in this process (a `cuInit` returned success): starts the GPU timeline the first
+/// time, in a process that records. Runs CUPTI and the loader with the guard held (their calls
+/// are ours, not the application's).
+pub fn on_cuda_initialized() {
+    let pid = sys::getpid();
+    if STATE.load(Ordering::Relaxed) != IDLE && STATE_PID.load(Ordering::Relaxed) == pid {
+        return;
+    }
+    if !recorder::session::is_active_quick() {
+        return;
+    }
+    let Some(thread) = guard::current() else { return };
+    thread.foreign(|| guard::keeping_errno(|| start(pid)));
+}
+
+fn start(pid: u32) {
+    if STATE_PID.load(Ordering::Relaxed) != pid {
+        // A fork child (one thread: no race): its parent's state is not its own.
+        STATE.store(IDLE, Ordering::Relaxed);
+        buffers::reset_totals();
+    }
+    if STATE.compare_exchange(IDLE, STARTING, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        return;
+    }
+    STATE_PID.store(pid, Ordering::Relaxed);
+    match try_start() {
+        Ok(version) => {
+            STATE.store(STARTED, Ordering::Release);
+            report(GpuTimelineState::Started, 0, version);
+        }
+        Err((state, code)) => {
+            STATE.store(UNAVAILABLE, Ordering::Release);
+            if state == GpuTimelineState::StoodDown {
+                say_stood_down();
+            }
+            report(state, code, 0);
+        }
+    }
+}
+
+/// Loads CUPTI, publishes its entry points for the callbacks, and turns collection on;
+/// returns CUPTI's API version, or why there is no GPU timeline.
+fn try_start() -> Result<u32, library::Unavailable> {
+    let configured = config::getenv(c"MLPROF_CUPTI");
+    if matches!(configured, Some(b"off" | b"0" | b"no")) {
+        return Err((GpuTimelineState::Off, 0));
+    }
+    let (api, version) = library::load(configured.filter(|path| !path.is_empty() && *path != b"on"))?;
+    // Safety: see ApiCell: only this thread writes, while STATE is STARTING, before CUPTI can
+    // call back (the callbacks are registered below).
+    unsafe { *API.0.get() = Some(api) };
+    // Safety: a CUPTI entry point given a function of the prototype it expects.
+    let stamped = api.register_timestamp.is_some_and(|register| unsafe { register(timestamp) } == 0);
+    if !stamped {
+        let residual = calibrate(&api);
+        report(GpuTimelineState::Calibrated, 0, residual);
+    }
+    // Safety: as above, the two buffer callbacks of cupti_activity.h's prototypes.
+    let status = unsafe { (api.register_callbacks)(buffers::buffer_requested, buffer_completed) };
+    if status != 0 {
+        return Err((GpuTimelineState::Failed, status as u64));
+    }
+    for (enabled, kind) in records::ENABLED_KINDS.iter().enumerate() {
+        // Safety: a CUPTI entry point given a kind number of cupti_activity.h.
+        let status = unsafe { (api.enable)(*kind) };
+        if status != 0 {
+            disable(&api, enabled);
+            return Err(unavailable(status));
+        }
+    }
+    let linked = links::subscribe(&api);
+    if linked == MULTIPLE_SUBSCRIBERS {
+        disable(&api, records::ENABLED_KINDS.len());
+        return Err(unavailable(linked));
+    }
+    if linked != 0 {
+        report(GpuTimelineState::Unlinked, linked as u32 as u64, 0);
+    }
+    if let Some(period) = api.flush_period {
+        // Safety: a CUPTI entry point given a period in ms.
+        unsafe { period(FLUSH_PERIOD_MS) };
+    }
+    Ok(version)
+}
+
+/// Turns off the first `count` kinds of [`records::ENABLED_KINDS`] again.
+fn disable(api: &Api, count: usize) {
+    for kind in records::ENABLED_KINDS.iter().take(count) {
+        // Safety: a CUPTI entry point given a kind number this process enabled.
+        unsafe { (api.disable)(*kind) };
+    }
+}
+
+/// A CUPTI call failed with `status`: another tool holds CUPTI (39), or CUPTI cannot work here.
+fn unavailable(status: i32) -> library::Unavailable {
+    let state =
+        if status == MULTIPLE_SUBSCRIBERS { GpuTimelineState::StoodDown } else { GpuTimelineState::Failed };
+    (state, status as u32 as u64)
+}
+
+/// CUPTI's timestamp callback: records stamped with the ring's own clock, converted by the
+/// collector like every other record.
+unsafe extern "C" fn timestamp() -> u64 {
+    clock::now()
+}
+
+/// When CUPTI refuses the timestamp callback: the offset from its clock to CLOCK_MONOTONIC,
+/// from the tightest of 100 brackets `monotonic, cupti, monotonic`; returns the residual (half
+/// the tightest bracket, ns). Records then carry monotonic ns (flagged).
+fn calibrate(api: &Api) -> u32 {
+    let mut best = (u64::MAX, 0u64);
+    for _ in 0..100 {
+        let before = clock::monotonic_ns();
+        let mut cupti = 0;
+        // Safety: a valid out pointer.
+        let status = unsafe { (api.get_timestamp)(&mut cupti) };
+        let after = clock::monotonic_ns();
+        let width = after.saturating_sub(before);
+        if status == 0 && width < best.0 {
+            best = (width, (before + width / 2).wrapping_sub(cupti));
+        }
+    }
+    if best.0 == u64::MAX {
+        return u32::MAX;
+    }
+    buffers::use_calibration(best.1);
+    (best.0 / 2).min(u32::MAX as u64) as u32
+}
+
+/// `bufferCompleted`, as CUPTI calls it.
+unsafe extern "C" fn buffer_completed(
+    context: *mut c_void,
+    stream: u32,
+    buffer: *mut u8,
+    _size: usize,
+    valid: usize,
+) {
+    let Some(api) = api_for_callback() else { return };
+    let reader = CuptiReader(api);
+    // Safety: CUPTI hands back a buffer buffer_requested mapped, `valid` bytes filled.
+    unsafe { buffers::buffer_completed(&reader, context, stream, buffer, valid) };
+}
+
+/// The entry points for a buffer callback, which CUPTI may make while starting already (inside
+/// `cuptiActivityEnable`), from any thread; the cell was written before the callbacks were
+/// registered. A process whose start failed afterwards still turns in its buffers.
+fn api_for_callback() -> Option<Api> {
+    if STATE.load(Ordering::Acquire) == IDLE {
+        return None;
+    }
+    // Safety: see ApiCell; written before CUPTI knew of the callback that reads it.
+    unsafe { *API.0.get() }
+}
+
+struct CuptiReader(Api);
+
+impl buffers::Reader for CuptiReader {
+    fn next(&self, buffer: *mut u8, valid: usize, previous: *mut u8) -> Option<*mut u8> {
+        let mut record = previous;
+        // Safety: CUPTI walks its own buffer from `record` (null: the first).
+        let status = unsafe { (self.0.next_record)(buffer, valid, &mut record) };
+        (status == 0 && !record.is_null()).then_some(record)
+    }
+
+    fn dropped(&self, context: *mut c_void, stream: u32) -> u64 {
+        let mut dropped = 0usize;
+        // Safety: the context and stream CUPTI named for this buffer; a valid out pointer.
+        let status = unsafe { (self.0.dropped)(context, stream, &mut dropped) };
+        if status == 0 { dropped as u64 } else { 0 }
+    }
+}
+
+/// At exit (`exit`, `_exit`, the last thread's return): CUPTI hands over every buffer, full or
+/// not, so the last kernels reach the collector. With the guard held by the caller (marked
+/// internal: the callback writes from inside the flush).
+pub fn flush_at_exit() {
+    let Some(api) = api() else { return };
+    let Some(thread) = guard::current() else { return };
+    // Safety: a CUPTI entry point; the callback runs on this thread or CUPTI's before it returns.
+    thread.foreign(|| guard::keeping_errno(|| unsafe { (api.flush_all)(FLUSH_FORCED) }));
+}
+
+fn report(state: GpuTimelineState, code: u64, extra: u32) {
+    buffers::send_state(GpuActivity {
+        what: ACTIVITY_STATE,
+        detail: state as u8,
+        value: code,
+        grid: extra as u64,
+        aux: extra.min(u16::MAX as u32) as u16,
+        ..GpuActivity::default()
+    });
+}
+
+fn say_stood_down() {
+    let mut digits = [0u8; 10];
+    sys::log_line(&[
+        b"mlprof: pid ",
+        config::format_u32(sys::getpid(), &mut digits),
+        b": another tool holds CUPTI (torch.profiler, Nsight Systems, ncu, compute-sanitizer): no GPU timeline for this process",
+    ]);
+}
