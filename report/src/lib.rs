@@ -9,8 +9,9 @@
 //!    named, system call names); and `run::stream`, the one streaming reader of a run's
 //!    events that every whole-run pass is a client of. Beside it, [`human`] (durations for
 //!    people) and `prefetch` (a cache hint).
-//! 2. `pipeline` (ITT span totals and the DataLoader pipeline) and `shapes` (op input shapes,
-//!    `--torch-shapes` markers paired with PyTorch op ranges).
+//! 2. `pipeline` (ITT span totals and the DataLoader pipeline), `shapes` (op input shapes,
+//!    `--torch-shapes` markers paired with PyTorch op ranges) and `gpu_timeline` (what the GPUs
+//!    did: CUPTI activity records, their links to host calls).
 //! 3. [`summary`] (per-function, per-process, per-file and GPU statistics, rendered by
 //!    [`summary::json`] and [`summary::text`]) and [`energy`] (energy per device, process
 //!    and span, with uncertainties).
@@ -35,6 +36,7 @@ pub mod convert;
 pub mod diff;
 pub mod energy;
 pub mod export;
+mod gpu_timeline;
 pub mod html;
 pub mod human;
 pub mod merge;

@@ -79,3 +79,51 @@ pub fn python() -> PathBuf {
     }
     PathBuf::from("python3")
 }
+
+/// The directory and file name of the first NVIDIA wheel library named in `prefixes` (e.g.
+/// libcudart.so.13) in the Python environment's site-packages, or under
+/// `$MLPROF_CUDA_LIB_DIR`.  None when there is none: the test is skipped (with
+/// `MLPROF_SKIP_TORCH=1`) or has failed, and returns.
+pub fn nvidia_library(prefixes: &[&str]) -> Option<(PathBuf, String)> {
+    let mut roots = Vec::new();
+    if let Some(dir) = std::env::var_os("MLPROF_CUDA_LIB_DIR") {
+        roots.push(PathBuf::from(dir));
+    }
+    let python = python();
+    let venv = python.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
+    roots.push(venv.join("lib"));
+    for root in &roots {
+        if let Some(found) = find_file(root, prefixes, 0) {
+            let dir = found.parent().unwrap().to_path_buf();
+            let name = found.file_name().unwrap().to_string_lossy().into_owned();
+            return Some((dir, name));
+        }
+    }
+    crate::skip::skip_without_venv(format_args!(
+        "no {prefixes:?} under {roots:?}: install torch in the test environment (scripts/python-env.sh) \
+         or point MLPROF_CUDA_LIB_DIR at the NVIDIA wheel's lib folder"
+    ));
+    None
+}
+
+fn find_file(dir: &Path, prefixes: &[&str], depth: usize) -> Option<PathBuf> {
+    if depth > 7 {
+        return None;
+    }
+    let mut entries: Vec<_> = std::fs::read_dir(dir).ok()?.filter_map(Result::ok).collect();
+    entries.sort_by_key(|e| e.file_name());
+    for entry in &entries {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if prefixes.iter().any(|p| name == *p) {
+            return Some(entry.path());
+        }
+    }
+    for entry in entries {
+        if entry.file_type().map(|t| t.is_dir()).unwrap_or(false)
+            && let Some(found) = find_file(&entry.path(), prefixes, depth + 1)
+        {
+            return Some(found);
+        }
+    }
+    None
+}

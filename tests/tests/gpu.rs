@@ -8,61 +8,13 @@
 //! tests/gpu/ run too; elsewhere those two tests are skipped, said and counted.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use mlprof_tests::*;
 use serde_json::Value;
-
-/// The directory and file name of the first NVIDIA wheel library named in `prefixes` (e.g.
-/// libcudart.so.13) in the Python environment's site-packages, or under
-/// `$MLPROF_CUDA_LIB_DIR`.  None when there is none: the test is skipped (with
-/// `MLPROF_SKIP_TORCH=1`) or has failed, and returns.
-fn nvidia_library(prefixes: &[&str]) -> Option<(PathBuf, String)> {
-    let mut roots = Vec::new();
-    if let Some(dir) = std::env::var_os("MLPROF_CUDA_LIB_DIR") {
-        roots.push(PathBuf::from(dir));
-    }
-    let python = python();
-    let venv = python.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
-    roots.push(venv.join("lib"));
-    for root in &roots {
-        if let Some(found) = find_file(root, prefixes, 0) {
-            let dir = found.parent().unwrap().to_path_buf();
-            let name = found.file_name().unwrap().to_string_lossy().into_owned();
-            return Some((dir, name));
-        }
-    }
-    skip_without_venv(format_args!(
-        "no {prefixes:?} under {roots:?}: install torch in the test environment (scripts/python-env.sh) \
-         or point MLPROF_CUDA_LIB_DIR at the NVIDIA wheel's lib folder"
-    ));
-    None
-}
-
-fn find_file(dir: &Path, prefixes: &[&str], depth: usize) -> Option<PathBuf> {
-    if depth > 7 {
-        return None;
-    }
-    let mut entries: Vec<_> = std::fs::read_dir(dir).ok()?.filter_map(Result::ok).collect();
-    entries.sort_by_key(|e| e.file_name());
-    for entry in &entries {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if prefixes.iter().any(|p| name == *p) {
-            return Some(entry.path());
-        }
-    }
-    for entry in entries {
-        if entry.file_type().map(|t| t.is_dir()).unwrap_or(false)
-            && let Some(found) = find_file(&entry.path(), prefixes, depth + 1)
-        {
-            return Some(found);
-        }
-    }
-    None
-}
 
 fn program(name: &str) -> String {
     tests_dir().join("programs").join(name).display().to_string()
@@ -153,7 +105,15 @@ fn runtime_calls(linked: bool) {
         gcc(&["-O1", "-o", &main, &program("cuda_main.c"), "-ldl"]);
     }
     let out = dir.join("run.bin");
-    run_collect_ok(&out, &[main.clone(), dir.str(), lib, THREADS.to_string(), ITERATIONS.to_string()]);
+    // The wheel's own libcupti named for the GPU timeline: without a driver no cuInit succeeds,
+    // so it must never be touched (CUPTI 13.2 without a libcuda overflows its stack in
+    // cuptiGetVersion), and the job runs as it would without mlprof.
+    let cupti =
+        nvidia_library(&["libcupti.so.13", "libcupti.so.12"]).map(|(d, n)| d.join(n).display().to_string());
+    let env = cupti.iter().map(|path| ("MLPROF_CUPTI", path.as_str())).collect::<Vec<_>>();
+    let args = [main.clone(), dir.str(), lib, THREADS.to_string(), ITERATIONS.to_string()];
+    let o = run_collect_env(&out, &[], &args, &env, default_timeout());
+    assert!(o.status.success(), "mlprof-collect failed\n{}", describe(&o));
     let summary = Summary::load(&out);
     summary.assert_clean();
     let got = statuses(&dir.join("status.txt"));
@@ -193,6 +153,12 @@ fn runtime_calls(linked: bool) {
     );
     let blocked = gpu["host_blocked_ns"].as_u64().unwrap_or(0);
     e.that(format_args!("host blocked {blocked} ns > 0"), blocked > 0);
+    let timeline = &gpu["timeline"];
+    let why = timeline["unavailable"].as_str().unwrap_or("");
+    e.that(
+        format_args!("GPU timeline {timeline}"),
+        timeline["source"].is_null() && why.contains("no process initialized CUDA successfully"),
+    );
     e.finish();
 
     // The trace carries each call's real status and the launch arguments.

@@ -256,6 +256,17 @@ fn write_metadata(
             thread.tid = rw.pid(thread.tid);
             out.write_thread(&thread)?;
         }
+        Frame::GpuActivity(mut records) => {
+            for record in &mut records {
+                record.pid = rw.pid(record.pid);
+                record.start = shift(record.start, rw.offset);
+                if record.what == mlprof_format::gpu::ACTIVITY_LINK {
+                    // A link names its host call's thread.
+                    record.value = rw.pid(record.value as u32) as u64;
+                }
+            }
+            out.write_gpu_activity(&records)?;
+        }
         Frame::Symbol(mut symbol) => {
             symbol.pid = rw.pid(symbol.pid);
             out.write_symbol(&symbol)?;

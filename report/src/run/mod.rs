@@ -158,8 +158,12 @@ impl RunMeta {
                         }
                     }
                 }
-                // Energy frames are read by `mlprof energy` and `convert` in their own pass.
-                Frame::EnergyDevice(_) | Frame::EnergySamples(_) | Frame::EnergyNote(_) => {}
+                // Energy frames are read by `mlprof energy` and `convert` in their own pass, GPU
+                // activity frames by the reports that show the GPU timeline.
+                Frame::EnergyDevice(_)
+                | Frame::EnergySamples(_)
+                | Frame::EnergyNote(_)
+                | Frame::GpuActivity(_) => {}
             }
         }
         for images in meta.images.values_mut() {

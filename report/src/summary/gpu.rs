@@ -9,6 +9,7 @@ use mlprof_format::func::{Class, Func};
 use mlprof_format::record::{Event, FLAG_NESTED, GpuCall, copy_direction_name};
 
 use super::{CallStats, CallTable};
+use crate::gpu_timeline::{GpuTimeline, TimelineTally};
 use crate::run::RunMeta;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -20,6 +21,8 @@ pub(crate) struct GpuSummary {
     pub(crate) host_blocked: Vec<BlockedRow>,
     /// By kernel name (several handles and processes can share one), most launched first.
     pub(crate) kernels: Vec<KernelRow>,
+    /// What the GPUs did (CUPTI), or why the run has no such record.
+    pub(crate) timeline: GpuTimeline,
 }
 
 impl GpuSummary {
@@ -86,9 +89,16 @@ impl GpuTally {
         }
     }
 
-    /// `None` when no GPU call was seen.
-    pub(super) fn finish(self, meta: &RunMeta) -> Option<GpuSummary> {
-        if self.apis.is_empty() {
+    /// `None` when no GPU call was seen (nor any GPU activity).
+    pub(super) fn finish(
+        self,
+        meta: &RunMeta,
+        timeline: TimelineTally,
+        duration_ns: u64,
+    ) -> Option<GpuSummary> {
+        let used_cuda = !self.apis.is_empty();
+        let timeline = timeline.finish(meta, duration_ns, used_cuda);
+        if !used_cuda && timeline.source.is_none() {
             return None;
         }
         let mut by_name: HashMap<String, (u64, u64)> = HashMap::new();
@@ -111,6 +121,7 @@ impl GpuTally {
                 .map(|((pid, tid), ns)| BlockedRow { pid, tid, ns })
                 .collect(),
             kernels,
+            timeline,
         })
     }
 }

@@ -149,6 +149,7 @@ fn gpu(gpu: &GpuSummary) -> Value {
         "host_blocked_ns": gpu.host_blocked_ns(),
         "host_blocked": blocked,
         "kernels": kernels,
+        "timeline": super::timeline::json(&gpu.timeline),
     })
 }
 

@@ -9,6 +9,7 @@ pub(crate) mod ranks;
 pub(crate) mod startup;
 pub(crate) mod syscalls;
 pub mod text;
+mod timeline;
 
 pub(crate) use gpu::GpuSummary;
 pub(crate) use ranks::Ranks;
@@ -122,6 +123,8 @@ pub(crate) struct FileRow {
     pub(crate) by_call: BTreeMap<&'static str, u64>,
 }
 
+use crate::gpu_timeline::TimelineTally;
+
 impl Summary {
     /// Reads the run's metadata, then streams its events once.
     pub fn compute(path: &Path) -> Result<Summary, String> {
@@ -129,10 +132,14 @@ impl Summary {
         let mut tally = Tally { startup: startup::StartupTally::new(&meta), ..Tally::default() };
         let mut reader = run::open(path)?;
         while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
-            if let Frame::Events(events) = frame {
-                for event in events {
-                    tally.add(&meta, event);
+            match frame {
+                Frame::Events(events) => {
+                    for event in events {
+                        tally.add(&meta, event);
+                    }
                 }
+                Frame::GpuActivity(records) => tally.timeline.add(&records),
+                _ => {}
             }
         }
         Ok(tally.finish(meta))
@@ -153,6 +160,7 @@ struct Tally {
     first_ns: u64,
     last_ns: u64,
     gpu: gpu::GpuTally,
+    timeline: TimelineTally,
     pipeline: Pipeline,
     ranks: ranks::RankTally,
     syscalls: syscalls::SyscallTally,
@@ -170,6 +178,7 @@ impl Default for Tally {
             first_ns: u64::MAX,
             last_ns: 0,
             gpu: Default::default(),
+            timeline: Default::default(),
             pipeline: Default::default(),
             ranks: Default::default(),
             syscalls: Default::default(),
@@ -326,7 +335,7 @@ impl Tally {
             processes,
             calls,
             files,
-            gpu: self.gpu.finish(&meta),
+            gpu: std::mem::take(&mut self.gpu).finish(&meta, std::mem::take(&mut self.timeline), duration_ns),
             spans: self.pipeline.spans(&meta),
             data_pipeline: self.pipeline.data_pipeline(&meta),
             ranks: self.ranks.finish(&meta),

@@ -281,7 +281,7 @@ fn gpu_section(gpu: &GpuSummary, top: usize, out: &mut dyn Write) -> io::Result<
             )?;
         }
     }
-    Ok(())
+    super::timeline::text(&gpu.timeline, top, out)
 }
 
 fn spans_section(spans: &[SpanRow], top: usize, out: &mut dyn Write) -> io::Result<()> {

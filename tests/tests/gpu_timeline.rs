@@ -1,0 +1,169 @@
+//! The GPU timeline (CUPTI activity records) without a GPU: the CUPTI and libcuda test doubles
+//! (tests/doubles; named so: CUPTI's activity stream and the driver are boundaries nothing real
+//! crosses here) deliver kernels and copies with known durations and correlation ids, and the
+//! error paths. (The real libcupti of the CUDA wheel with no driver is tests/gpu.rs's CUDA
+//! runtime test: it is never touched, the job runs unchanged, the summary says why.)
+
+use mlprof_tests::*;
+use serde_json::Value;
+
+/// The doubles and the timeline program, built in `dir`: libcuda.so.1, libcupti.so.13 (soname
+/// as the wheel's), and `gpu_timeline`, linked against both unless `link_cupti` is false.
+fn build(dir: &TempDir, link_cupti: bool) -> String {
+    let doubles = tests_dir().join("doubles");
+    let cuda = dir.join("libcuda.so.1").display().to_string();
+    gcc(&[
+        "-O1",
+        "-shared",
+        "-fPIC",
+        "-o",
+        &cuda,
+        &doubles.join("libcuda_double.c").display().to_string(),
+        "-ldl",
+    ]);
+    let cupti = dir.join("libcupti.so.13").display().to_string();
+    let cupti_src = doubles.join("libcupti_double.c").display().to_string();
+    gcc(&["-O1", "-shared", "-fPIC", "-Wl,-soname,libcupti.so.13", "-o", &cupti, &cupti_src]);
+    let main = dir.join("gpu_timeline").display().to_string();
+    let src = tests_dir().join("programs").join("gpu_timeline.c").display().to_string();
+    let (libdir, rpath) = (format!("-L{}", dir.str()), format!("-Wl,-rpath,{}", dir.str()));
+    let mut args = vec!["-O1", "-o", &main, &src, &libdir, "-l:libcuda.so.1", &rpath];
+    if link_cupti {
+        // The program calls nothing of CUPTI's: keep it needed, as an application that uses
+        // CUPTI itself would.
+        args.extend(["-Wl,--no-as-needed", "-l:libcupti.so.13"]);
+    }
+    gcc(&args);
+    main
+}
+
+struct Timeline {
+    summary: Summary,
+    stderr: String,
+}
+
+impl Timeline {
+    fn json(&self) -> &Value {
+        &self.summary.json["gpu"]["timeline"]
+    }
+}
+
+/// Runs `gpu_timeline KERNELS COPIES LEAVE` under the launcher (ring clock: CLOCK_MONOTONIC, so
+/// the doubles' durations are ns) with `env`; the program must exit 0.
+fn run(dir: &TempDir, main: &str, args: &[&str], env: &[(&str, &str)]) -> Timeline {
+    let out = dir.join(format!("run-{}.bin", args.join("-")));
+    let o = run_collect_env(
+        &out,
+        &["--clock", "monotonic"],
+        &[&[main][..], args].concat(),
+        env,
+        default_timeout(),
+    );
+    assert!(o.status.success(), "the timeline program failed under mlprof\n{}", describe(&o));
+    Timeline { summary: Summary::load(&out), stderr: String::from_utf8_lossy(&o.stderr).into_owned() }
+}
+
+/// Host-side counts are those of the program, whatever became of the timeline.
+fn host_counts_exact(e: &mut Expect<'_>, summary: &Summary, kernels: u64, copies: u64) {
+    let calls = summary.calls();
+    e.eq("cuLaunchKernel calls", calls.count("cuLaunchKernel"), kernels);
+    e.eq("cuMemcpyHtoD_v2 calls", calls.count("cuMemcpyHtoD_v2"), copies);
+}
+
+fn number(value: &Value) -> u64 {
+    value.as_u64().unwrap_or(u64::MAX)
+}
+
+#[test]
+fn kernels_and_copies_are_exact_linked_and_flushed_however_the_process_leaves() {
+    let dir = TempDir::new("gpu-timeline");
+    let main = build(&dir, true);
+    for leave in ["return", "exit", "_exit"] {
+        let run = run(&dir, &main, &["300", "7", leave], &[]);
+        let t = run.json();
+        let mut e = run.summary.expect();
+        host_counts_exact(&mut e, &run.summary, 300, 7);
+        e.that(format_args!("{leave}: source {}", t["source"]), t["source"] == "cupti");
+        e.that(
+            format_args!("{leave}: kernels {}", t["kernels"]),
+            t["kernels"].as_array().map(Vec::len) == Some(1),
+        );
+        let kernel = &t["kernels"][0];
+        e.that(
+            format_args!("{leave}: kernel name {}", kernel["name"]),
+            kernel["name"] == "testKernel(float*, int)",
+        );
+        e.eq(format_args!("{leave}: kernel count"), number(&kernel["count"]), 300);
+        // 1 µs each on the double's GPU, 2 µs a copy, one after another: busy is their sum.
+        e.eq(format_args!("{leave}: kernel GPU ns"), number(&kernel["gpu_ns"]), 300_000);
+        let h2d = &t["copies"]["H2D"];
+        e.eq(format_args!("{leave}: H2D copies"), number(&h2d["count"]), 7);
+        e.eq(format_args!("{leave}: H2D bytes"), number(&h2d["bytes"]), 7 * 4096);
+        e.eq(format_args!("{leave}: H2D GPU ns"), number(&h2d["gpu_ns"]), 14_000);
+        e.eq(format_args!("{leave}: busy ns"), number(&t["devices"][0]["busy_ns"]), 314_000);
+        // Every kernel and copy links to its recorded launch or copy call; nothing was lost.
+        e.eq(format_args!("{leave}: unmatched"), number(&t["unmatched"]), 0);
+        e.eq(format_args!("{leave}: dropped"), number(&t["dropped"]), 0);
+        e.finish();
+    }
+}
+
+#[test]
+fn small_buffers_cupti_drops_and_a_refused_timestamp_callback_keep_the_counts() {
+    let dir = TempDir::new("gpu-timeline-calibrated");
+    let main = build(&dir, true);
+    // CUPTI hands over a buffer every 7 kernels, says it dropped 5 activities, and refuses our
+    // timestamp callback: records carry its own clock (CLOCK_MONOTONIC + 10 s here), which the
+    // calibration moves back onto the run's axis.
+    let env = [
+        ("DOUBLE_CUPTI_BUFFER_RECORDS", "7"),
+        ("DOUBLE_CUPTI_DROPPED", "5"),
+        ("DOUBLE_CUPTI_NO_TIMESTAMP", "1"),
+    ];
+    let run = run(&dir, &main, &["100", "3"], &env);
+    let t = run.json();
+    let mut e = run.summary.expect();
+    host_counts_exact(&mut e, &run.summary, 100, 3);
+    e.eq("kernels", number(&t["kernels"][0]["count"]), 100);
+    e.eq("busy ns", number(&t["devices"][0]["busy_ns"]), 106_000);
+    e.eq("dropped", number(&t["dropped"]), 5);
+    e.eq("unmatched", number(&t["unmatched"]), 0);
+    e.finish();
+}
+
+#[test]
+fn without_a_timeline_the_job_runs_unchanged_and_the_summary_says_why() {
+    let dir = TempDir::new("gpu-timeline-none");
+    let main = build(&dir, true);
+    /// Program arguments, environment, what `unavailable` must say.
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case<'_>; 5] = [
+        (&["20", "2"], &[("MLPROF_CUPTI", "off")], "turned off"),
+        (
+            &["20", "2"],
+            &[("DOUBLE_CUPTI_FAIL_ENABLE", "15")],
+            "CUPTI refused to collect (CUPTI_ERROR_NOT_INITIALIZED",
+        ),
+        (&["20", "2"], &[("DOUBLE_CUPTI_VERSION", "120000")], "is for another CUDA version"),
+        (&["20", "2"], &[("DOUBLE_CUPTI_FAIL_SUBSCRIBE", "39")], "another tool holds CUPTI"),
+        (&["20", "2", "noinit"], &[], "no process initialized CUDA"),
+    ];
+    for (args, env, why) in cases {
+        let run = run(&dir, &main, args, env);
+        let t = run.json();
+        let mut e = run.summary.expect();
+        host_counts_exact(&mut e, &run.summary, 20, 2);
+        e.that(format_args!("{env:?}: source {}", t["source"]), t["source"].is_null());
+        let unavailable = t["unavailable"].as_str().unwrap_or("");
+        e.that(format_args!("{env:?}: unavailable {unavailable:?}, want {why:?}"), unavailable.contains(why));
+        e.that(format_args!("{env:?}: kernels {}", t["kernels"]), t["kernels"] == Value::Array(vec![]));
+        // Standing down is said once on stderr too; nothing else is.
+        let said = run.stderr.matches("another tool holds CUPTI").count();
+        let want = usize::from(why == "another tool holds CUPTI");
+        e.that(
+            format_args!("{env:?}: stderr says it {said} times, want {want}\n{}", run.stderr),
+            said == want,
+        );
+        e.finish();
+    }
+}
