@@ -83,6 +83,7 @@ CUptiResult cuptiSubscribe(void **handle, CallbackFn f, void *userdata) {
     (void)userdata;
     long fail = env_long("DOUBLE_CUPTI_FAIL_SUBSCRIBE", 0);
     if (fail) return (CUptiResult)fail;
+    if (subscriber) return 39; /* CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, before 13.3 */
     subscriber = f;
     *handle = (void *)&subscriber;
     return 0;

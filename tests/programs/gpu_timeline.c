@@ -4,12 +4,56 @@
  * the GPU timeline tests. The doubles turn each launch into one kernel of 1 µs and each copy
  * into one 4 KiB HtoD copy of 2 µs on the GPU, each with its own correlation id.
  *
- * usage: gpu_timeline KERNELS COPIES [return|exit|_exit|noinit] */
+ * With TAKEOVER, the program becomes a CUPTI tool of its own after that many kernels (as
+ * torch.profiler does): it subscribes, registers activity callbacks and enables kernels, then
+ * launches the rest and prints "tool saw N kernels" (what CUPTI delivered to it); any CUPTI
+ * error fails it.
+ *
+ * usage: gpu_timeline KERNELS COPIES [return|exit|_exit|noinit] [TAKEOVER] */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <stdint.h>
+#include <stdio.h>
+
 typedef int CUresult;
+typedef int CUptiResult;
+CUptiResult cuptiSubscribe(void **handle, void *callback, void *userdata);
+CUptiResult cuptiActivityRegisterCallbacks(void *requested, void *completed);
+CUptiResult cuptiActivityEnable(int kind);
+CUptiResult cuptiActivityFlushAll(uint32_t flags);
+CUptiResult cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid, void **record);
+
+static uint8_t tool_buffer[1 << 16];
+static long tool_kernels;
+
+static void tool_requested(uint8_t **buffer, size_t *size, size_t *max) {
+    *buffer = tool_buffer;
+    *size = sizeof tool_buffer;
+    *max = 0;
+}
+
+static void tool_completed(void *ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
+    (void)ctx; (void)stream; (void)size;
+    void *record = 0;
+    while (cuptiActivityGetNextRecord(buffer, valid, &record) == 0) {
+        uint32_t kind;
+        memcpy(&kind, record, 4);
+        if (kind == 10) tool_kernels++;
+    }
+}
+
+static void tool_callback(void *user, int domain, uint32_t cbid, const void *data) {
+    (void)user; (void)domain; (void)cbid; (void)data;
+}
+
+static int become_a_cupti_tool(void) {
+    void *subscriber = 0;
+    if (cuptiSubscribe(&subscriber, (void *)tool_callback, 0) != 0) return 0;
+    if (cuptiActivityRegisterCallbacks((void *)tool_requested, (void *)tool_completed) != 0) return 0;
+    return cuptiActivityEnable(10 /* CONCURRENT_KERNEL */) == 0;
+}
 CUresult cuInit(unsigned flags);
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, void *stream, void **params, void **extra);
@@ -19,13 +63,20 @@ int main(int argc, char **argv) {
     if (argc < 3) return 2;
     long kernels = strtol(argv[1], 0, 10), copies = strtol(argv[2], 0, 10);
     const char *leave = argc > 3 ? argv[3] : "return";
+    long takeover = argc > 4 ? strtol(argv[4], 0, 10) : -1;
     if (strcmp(leave, "noinit") != 0 && cuInit(0) != 0) return 3;
     static char host[4096];
     for (long i = 0; i < kernels; i++) {
+        if (i == takeover && !become_a_cupti_tool()) return 6;
         if (cuLaunchKernel((void *)0x1234, 4, 1, 1, 128, 1, 1, 0, 0, 0, 0) != 0) return 4;
     }
     for (long i = 0; i < copies; i++) {
         if (cuMemcpyHtoD_v2(0xd000, host, sizeof host) != 0) return 5;
+    }
+    if (takeover >= 0) {
+        cuptiActivityFlushAll(1);
+        printf("tool saw %ld kernels\n", tool_kernels);
+        fflush(stdout);
     }
     if (!strcmp(leave, "exit")) exit(0);
     if (!strcmp(leave, "_exit")) _exit(0);

@@ -39,6 +39,7 @@ fn build(dir: &TempDir, link_cupti: bool) -> String {
 
 struct Timeline {
     summary: Summary,
+    stdout: String,
     stderr: String,
 }
 
@@ -60,7 +61,11 @@ fn run(dir: &TempDir, main: &str, args: &[&str], env: &[(&str, &str)]) -> Timeli
         default_timeout(),
     );
     assert!(o.status.success(), "the timeline program failed under mlprof\n{}", describe(&o));
-    Timeline { summary: Summary::load(&out), stderr: String::from_utf8_lossy(&o.stderr).into_owned() }
+    Timeline {
+        summary: Summary::load(&out),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
 }
 
 /// Host-side counts are those of the program, whatever became of the timeline.
@@ -166,4 +171,28 @@ fn without_a_timeline_the_job_runs_unchanged_and_the_summary_says_why() {
         );
         e.finish();
     }
+}
+
+#[test]
+fn a_tool_that_takes_cupti_later_gets_it_whole_and_mlprof_keeps_what_came_before() {
+    let dir = TempDir::new("gpu-timeline-takeover");
+    let main = build(&dir, true);
+    // After 40 of 100 kernels the program subscribes to CUPTI and registers its own activity
+    // callbacks, as torch.profiler does when a profile starts.
+    let run = run(&dir, &main, &["100", "0", "return", "40"], &[]);
+    let t = run.json();
+    let stdout_said = run.stdout.contains("tool saw 60 kernels");
+    let mut e = run.summary.expect();
+    host_counts_exact(&mut e, &run.summary, 100, 0);
+    // Its subscription succeeded (mlprof gave the one subscriber slot back) and every kernel
+    // from then on went to it.
+    e.that(format_args!("the tool's output: {}", run.stdout), stdout_said);
+    e.that(format_args!("source {}", t["source"]), t["source"] == "cupti");
+    e.eq("kernels mlprof kept", number(&t["kernels"][0]["count"]), 40);
+    e.eq("unmatched", number(&t["unmatched"]), 0);
+    let notes = t["notes"].to_string();
+    e.that(format_args!("notes {notes}"), notes.contains("another tool holds CUPTI"));
+    let said = run.stderr.matches("another tool holds CUPTI").count();
+    e.that(format_args!("said {said} times on stderr\n{}", run.stderr), said == 1);
+    e.finish();
 }

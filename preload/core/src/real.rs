@@ -19,6 +19,7 @@ pub const CUDA_RUNTIME: &[&CStr] =
     &[c"libcudart.so.13", c"libcudart.so.12", c"libcudart.so.11.0", c"libcudart.so"];
 pub const CUDA_DRIVER: &[&CStr] = &[c"libcuda.so.1", c"libcuda.so"];
 pub const NCCL: &[&CStr] = &[c"libnccl.so.2", c"libnccl.so"];
+pub const CUPTI: &[&CStr] = &[c"libcupti.so.13", c"libcupti.so.12", c"libcupti.so"];
 
 impl Real {
     pub const fn new(name: &'static CStr) -> Real {

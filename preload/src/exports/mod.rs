@@ -72,6 +72,7 @@ fn iov_bytes(iov: *const iovec, count: c_int, ret: ssize_t) -> usize {
 
 pub mod cuda_driver;
 mod cuda_runtime;
+mod cupti;
 mod dirs;
 mod entry_points;
 mod fds;

@@ -39,6 +39,7 @@ pub struct Api {
     /// correlation ids. `None`: GPU work stays unlinked.
     pub subscribe: Option<unsafe extern "C" fn(*mut *mut c_void, CallbackFn, *mut c_void) -> c_int>,
     pub enable_callback: Option<unsafe extern "C" fn(u32, *mut c_void, u32, u32) -> c_int>,
+    pub unsubscribe: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
 }
 
 /// Why no CUPTI could be had: the state to report and its code.
@@ -201,6 +202,7 @@ fn resolve(handle: *mut c_void) -> Option<Api> {
             get_timestamp: as_fn(required(c"cuptiGetTimestamp")?),
             subscribe: required(c"cuptiSubscribe").map(|a| as_fn(a)),
             enable_callback: required(c"cuptiEnableCallback").map(|a| as_fn(a)),
+            unsubscribe: required(c"cuptiUnsubscribe").map(|a| as_fn(a)),
         })
     }
 }

@@ -8,6 +8,7 @@
 //! tool (Nsight Systems, ncu, compute-sanitizer) holds CUPTI, and the GPU timeline stands down.
 
 use core::ffi::c_void;
+use core::sync::atomic::{AtomicPtr, Ordering};
 
 use super::library::Api;
 
@@ -31,6 +32,18 @@ const DRIVER_IDS: [u32; 27] = [
 const SITE_OFFSET: usize = 0;
 const CORRELATION_OFFSET: usize = 64;
 
+/// Our subscriber, once subscribed (null: none).
+static SUBSCRIBER: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Gives CUPTI's one subscriber slot back (another tool wants it).
+pub fn unsubscribe(api: &Api) {
+    let subscriber = SUBSCRIBER.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    if let (false, Some(unsubscribe)) = (subscriber.is_null(), api.unsubscribe) {
+        // Safety: the subscriber `subscribe` made, given back once (swapped out above).
+        unsafe { unsubscribe(subscriber) };
+    }
+}
+
 /// Subscribes and enables the callbacks; the subscription's result (0: linked).
 pub fn subscribe(api: &Api) -> i32 {
     let (Some(subscribe), Some(enable)) = (api.subscribe, api.enable_callback) else { return -1 };
@@ -47,6 +60,7 @@ pub fn subscribe(api: &Api) -> i32 {
         // CUPTI that does not know it) only leaves that call unlinked.
         unsafe { enable(1, subscriber, domain, id) };
     }
+    SUBSCRIBER.store(subscriber, Ordering::Release);
     crate::gpu::set_linking(true);
     0
 }

@@ -25,7 +25,7 @@ pub mod records;
 
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 
 use mlprof_format::gpu::{ACTIVITY_STATE, GpuActivity, GpuTimelineState};
 
@@ -58,6 +58,10 @@ struct ApiCell(UnsafeCell<Option<Api>>);
 // store of STARTED; read only after an acquire load of STARTED.
 unsafe impl Sync for ApiCell {}
 static API: ApiCell = ApiCell(UnsafeCell::new(None));
+
+/// Another tool of this process took CUPTI (its own subscriber or activity callbacks): the GPU
+/// timeline does not start, or stood down.
+static ANOTHER_TOOL: AtomicBool = AtomicBool::new(false);
 
 /// The entry points, if this process's GPU timeline is running.
 fn api() -> Option<Api> {
@@ -114,6 +118,10 @@ fn try_start() -> Result<u32, library::Unavailable> {
     let configured = config::getenv(c"MLPROF_CUPTI");
     if matches!(configured, Some(b"off" | b"0" | b"no")) {
         return Err((GpuTimelineState::Off, 0));
+    }
+    if ANOTHER_TOOL.load(Ordering::Relaxed) {
+        // Its activity callbacks are process-wide: registering ours would take its records.
+        return Err((GpuTimelineState::StoodDown, 0));
     }
     let (api, version) = library::load(configured.filter(|path| !path.is_empty() && *path != b"on"))?;
     // Safety: see ApiCell: only this thread writes, while STATE is STARTING, before CUPTI can
@@ -238,6 +246,35 @@ impl buffers::Reader for CuptiReader {
         let status = unsafe { (self.0.dropped)(context, stream, &mut dropped) };
         if status == 0 { dropped as u64 } else { 0 }
     }
+}
+
+/// Another tool of this process is taking CUPTI (`cuptiSubscribe` or
+/// `cuptiActivityRegisterCallbacks` called by torch.profiler's Kineto, or by any CUPTI client),
+/// before the call reaches CUPTI: the GPU timeline hands over what CUPTI holds of it, turns its
+/// kinds and callbacks off, and stands down for good in this process, said once; the tool then
+/// has CUPTI as it would without mlprof.
+pub fn another_tool_takes_cupti() {
+    if guard::current().is_some_and(|thread| thread.in_hook.get() && thread.internal.get()) {
+        // Our own start or flush (should CUPTI call its own entry points through the PLT).
+        return;
+    }
+    ANOTHER_TOOL.store(true, Ordering::Relaxed);
+    let Some(api) = api() else { return };
+    if STATE.compare_exchange(STARTED, UNAVAILABLE, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+        return;
+    }
+    let Some(thread) = guard::current() else { return };
+    thread.foreign(|| {
+        guard::keeping_errno(|| {
+            crate::gpu::set_linking(false);
+            links::unsubscribe(&api);
+            // Safety: a CUPTI entry point; our buffer callback still reads (the API stays).
+            unsafe { (api.flush_all)(FLUSH_FORCED) };
+            disable(&api, records::ENABLED_KINDS.len());
+        })
+    });
+    say_stood_down();
+    report(GpuTimelineState::StoodDown, 0, 0);
 }
 
 /// At exit (`exit`, `_exit`, the last thread's return): CUPTI hands over every buffer, full or
