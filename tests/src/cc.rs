@@ -25,3 +25,33 @@ pub fn compile(name: &str, dir: &TempDir) -> String {
     gcc(&["-O1", "-pthread", "-U_FORTIFY_SOURCE", "-Wall", "-o", &out, &src]);
     out
 }
+
+/// The doubles and the timeline program, built in `dir`: libcuda.so.1, libcupti.so.13 (soname
+/// as the wheel's), and `gpu_timeline`, linked against both unless `link_cupti` is false.
+pub fn gpu_timeline_program(dir: &TempDir, link_cupti: bool) -> String {
+    let doubles = tests_dir().join("doubles");
+    let cuda = dir.join("libcuda.so.1").display().to_string();
+    gcc(&[
+        "-O1",
+        "-shared",
+        "-fPIC",
+        "-o",
+        &cuda,
+        &doubles.join("libcuda_double.c").display().to_string(),
+        "-ldl",
+    ]);
+    let cupti = dir.join("libcupti.so.13").display().to_string();
+    let cupti_src = doubles.join("libcupti_double.c").display().to_string();
+    gcc(&["-O1", "-shared", "-fPIC", "-Wl,-soname,libcupti.so.13", "-o", &cupti, &cupti_src]);
+    let main = dir.join("gpu_timeline").display().to_string();
+    let src = tests_dir().join("programs").join("gpu_timeline.c").display().to_string();
+    let (libdir, rpath) = (format!("-L{}", dir.str()), format!("-Wl,-rpath,{}", dir.str()));
+    let mut args = vec!["-O1", "-o", &main, &src, &libdir, "-l:libcuda.so.1", &rpath];
+    if link_cupti {
+        // The program calls nothing of CUPTI's: keep it needed, as an application that uses
+        // CUPTI itself would.
+        args.extend(["-Wl,--no-as-needed", "-l:libcupti.so.13"]);
+    }
+    gcc(&args);
+    main
+}

@@ -7,36 +7,6 @@
 use mlprof_tests::*;
 use serde_json::Value;
 
-/// The doubles and the timeline program, built in `dir`: libcuda.so.1, libcupti.so.13 (soname
-/// as the wheel's), and `gpu_timeline`, linked against both unless `link_cupti` is false.
-fn build(dir: &TempDir, link_cupti: bool) -> String {
-    let doubles = tests_dir().join("doubles");
-    let cuda = dir.join("libcuda.so.1").display().to_string();
-    gcc(&[
-        "-O1",
-        "-shared",
-        "-fPIC",
-        "-o",
-        &cuda,
-        &doubles.join("libcuda_double.c").display().to_string(),
-        "-ldl",
-    ]);
-    let cupti = dir.join("libcupti.so.13").display().to_string();
-    let cupti_src = doubles.join("libcupti_double.c").display().to_string();
-    gcc(&["-O1", "-shared", "-fPIC", "-Wl,-soname,libcupti.so.13", "-o", &cupti, &cupti_src]);
-    let main = dir.join("gpu_timeline").display().to_string();
-    let src = tests_dir().join("programs").join("gpu_timeline.c").display().to_string();
-    let (libdir, rpath) = (format!("-L{}", dir.str()), format!("-Wl,-rpath,{}", dir.str()));
-    let mut args = vec!["-O1", "-o", &main, &src, &libdir, "-l:libcuda.so.1", &rpath];
-    if link_cupti {
-        // The program calls nothing of CUPTI's: keep it needed, as an application that uses
-        // CUPTI itself would.
-        args.extend(["-Wl,--no-as-needed", "-l:libcupti.so.13"]);
-    }
-    gcc(&args);
-    main
-}
-
 struct Timeline {
     summary: Summary,
     stdout: String,
@@ -82,7 +52,7 @@ fn number(value: &Value) -> u64 {
 #[test]
 fn kernels_and_copies_are_exact_linked_and_flushed_however_the_process_leaves() {
     let dir = TempDir::new("gpu-timeline");
-    let main = build(&dir, true);
+    let main = gpu_timeline_program(&dir, true);
     for leave in ["return", "exit", "_exit"] {
         let run = run(&dir, &main, &["300", "7", leave], &[]);
         let t = run.json();
@@ -116,7 +86,7 @@ fn kernels_and_copies_are_exact_linked_and_flushed_however_the_process_leaves() 
 #[test]
 fn small_buffers_cupti_drops_and_a_refused_timestamp_callback_keep_the_counts() {
     let dir = TempDir::new("gpu-timeline-calibrated");
-    let main = build(&dir, true);
+    let main = gpu_timeline_program(&dir, true);
     // CUPTI hands over a buffer every 7 kernels, says it dropped 5 activities, and refuses our
     // timestamp callback: records carry its own clock (CLOCK_MONOTONIC + 10 s here), which the
     // calibration moves back onto the run's axis.
@@ -139,7 +109,7 @@ fn small_buffers_cupti_drops_and_a_refused_timestamp_callback_keep_the_counts() 
 #[test]
 fn without_a_timeline_the_job_runs_unchanged_and_the_summary_says_why() {
     let dir = TempDir::new("gpu-timeline-none");
-    let main = build(&dir, true);
+    let main = gpu_timeline_program(&dir, true);
     /// Program arguments, environment, what `unavailable` must say.
     type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
     let cases: [Case<'_>; 5] = [
@@ -176,7 +146,7 @@ fn without_a_timeline_the_job_runs_unchanged_and_the_summary_says_why() {
 #[test]
 fn a_tool_that_takes_cupti_later_gets_it_whole_and_mlprof_keeps_what_came_before() {
     let dir = TempDir::new("gpu-timeline-takeover");
-    let main = build(&dir, true);
+    let main = gpu_timeline_program(&dir, true);
     // After 40 of 100 kernels the program subscribes to CUPTI and registers its own activity
     // callbacks, as torch.profiler does when a profile starts.
     let run = run(&dir, &main, &["100", "0", "return", "40"], &[]);

@@ -329,3 +329,27 @@ fn damaged_runs_give_a_valid_trace_and_a_warning() {
         assert!(slices > 0, "{name}: nothing readable kept");
     }
 }
+
+/// The GPU timeline (CUPTI and libcuda test doubles): per device a process, per stream a
+/// thread, each kernel and copy a slice with an arrow from the call that issued it, the same
+/// in both formats.
+#[test]
+fn gpu_timeline_tracks_and_arrows() {
+    const KERNELS: u64 = 40;
+    const COPIES: u64 = 3;
+    let dir = TempDir::new("perfetto-gpu");
+    let main = gpu_timeline_program(&dir, true);
+    let run = dir.join("run.bin");
+    let out = run_collect(&run, &[], &[main.as_str(), &KERNELS.to_string(), &COPIES.to_string()]);
+    assert!(out.status.success(), "mlprof-collect failed\n{}", describe(&out));
+    let (report, _) = convert_and_check(&run, "trace", &[]);
+    let device = (0x4000_0000u64).to_string();
+    assert_eq!(report["processes"][&device], "CUDA device 0 (GPU timeline)", "{}", report["processes"]);
+    let stream = (0x4000_0007u64).to_string();
+    assert_eq!(report["threads"][&stream]["name"], "stream 7", "{}", report["threads"]);
+    assert_eq!(report["slices"]["testKernel(float*, int)"], KERNELS, "{}", report["slices"]);
+    assert_eq!(report["slices"]["memcpy H2D"], COPIES, "{}", report["slices"]);
+    assert_eq!(report["slices_by_category"]["gpu_kernel"], KERNELS);
+    // One arrow per kernel and copy, from its launch or copy call to it.
+    assert_eq!(report["flows"]["paired"], KERNELS + COPIES, "{}", report["flows"]);
+}

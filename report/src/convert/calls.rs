@@ -5,7 +5,7 @@
 use std::io;
 
 use mlprof_format::func::{Api, Class, Func};
-use mlprof_format::record::{Event, FLAG_NESTED, GpuCall, copy_direction_name};
+use mlprof_format::record::{Event, FLAG_CORRELATED, FLAG_NESTED, GpuCall, copy_direction_name};
 use mlprof_trace::{ArgList, ArgShape, ArgValue, Slice, StringHandle, TraceWriter};
 
 use super::converter::{Converter, Text, ThreadState};
@@ -56,7 +56,11 @@ pub(super) fn write<W: TraceWriter>(
         shape,
         outermost,
     };
-    c.out.slice(thread.handle, &slice)
+    c.out.slice(thread.handle, &slice)?;
+    if event.flags & FLAG_CORRELATED != 0 {
+        c.gpu_flow_from(event, thread.handle)?;
+    }
+    Ok(())
 }
 
 /// The (name, category) handles of function `kind` (the record's), interned on its first call:

@@ -31,6 +31,8 @@ pub(super) enum Text {
     IttCategory(u64),
     /// A kernel's demangled name: (pid, function handle).
     Kernel(u32, u64),
+    /// A kernel's demangled name, by its string id (the GPU timeline's).
+    KernelName(u64),
     /// A trapped system call's name (complete mode), by number.
     Syscall(u32),
 }
@@ -66,6 +68,8 @@ pub(super) struct Converter<'a, W: TraceWriter> {
     thread_cache: Box<[(u64, u32); THREAD_CACHE_SLOTS]>,
     /// Events written to the current part.
     in_part: u64,
+    /// Links of GPU work to host calls not written yet: (pid, tid, start) → correlation id.
+    pub(super) gpu_links: FxHashMap<(u32, u32, u64), u32>,
 }
 
 /// A thread of the current part.
@@ -99,6 +103,7 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
             path_texts: Vec::new(),
             thread_cache: Box::new([(u64::MAX, 0); THREAD_CACHE_SLOTS]),
             in_part: 0,
+            gpu_links: Default::default(),
         }
     }
 
@@ -134,7 +139,7 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
     /// Converts a frame other than events.
     pub(super) fn item(&mut self, item: Item<'_>) -> io::Result<()> {
         match item {
-            Item::Events(_) => unreachable!("events are written by `events`"),
+            Item::Events(_) | Item::Gpu(_) => unreachable!("events and GPU work have their own"),
             Item::Aggregates(samples) => self.aggregates(&samples)?,
             Item::Drops(samples) => self.drops(&samples)?,
             Item::EnergyDevice(device) => {
@@ -222,9 +227,45 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         index
     }
 
+    /// The options of this conversion.
+    pub(super) fn options(&self) -> &'a Options<'a> {
+        self.options
+    }
+
+    /// Whether thread (`pid`, `tid`) is declared in this part.
+    pub(super) fn has_thread(&self, pid: u32, tid: u32) -> bool {
+        self.threads.contains_key(&(pid, tid))
+    }
+
+    /// Process `pid` declared with `name` (a track of the conversion's own: a GPU).
+    pub(super) fn named_process(&mut self, pid: u32, name: &str) -> io::Result<ProcessHandle> {
+        if let Some(&process) = self.processes.get(&pid) {
+            return Ok(process);
+        }
+        let process = self.out.process(pid, Some(name))?;
+        self.processes.insert(pid, process);
+        Ok(process)
+    }
+
+    /// Thread `tid` of `process` declared with `name` (a track of the conversion's own: a
+    /// stream), as having spans: its slices do not come in time order.
+    pub(super) fn named_thread(
+        &mut self,
+        process: ProcessHandle,
+        pid: u32,
+        tid: u32,
+        name: &str,
+        span_threads: &SpanThreads,
+    ) -> io::Result<()> {
+        let handle = self.out.thread(process, tid, Some(name))?;
+        let index = self.add_thread(pid, tid, handle, span_threads);
+        self.thread_states[index as usize].spans = true;
+        Ok(())
+    }
+
     /// The process `pid`, declared without a name the first time the run mentions it
     /// without describing it.
-    fn process(&mut self, pid: u32) -> io::Result<ProcessHandle> {
+    pub(super) fn process(&mut self, pid: u32) -> io::Result<ProcessHandle> {
         if let Some(&process) = self.processes.get(&pid) {
             return Ok(process);
         }
@@ -234,7 +275,12 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
     }
 
     #[inline]
-    fn thread(&mut self, pid: u32, tid: u32, span_threads: &SpanThreads) -> io::Result<ThreadState> {
+    pub(super) fn thread(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        span_threads: &SpanThreads,
+    ) -> io::Result<ThreadState> {
         let key = u64::from(pid) << 32 | u64::from(tid);
         let slot = (tid ^ pid.rotate_left(7)) as usize % THREAD_CACHE_SLOTS;
         let (cached, index) = self.thread_cache[slot];
@@ -279,6 +325,7 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
             Text::IttCategory(0) => self.out.intern("itt,"),
             Text::IttCategory(domain) => self.out.intern(&format!("itt,{}", meta.string(domain))),
             Text::Kernel(pid, function) => self.out.intern(&meta.kernel_name(pid, function)),
+            Text::KernelName(id) => self.out.intern(&crate::run::demangle(&meta.string(id))),
             Text::Syscall(nr) => self.out.intern(&crate::run::syscall_name(nr)),
         };
         self.texts.insert(text, handle);

@@ -22,6 +22,7 @@
 
 mod calls;
 mod converter;
+mod gpu;
 mod itt;
 mod options;
 
@@ -116,7 +117,12 @@ fn convert_looking_ahead<W: TraceWriter>(
 ) -> Result<Outcome, ConvertError> {
     let spec = StreamSpec {
         read_by: ReadBy::Mapping,
-        wants: Wants { aggregates: options.only.io, drops: true, energy: options.only.energy },
+        wants: Wants {
+            aggregates: options.only.io,
+            drops: true,
+            energy: options.only.energy,
+            gpu: options.only.gpu,
+        },
         strict: false,
         lookahead,
     };
@@ -163,6 +169,7 @@ fn convert_pass<W: TraceWriter>(
                 stream.recycle(batch);
                 report(outcome.events, stream);
             }
+            Item::Gpu(records) => converter.gpu(&records, &stream.learned().span_threads)?,
             other => converter.item(other)?,
         }
     }

@@ -151,7 +151,7 @@ fn export_pass(
             }
             Item::EnergyDevice(device) => exporter.energy_device(&device),
             Item::EnergySamples(samples) => exporter.energy_samples(&samples).map_err(io_err)?,
-            Item::Aggregates(_) | Item::Drops(_) => {}
+            Item::Aggregates(_) | Item::Drops(_) | Item::Gpu(_) => {}
         }
     }
     let end = stream.end();

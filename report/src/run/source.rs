@@ -35,6 +35,8 @@ pub(crate) struct Wants {
     pub(crate) drops: bool,
     /// Energy devices and samples.
     pub(crate) energy: bool,
+    /// GPU activity records (the GPU timeline).
+    pub(crate) gpu: bool,
 }
 
 impl Wants {
@@ -45,6 +47,7 @@ impl Wants {
             Frame::Drops(samples) if self.drops => Some(Item::Drops(samples)),
             Frame::EnergyDevice(device) if self.energy => Some(Item::EnergyDevice(device)),
             Frame::EnergySamples(samples) if self.energy => Some(Item::EnergySamples(samples)),
+            Frame::GpuActivity(records) if self.gpu => Some(Item::Gpu(records)),
             _ => None,
         }
     }

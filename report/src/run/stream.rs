@@ -61,6 +61,8 @@ pub(crate) enum Item<'m> {
     Drops(Vec<DropSample>),
     EnergyDevice(EnergyDevice),
     EnergySamples(Vec<EnergySample>),
+    /// What the GPUs did (CUPTI records, links), as CUPTI delivered it.
+    Gpu(Vec<mlprof_format::gpu::GpuActivity>),
 }
 
 /// An events frame read ahead, and what noting it found.

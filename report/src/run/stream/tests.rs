@@ -17,7 +17,7 @@ const BOTH: [ReadBy; 2] = [ReadBy::Mapping, ReadBy::Thread];
 fn spec(read_by: ReadBy, lookahead: usize) -> StreamSpec {
     StreamSpec {
         read_by,
-        wants: Wants { aggregates: true, drops: true, energy: true },
+        wants: Wants { aggregates: true, drops: true, energy: true, gpu: true },
         strict: true,
         lookahead,
     }
@@ -45,6 +45,7 @@ fn pass_log(stream: &mut EventStream<'_>) -> Result<Vec<String>, PassError<Strin
             Item::Aggregates(_) => log.push("A".into()),
             Item::Drops(_) => log.push("D".into()),
             Item::EnergyDevice(_) | Item::EnergySamples(_) => log.push("energy".into()),
+            Item::Gpu(records) => log.push(format!("G{}", records.len())),
         }
     }
     Ok(log)
