@@ -166,3 +166,51 @@ fn a_tool_that_takes_cupti_later_gets_it_whole_and_mlprof_keeps_what_came_before
     e.that(format_args!("said {said} times on stderr\n{}", run.stderr), said == 1);
     e.finish();
 }
+
+#[test]
+fn the_gpu_activity_table_holds_every_kernel_and_copy_with_the_thread_that_issued_it() {
+    if !require_python_modules(&["duckdb"]) {
+        return;
+    }
+    let dir = TempDir::new("gpu-timeline-parquet");
+    let main = gpu_timeline_program(&dir, true);
+    let run = run(&dir, &main, &["120", "5"], &[]);
+    let pid = run.summary.processes()[0].pid();
+    let out = dir.join("parquet");
+    let o = output_with_timeout(
+        {
+            let mut c = std::process::Command::new(&bins().mlprof);
+            c.args([
+                "export",
+                "--parquet",
+                &out.display().to_string(),
+                &run.summary.run_bin.display().to_string(),
+            ]);
+            c
+        },
+        default_timeout(),
+    );
+    assert!(o.status.success(), "mlprof export failed\n{}", describe(&o));
+    let query = format!(
+        "import duckdb, json\n\
+         rows = duckdb.sql(\"select kind, name, count(*), sum(end_ns - start_ns), sum(bytes), \
+         count(*) filter (where launch_tid = {pid}), count(distinct correlation) \
+         from read_parquet('{}/gpu_activity/**/*.parquet', hive_partitioning=true) \
+         group by kind, name order by kind\").fetchall()\n\
+         print(json.dumps(rows))",
+        out.display()
+    );
+    let mut c = std::process::Command::new(python());
+    c.args(["-c", &query]);
+    let o = output_with_timeout(c, default_timeout());
+    assert!(o.status.success(), "duckdb query failed\n{}", describe(&o));
+    let rows: Value = serde_json::from_slice(&o.stdout).unwrap();
+    // Every kernel and copy, each issued by the program's one thread, each its own correlation.
+    assert_eq!(
+        rows,
+        serde_json::json!([
+            ["kernel", "testKernel(float*, int)", 120, 120_000, 0, 120, 120],
+            ["memcpy", "H2D", 5, 10_000, 5 * 4096, 5, 5]
+        ])
+    );
+}

@@ -11,6 +11,10 @@ use std::path::Path;
 use bytes::Bytes;
 use mlprof_format::energy::{EnergyDevice, EnergySample};
 use mlprof_format::func::{Api, Class, Func};
+use mlprof_format::gpu::{
+    ACTIVITY_KERNEL, ACTIVITY_LINK, ACTIVITY_MEMCPY, ACTIVITY_MEMSET, ACTIVITY_OVERHEAD, ACTIVITY_SYNC,
+    GpuActivity, copy_kind_name,
+};
 use mlprof_format::record::{Event, GpuCall, IttSpan};
 use rustc_hash::FxHashMap;
 
@@ -23,7 +27,8 @@ use crate::run::stream::{Batch, Learned};
 use crate::run::{PathIndex, RunMeta, bytes_moved};
 
 /// Every table of an export, in the order their folders are named and their rows counted.
-const TABLES: [&str; 7] = ["events", "spans", "gpu_calls", "processes", "files", "energy", "runs"];
+const TABLES: [&str; 8] =
+    ["events", "spans", "gpu_calls", "gpu_activity", "processes", "files", "energy", "runs"];
 
 /// The tables rows are added to while the events stream, and what names their values.
 pub(super) struct Exporter<'a> {
@@ -33,6 +38,7 @@ pub(super) struct Exporter<'a> {
     events: Table,
     spans: Table,
     gpu: Table,
+    gpu_activity: Table,
     energy: Table,
     /// Every string once, as a Parquet value; rows hold its index.
     symbols: Symbols,
@@ -46,6 +52,13 @@ pub(super) struct Exporter<'a> {
     paths: Paths,
     /// Kernel names, by (pid, function handle).
     kernels: FxHashMap<(u32, u64), u32>,
+    /// Demangled kernel names of the GPU timeline, by string id.
+    kernel_names: FxHashMap<u64, u32>,
+    /// The thread of each host call linked to GPU work, by (pid, correlation id): links come
+    /// before the work they link (CUPTI hands its records over late).
+    launch_tids: FxHashMap<(u32, u32), u32>,
+    /// The `kind` column's values: kernel, memcpy, memset, sync, overhead.
+    activity_kinds: [u32; 5],
     /// `task`, `frame`, `marker`, `pause`, `resume`.
     span_kinds: [u32; 5],
     /// (name, kind, in_run) of each energy device described.
@@ -70,6 +83,7 @@ impl<'a> Exporter<'a> {
         let events = new("events", rows::EVENTS, by_rank)?;
         let spans = new("spans", rows::SPANS, by_rank)?;
         let gpu = new("gpu_calls", rows::GPU_CALLS, by_rank)?;
+        let gpu_activity = new("gpu_activity", rows::GPU_ACTIVITY, by_rank)?;
         let mut energy = new("energy", rows::ENERGY, None)?;
         let mut symbols = Symbols::default();
         let mut names = vec![0; Func::ALL.iter().map(|f| *f as usize + 1).max().unwrap_or(0)];
@@ -77,6 +91,8 @@ impl<'a> Exporter<'a> {
             names[f as usize] = symbols.add(Bytes::from_static(f.name().as_bytes()));
         }
         let span_kinds = ["task", "frame", "marker", "pause", "resume"].map(|k| text(&mut symbols, k));
+        let activity_kinds =
+            ["kernel", "memcpy", "memset", "sync", "overhead"].map(|k| text(&mut symbols, k));
         let unknown_device = (text(&mut symbols, "?"), text(&mut symbols, "?"), false);
         let energy_part = energy.partition("");
         Ok(Exporter {
@@ -86,6 +102,7 @@ impl<'a> Exporter<'a> {
             events,
             spans,
             gpu,
+            gpu_activity,
             energy,
             symbols,
             strings: FxHashMap::default(),
@@ -93,6 +110,9 @@ impl<'a> Exporter<'a> {
             pids: PidPartitions::default(),
             paths: Paths::default(),
             kernels: FxHashMap::default(),
+            kernel_names: FxHashMap::default(),
+            launch_tids: FxHashMap::default(),
+            activity_kinds,
             span_kinds,
             devices: HashMap::new(),
             unknown_device,
@@ -107,10 +127,7 @@ impl<'a> Exporter<'a> {
         for event in batch.records() {
             let Some(kind) = kind_of(event.kind) else { continue };
             let noted = paths.next(kind, event);
-            let (events, spans, gpu) = (&mut self.events, &mut self.spans, &mut self.gpu);
-            let parts: Parts = self.pids.get(self.meta, event.pid, event.start, |rank| {
-                (events.partition(rank), spans.partition(rank), gpu.partition(rank))
-            });
+            let parts = self.parts(event.pid, event.start);
             match kind.api {
                 Api::Libc => self.call(kind, event, noted, parts.0, learned)?,
                 Api::Itt => self.span(kind.func, event, parts.1)?,
@@ -118,6 +135,56 @@ impl<'a> Exporter<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The partitions of the image of `pid` running at `time`, in each partitioned table.
+    #[inline]
+    fn parts(&mut self, pid: u32, time: u64) -> Parts {
+        let (events, spans, gpu, activity) =
+            (&mut self.events, &mut self.spans, &mut self.gpu, &mut self.gpu_activity);
+        self.pids.get(self.meta, pid, time, |rank| {
+            (events.partition(rank), spans.partition(rank), gpu.partition(rank), activity.partition(rank))
+        })
+    }
+
+    /// A frame of GPU activity: links remembered, work as rows of `gpu_activity`.
+    pub(super) fn gpu_activity(&mut self, records: &[GpuActivity]) -> io::Result<()> {
+        for record in records {
+            let kind = match record.what {
+                ACTIVITY_LINK => {
+                    self.launch_tids.insert((record.pid, record.correlation), record.value as u32);
+                    continue;
+                }
+                ACTIVITY_KERNEL => 0,
+                ACTIVITY_MEMCPY => 1,
+                ACTIVITY_MEMSET => 2,
+                ACTIVITY_SYNC => 3,
+                ACTIVITY_OVERHEAD => 4,
+                _ => continue,
+            };
+            let name = match record.what {
+                ACTIVITY_KERNEL => self.kernel_name(record.value),
+                ACTIVITY_MEMCPY => text(&mut self.symbols, copy_kind_name(record.detail)),
+                _ => self.activity_kinds[kind],
+            };
+            let part = self.parts(record.pid, record.start).3;
+            let launch_tid = self.launch_tids.get(&(record.pid, record.correlation)).copied();
+            let kind = self.activity_kinds[kind];
+            self.gpu_activity
+                .push(&self.symbols, part, |row| rows::gpu_activity(row, record, (kind, name), launch_tid))?;
+        }
+        Ok(())
+    }
+
+    /// The symbol of a kernel's demangled name, by its string id (once per name).
+    fn kernel_name(&mut self, id: u64) -> u32 {
+        if let Some(&symbol) = self.kernel_names.get(&id) {
+            return symbol;
+        }
+        let name = crate::run::demangle(&self.meta.string(id));
+        let symbol = text(&mut self.symbols, &name);
+        self.kernel_names.insert(id, symbol);
+        symbol
     }
 
     /// A libc call: its row in `events`, its file's totals.
@@ -215,7 +282,7 @@ impl<'a> Exporter<'a> {
     pub(super) fn finish(mut self, source: &Path, warnings: Vec<String>) -> io::Result<Exported> {
         // The small tables are written while the rest is built; the events table, whose last
         // rows take longest, after them (closing a table waits for its writer to take each job).
-        for table in [&mut self.spans, &mut self.gpu, &mut self.energy] {
+        for table in [&mut self.spans, &mut self.gpu, &mut self.gpu_activity, &mut self.energy] {
             table.close(&self.symbols)?;
         }
         let mut processes = self.processes()?;

@@ -75,7 +75,7 @@ impl Paths {
 }
 
 /// An image's partitions in events, spans and gpu_calls.
-pub(super) type Parts = (usize, usize, usize);
+pub(super) type Parts = (usize, usize, usize, usize);
 
 /// Slots of [`PidPartitions`]' direct-mapped cache: a merged run's batches interleave the
 /// events of many processes (64 ranks and their workers), and a hash lookup at every change

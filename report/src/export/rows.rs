@@ -3,6 +3,7 @@
 //! mismatch fails the table's own check when the row is pushed).
 
 use mlprof_format::energy::EnergySample;
+use mlprof_format::gpu::{ACTIVITY_MEMCPY, ACTIVITY_MEMSET, GpuActivity};
 use mlprof_format::record::{Event, FLAG_NESTED, GpuCall, IttSpan};
 
 use super::lookups::FileTotals;
@@ -102,6 +103,43 @@ pub(super) fn gpu_call(row: &mut Row<'_>, name: u32, call: &GpuCall, bytes: u64,
         .i64(i64_of(bytes))
         .bool(call.flags & FLAG_NESTED != 0)
         .opt_str(kernel);
+}
+
+/// `gpu_activity`: what the GPUs did (CUPTI): kernels, copies, memsets, synchronizations and
+/// CUPTI's overhead, each with the thread of the call that issued it when it was linked.
+pub(super) const GPU_ACTIVITY: &[Spec] = &[
+    col("pid", Kind::I32),
+    col("device", Kind::I32),
+    col("stream", Kind::I64),
+    col("kind", Kind::Str),
+    col("name", Kind::Str),
+    plain("start_ns", Kind::I64),
+    plain("end_ns", Kind::I64),
+    col("bytes", Kind::I64),
+    col("correlation", Kind::I64),
+    opt("launch_tid", Kind::I32),
+];
+
+/// GPU work `a` of kind `kind` named `name` (a kernel's, or the copy's direction), issued by
+/// thread `launch_tid` when linked.
+#[inline]
+pub(super) fn gpu_activity(
+    row: &mut Row<'_>,
+    a: &GpuActivity,
+    (kind, name): (u32, u32),
+    launch_tid: Option<u32>,
+) {
+    let bytes = if matches!(a.what, ACTIVITY_MEMCPY | ACTIVITY_MEMSET) { a.value } else { 0 };
+    row.i32(a.pid as i32)
+        .i32(i32::from(a.device))
+        .i64(i64::from(a.stream))
+        .str(kind)
+        .str(name)
+        .i64(i64_of(a.start))
+        .i64(i64_of(a.start.saturating_add(a.dur)))
+        .i64(i64_of(bytes))
+        .i64(i64::from(a.correlation))
+        .opt_i32(launch_tid.map(|tid| tid as i32));
 }
 
 /// `energy`: energy and device samples.
