@@ -5,7 +5,7 @@
 # fails. DEVICE_CHECK_PARTS=name,name runs only those parts. Built here, run there (no Rust needed there):
 #   MLPROF_BIN_DIR=dir-with-mlprof,mlprof-collect,libmlprof.so PYTHON=python3 tests/gpu/device_check.sh [OUTDIR]
 # OUTDIR (default $OUT, else a temporary folder) receives device_check.log and the run files.
-# Budget: about 7 minutes on an H100/H200. Exits non-zero when any part failed.
+# Budget: about 13 minutes on an H100/H200 (timeline_check 6 of them). Exits non-zero when any part failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export MLPROF_BIN_DIR="$(cd "${MLPROF_BIN_DIR:-target/release}" && pwd)"
@@ -16,7 +16,7 @@ mkdir -p "$out"
 export MLPROF_GPU_KEEP="$out"
 log="$out/device_check.log"
 status=0
-parts=",${DEVICE_CHECK_PARTS:-nvml_cost,cuda_check,cuda_check_all_syscalls,energy_check,torch_step_cost,torch_cuda_overhead},"
+parts=",${DEVICE_CHECK_PARTS:-timeline_check,nvml_cost,cuda_check,cuda_check_all_syscalls,energy_check,torch_step_cost,torch_cuda_overhead},"
 part() {  # part NAME TIMEOUT_S CMD...
   local name="$1" limit="$2"; shift 2
   case "$parts" in *",$name,"*) ;; *) echo "===== $name: not asked for (DEVICE_CHECK_PARTS)"; return;; esac
@@ -31,6 +31,8 @@ echo "device_check: $(date -u +%FT%TZ) on $(uname -srm)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv || true
 "$PYTHON" -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())' || true
 "$MLPROF_BIN_DIR/mlprof-collect" --version
+# The GPU timeline (issue 35) first: never run on a GPU yet (about 6 minutes).
+part timeline_check 420 tests/gpu/timeline_check.sh
 part nvml_cost 60 "$PYTHON" tests/gpu/nvml_cost.py --calls 60
 part cuda_check 150 tests/gpu/cuda_check.sh
 MLPROF_COLLECT_ARGS=--all-syscalls part cuda_check_all_syscalls 150 tests/gpu/cuda_check.sh

@@ -349,6 +349,14 @@ fn cuda_check_script_on_a_real_gpu() {
     device_check("cuda_check.sh");
 }
 
+/// tests/gpu/timeline_check.sh: the GPU timeline on a real GPU: kernels = launches, each
+/// linked; kernels and their GPU time per step within 2 % of torch.profiler's; torch.profiler
+/// inside `--torch` sees what it sees alone; the cost pairs of both targets.
+#[test]
+fn timeline_check_script_on_a_real_gpu() {
+    device_check("timeline_check.sh");
+}
+
 /// tests/gpu/energy_check.sh: GPU energy > 0, burst power above idle power, and mlprof's GPU
 /// energy within 5% of the NVML energy counter read around the run.
 #[test]
