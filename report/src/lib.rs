@@ -10,8 +10,9 @@
 //!    events that every whole-run pass is a client of. Beside it, [`human`] (durations for
 //!    people) and `prefetch` (a cache hint).
 //! 2. `pipeline` (ITT span totals and the DataLoader pipeline), `shapes` (op input shapes,
-//!    `--torch-shapes` markers paired with PyTorch op ranges) and `gpu_timeline` (what the GPUs
-//!    did: CUPTI activity records, their links to host calls).
+//!    `--torch-shapes` markers paired with PyTorch op ranges), `host_time` (what a process was
+//!    doing at an instant: data wait, GPU sync, file I/O, ops) and `gpu_timeline` (what the GPUs
+//!    did: CUPTI activity records, their links to host calls, idle time by what the host did).
 //! 3. [`summary`] (per-function, per-process, per-file and GPU statistics, rendered by
 //!    [`summary::json`] and [`summary::text`]) and [`energy`] (energy per device, process
 //!    and span, with uncertainties).
@@ -37,6 +38,7 @@ pub mod diff;
 pub mod energy;
 pub mod export;
 mod gpu_timeline;
+mod host_time;
 pub mod html;
 pub mod human;
 pub mod merge;

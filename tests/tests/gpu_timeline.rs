@@ -75,7 +75,15 @@ fn kernels_and_copies_are_exact_linked_and_flushed_however_the_process_leaves() 
         e.eq(format_args!("{leave}: H2D copies"), number(&h2d["count"]), 7);
         e.eq(format_args!("{leave}: H2D bytes"), number(&h2d["bytes"]), 7 * 4096);
         e.eq(format_args!("{leave}: H2D GPU ns"), number(&h2d["gpu_ns"]), 14_000);
-        e.eq(format_args!("{leave}: busy ns"), number(&t["devices"][0]["busy_ns"]), 314_000);
+        let device = &t["devices"][0];
+        e.eq(format_args!("{leave}: busy ns"), number(&device["busy_ns"]), 314_000);
+        // The idle time, split by what the program did meanwhile, adds up; its launches and
+        // copies (ops) are part of it.
+        let idle_by = &device["idle_by"];
+        let parts: u64 =
+            ["data_wait", "sync", "io", "ops", "other"].iter().map(|k| number(&idle_by[k])).sum();
+        e.eq(format_args!("{leave}: idle split {idle_by}"), parts, number(&device["idle_ns"]));
+        e.that(format_args!("{leave}: idle while launching {idle_by}"), number(&idle_by["ops"]) > 0);
         // Every kernel and copy links to its recorded launch or copy call; nothing was lost.
         e.eq(format_args!("{leave}: unmatched"), number(&t["unmatched"]), 0);
         e.eq(format_args!("{leave}: dropped"), number(&t["dropped"]), 0);

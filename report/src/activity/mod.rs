@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use mlprof_format::func::{Api, Class, Func};
-use mlprof_format::record::{Event, FLAG_NESTED, IttSpan};
+use mlprof_format::record::{Event, IttSpan};
 use mlprof_format::runfile::Frame;
 use mlprof_format::string_id;
 use rustc_hash::FxHashMap;
@@ -34,45 +34,11 @@ use crate::pipeline::{DATA, FETCH, WAIT};
 use crate::run::{self, RunMeta, bytes_moved};
 use crate::shapes::SHAPES;
 
+pub(crate) use crate::host_time::Category;
 pub(crate) use intervals::exclusive_times;
 
 /// Slices of the run's time axis in every timeline.
 pub(crate) const BINS: usize = 240;
-
-/// What a main process's wall time went to, in priority order (an instant in two categories
-/// counts in the first).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum Category {
-    DataWait = 0,
-    GpuSync = 1,
-    FileIo = 2,
-    OpsPhases = 3,
-}
-
-impl Category {
-    pub(crate) const ALL: [Category; 4] =
-        [Category::DataWait, Category::GpuSync, Category::FileIo, Category::OpsPhases];
-
-    /// The label reports print.
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            Category::DataWait => "data wait",
-            Category::GpuSync => "GPU sync",
-            Category::FileIo => "file I/O",
-            Category::OpsPhases => "ops & phases",
-        }
-    }
-
-    /// The key in JSON and HTML attributes.
-    pub(crate) fn key(self) -> &'static str {
-        match self {
-            Category::DataWait => "data_wait",
-            Category::GpuSync => "gpu_sync",
-            Category::FileIo => "file_io",
-            Category::OpsPhases => "ops_phases",
-        }
-    }
-}
 
 /// One main process (or rank) and where its wall time went.
 #[derive(Clone, Debug, PartialEq)]
@@ -201,9 +167,9 @@ impl Pass {
         self.first_ns = self.first_ns.min(event.start);
         self.last_ns = self.last_ns.max(end);
         let pid = event.pid;
-        let push = |this: &mut Pass, category| {
-            this.intervals.entry(pid).or_default().push((category, event.start, end));
-        };
+        if let Some(category) = crate::host_time::category_of(meta, func, event) {
+            self.intervals.entry(pid).or_default().push((category, event.start, end));
+        }
         match func.api() {
             Api::Itt => {
                 if func.class() != Class::Span {
@@ -214,7 +180,6 @@ impl Pass {
                     (DATA, WAIT) => {
                         self.active.insert(pid);
                         self.waits.entry(pid).or_default().push((end.saturating_sub(start_ns), span.dur));
-                        push(self, Category::DataWait);
                     }
                     (DATA, FETCH) => {
                         self.fetchers.insert(pid);
@@ -227,7 +192,6 @@ impl Pass {
                                 self.step_ends.entry(pid).or_default().push(end);
                             }
                         }
-                        push(self, Category::OpsPhases);
                     }
                 }
             }
@@ -239,19 +203,12 @@ impl Pass {
                 calls.2 += bytes;
                 if api != Api::Libc {
                     self.active.insert(pid);
-                    if func.blocks_host() && event.flags & FLAG_NESTED == 0 {
-                        push(self, Category::GpuSync);
-                    }
                     return;
                 }
                 if matches!(func.class(), Class::Read | Class::Write) && bytes > 0 {
                     let bins = self.io.entry(pid).or_insert_with(|| vec![0; BINS]);
                     let bin = (end.saturating_sub(start_ns) / bin_ns) as usize;
                     bins[bin.min(BINS - 1)] += bytes;
-                }
-                let file = func.class() == Class::Open || meta.fds.path_of(meta, event).is_some();
-                if file && !matches!(func.class(), Class::Clock | Class::Ioctl) {
-                    push(self, Category::FileIo);
                 }
             }
         }

@@ -16,6 +16,10 @@ use mlprof_format::gpu::{
     GpuActivity, GpuTimelineState, copy_kind_name,
 };
 
+use mlprof_format::func::{Class, Func};
+use mlprof_format::record::{Event, FLAG_NESTED};
+
+use crate::host_time::{Category, category_of, exclusive_times};
 use crate::run::RunMeta;
 use crate::run::demangle;
 
@@ -48,6 +52,22 @@ pub(crate) struct DeviceTime {
     pub(crate) busy_fraction: f64,
     /// The job's duration less `busy_ns`.
     pub(crate) idle_ns: u64,
+    /// The process that issued most of the device's work, whose doings split `idle_ns`.
+    pub(crate) main_pid: u32,
+    pub(crate) idle_by: IdleBy,
+}
+
+/// A device's idle time by what its main process was doing meanwhile, each instant in the
+/// first that applies: waiting for a DataLoader batch, blocked on the GPU (a synchronization or
+/// blocking copy: waiting for work that had not started?), file I/O, an op or training phase or
+/// a launch (the host preparing work), anything else.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct IdleBy {
+    pub(crate) data_wait: u64,
+    pub(crate) sync: u64,
+    pub(crate) io: u64,
+    pub(crate) ops: u64,
+    pub(crate) other: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -65,9 +85,16 @@ pub(crate) struct CopyTime {
     pub(crate) gpu_ns: u64,
 }
 
-/// The GPU activity frames of a run, as they stream by.
+/// The GPU activity frames of a run, as they stream by, and what the processes that may issue
+/// GPU work did on the host.
 #[derive(Default)]
 pub(crate) struct TimelineTally {
+    /// Processes that may be a device's main: those with no recorded parent, and ranks' own.
+    candidates: HashSet<u32>,
+    /// Per candidate: its calls and spans by [`Category`] (launches count as ops).
+    host: HashMap<u32, Vec<(Category, u64, u64)>>,
+    /// (device, pid) → kernels, copies and memsets issued.
+    work_by: HashMap<(u8, u32), u64>,
     /// Per process: the state records it sent, in order.
     states: BTreeMap<u32, Vec<(GpuTimelineState, u64)>>,
     /// Per process: its last running totals.
@@ -84,6 +111,36 @@ pub(crate) struct TimelineTally {
 }
 
 impl TimelineTally {
+    /// A tally for the run `meta` describes (its processes name the candidates).
+    pub(crate) fn new(meta: &RunMeta) -> TimelineTally {
+        let candidates = meta
+            .images
+            .iter()
+            .filter(|(pid, images)| {
+                let parent_recorded = images.first().is_some_and(|i| meta.images.contains_key(&i.info.ppid));
+                !parent_recorded || meta.rank_main(**pid, 0) == Some(**pid)
+            })
+            .map(|(pid, _)| *pid)
+            .collect();
+        TimelineTally { candidates, ..TimelineTally::default() }
+    }
+
+    /// A host call or span: kept when its process may be a device's main and it says what the
+    /// process was doing.
+    #[inline]
+    pub(crate) fn add_host(&mut self, meta: &RunMeta, func: Func, event: &Event) {
+        if !self.candidates.contains(&event.pid) {
+            return;
+        }
+        let category = category_of(meta, func, event)
+            .or((func.class() == Class::Launch && event.flags & FLAG_NESTED == 0)
+                .then_some(Category::OpsPhases));
+        if let Some(category) = category {
+            let end = event.start.saturating_add(event.dur);
+            self.host.entry(event.pid).or_default().push((category, event.start, end));
+        }
+    }
+
     pub(crate) fn add(&mut self, records: &[GpuActivity]) {
         for record in records {
             match record.what {
@@ -108,6 +165,7 @@ impl TimelineTally {
         let end = record.start.saturating_add(record.dur);
         self.intervals.entry(record.device).or_default().push((record.start, end));
         self.work.push((record.pid, record.correlation));
+        *self.work_by.entry((record.device, record.pid)).or_default() += 1;
         match record.what {
             ACTIVITY_KERNEL => {
                 let entry = self.kernels.entry((record.pid, record.value)).or_default();
@@ -124,24 +182,14 @@ impl TimelineTally {
         }
     }
 
-    /// The timeline over a job of `duration_ns`; `used_cuda`: whether any CUDA call was recorded
-    /// (to say why there is no timeline).
-    pub(crate) fn finish(self, meta: &RunMeta, duration_ns: u64, used_cuda: bool) -> GpuTimeline {
+    /// The timeline over a job that ran from `from` to `to` (CLOCK_MONOTONIC ns); `used_cuda`:
+    /// whether any CUDA call was recorded (to say why there is no timeline).
+    pub(crate) fn finish(mut self, meta: &RunMeta, (from, to): (u64, u64), used_cuda: bool) -> GpuTimeline {
         let started =
             self.states.values().any(|s| s.iter().any(|(state, _)| *state == GpuTimelineState::Started));
-        let devices = self
-            .intervals
-            .into_iter()
-            .map(|(index, intervals)| {
-                let busy_ns = union_ns(intervals);
-                DeviceTime {
-                    index,
-                    busy_ns,
-                    busy_fraction: if duration_ns == 0 { 0.0 } else { busy_ns as f64 / duration_ns as f64 },
-                    idle_ns: duration_ns.saturating_sub(busy_ns),
-                }
-            })
-            .collect();
+        let intervals = std::mem::take(&mut self.intervals);
+        let devices =
+            intervals.into_iter().map(|(index, intervals)| self.device(index, intervals, from, to)).collect();
         let mut by_name: HashMap<String, (u64, u64)> = HashMap::new();
         for ((_, name), (count, ns)) in self.kernels {
             let name = if name == 0 { "(unnamed kernel)".to_string() } else { demangle(&meta.string(name)) };
@@ -167,18 +215,33 @@ impl TimelineTally {
     }
 }
 
-/// The length of the union of `intervals` (ns).
-fn union_ns(mut intervals: Vec<(u64, u64)>) -> u64 {
-    intervals.sort_unstable();
-    let (mut total, mut covered_to) = (0u64, 0u64);
-    for (start, end) in intervals {
-        let start = start.max(covered_to);
-        if end > start {
-            total += end - start;
-            covered_to = end;
+impl TimelineTally {
+    /// Device `index`'s busy time (the union of its work's `intervals`) within the job, and its
+    /// idle time split by what its main process did meanwhile.
+    fn device(&self, index: u8, intervals: Vec<(u64, u64)>, from: u64, to: u64) -> DeviceTime {
+        let main_pid = self
+            .work_by
+            .iter()
+            .filter(|((device, _), _)| *device == index)
+            .max_by_key(|((_, pid), count)| (**count, std::cmp::Reverse(*pid)))
+            .map_or(0, |((_, pid), _)| *pid);
+        // Busy first (index 0): an instant the GPU works is not idle, whatever the host did.
+        let mut all: Vec<(usize, u64, u64)> = intervals.iter().map(|&(start, end)| (0, start, end)).collect();
+        let host = self.host.get(&main_pid).map_or(&[][..], Vec::as_slice);
+        all.extend(host.iter().map(|&(category, start, end)| (1 + category as usize, start, end)));
+        let [busy_ns, data_wait, sync, io, ops] = exclusive_times(&all, |i| i, from, to);
+        let job_ns = to.saturating_sub(from);
+        let idle_ns = job_ns.saturating_sub(busy_ns);
+        let other = idle_ns.saturating_sub(data_wait + sync + io + ops);
+        DeviceTime {
+            index,
+            busy_ns,
+            busy_fraction: if job_ns == 0 { 0.0 } else { busy_ns as f64 / job_ns as f64 },
+            idle_ns,
+            main_pid,
+            idle_by: IdleBy { data_wait, sync, io, ops, other },
         }
     }
-    total
 }
 
 #[cfg(test)]

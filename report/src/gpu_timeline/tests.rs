@@ -13,9 +13,8 @@ fn state(pid: u32, state: GpuTimelineState, code: u64) -> GpuActivity {
 #[test]
 fn busy_time_is_the_union_of_a_devices_work() {
     // Kernels at 0–10 and 5–20 overlap (concurrent streams): busy 20, not 25. A copy at 30–40
-    // adds 10; the gap 20–30 is idle. Over a 100 ns job: busy 30, idle 70.
-    assert_eq!(union_ns(vec![(5, 20), (0, 10), (30, 40)]), 30);
-    assert_eq!(union_ns(vec![(0, 10), (2, 3), (10, 12)]), 12, "contained and touching intervals");
+    // adds 10; the gap 20–30 is idle. Over a 100 ns job: busy 30, idle 70, all of it "other"
+    // (no host calls of process 1 were seen).
     let mut tally = TimelineTally::default();
     tally.add(&[
         state(1, GpuTimelineState::Started, 0),
@@ -23,9 +22,13 @@ fn busy_time_is_the_union_of_a_devices_work() {
         record(ACTIVITY_KERNEL, 1, 2, 5, 15),
         GpuActivity { detail: 1, value: 4096, ..record(ACTIVITY_MEMCPY, 1, 3, 30, 10) },
     ]);
-    let timeline = tally.finish(&RunMeta::default(), 100, true);
+    let timeline = tally.finish(&RunMeta::default(), (0, 100), true);
     assert_eq!(timeline.source, Some("cupti"));
-    assert_eq!(timeline.devices, [DeviceTime { index: 0, busy_ns: 30, busy_fraction: 0.3, idle_ns: 70 }]);
+    let idle_by = IdleBy { other: 70, ..IdleBy::default() };
+    assert_eq!(
+        timeline.devices,
+        [DeviceTime { index: 0, busy_ns: 30, busy_fraction: 0.3, idle_ns: 70, main_pid: 1, idle_by }]
+    );
     assert_eq!(timeline.copies["H2D"], CopyTime { count: 1, bytes: 4096, gpu_ns: 10 });
     assert_eq!(timeline.kernels, [KernelTime { name: "(unnamed kernel)".into(), count: 2, gpu_ns: 25 }]);
 }
@@ -45,7 +48,7 @@ fn work_is_matched_to_links_of_its_own_process_and_drops_add_up() {
         record(ACTIVITY_MEMSET, 1, 8, 0, 1),
     ]);
     tally.add(&[record(ACTIVITY_LINK, 1, 7, 0, 0), counts]);
-    let timeline = tally.finish(&RunMeta::default(), 10, true);
+    let timeline = tally.finish(&RunMeta::default(), (0, 10), true);
     assert_eq!((timeline.unmatched, timeline.dropped), (2, 5));
 }
 
@@ -53,12 +56,12 @@ fn work_is_matched_to_links_of_its_own_process_and_drops_add_up() {
 fn without_a_timeline_the_reason_is_the_first_process_s() {
     let mut tally = TimelineTally::default();
     tally.add(&[state(9, GpuTimelineState::Failed, 15), state(12, GpuTimelineState::Off, 0)]);
-    let timeline = tally.finish(&RunMeta::default(), 10, true);
+    let timeline = tally.finish(&RunMeta::default(), (0, 10), true);
     assert_eq!(timeline.source, None);
     let why = timeline.unavailable.unwrap();
     assert!(why.starts_with("pid 9: CUPTI refused to collect (CUPTI_ERROR_NOT_INITIALIZED"), "{why}");
     assert!(timeline.notes.is_empty(), "notes are for runs that have a timeline");
-    let none = TimelineTally::default().finish(&RunMeta::default(), 10, false);
+    let none = TimelineTally::default().finish(&RunMeta::default(), (0, 10), false);
     assert_eq!(none.unavailable.as_deref(), Some("no process used CUDA"));
 }
 
@@ -66,8 +69,52 @@ fn without_a_timeline_the_reason_is_the_first_process_s() {
 fn a_process_that_stood_down_is_noted_beside_those_that_collected() {
     let mut tally = TimelineTally::default();
     tally.add(&[state(1, GpuTimelineState::Started, 0), state(2, GpuTimelineState::StoodDown, 39)]);
-    let timeline = tally.finish(&RunMeta::default(), 10, true);
+    let timeline = tally.finish(&RunMeta::default(), (0, 10), true);
     assert_eq!(timeline.unavailable, None);
     assert_eq!(timeline.notes.len(), 1);
     assert!(timeline.notes[0].starts_with("pid 2: another tool holds CUPTI"), "{:?}", timeline.notes);
+}
+
+#[test]
+fn idle_time_is_split_by_what_the_main_process_did_first_thing_first() {
+    use mlprof_format::func::Func;
+    use mlprof_format::record::{Event, IttSpan};
+    let meta = RunMeta::default();
+    let mut tally = TimelineTally::default();
+    tally.candidates.insert(1);
+    // The GPU works 0–10 (a kernel) and 30–40 (a copy) of a 0–100 ns job: 80 ns idle.
+    tally.add(&[record(ACTIVITY_KERNEL, 1, 1, 0, 10), record(ACTIVITY_MEMCPY, 1, 2, 30, 10)]);
+    let call =
+        |func: Func, start, dur| Event { kind: func as u16, pid: 1, tid: 1, start, dur, ..Event::default() };
+    // Process 1 synchronizes 5–25 (15 ns of it while idle: 5–10 the kernel ran), launches 25–28
+    // (an op: 3 ns), waits for a batch 35–60 (the copy runs until 40: 20 ns) and makes a launch
+    // inside that wait (data wait comes first: nothing more). The rest, 80 − 38 = 42 ns, is other.
+    let wait = IttSpan {
+        kind: Func::IttTask as u16,
+        pid: 1,
+        tid: 1,
+        start: 35,
+        dur: 25,
+        domain: crate::pipeline::DATA,
+        name: crate::pipeline::WAIT,
+        ..IttSpan::default()
+    };
+    for (func, event) in [
+        (Func::CudaStreamSynchronize, call(Func::CudaStreamSynchronize, 5, 20)),
+        (Func::CuLaunchKernel, call(Func::CuLaunchKernel, 25, 3)),
+        (Func::IttTask, wait.into_event()),
+        (Func::CuLaunchKernel, call(Func::CuLaunchKernel, 45, 5)),
+    ] {
+        tally.add_host(&meta, func, &event);
+    }
+    // Another process's calls do not count: it is not the device's main.
+    tally.add_host(
+        &meta,
+        Func::CudaStreamSynchronize,
+        &Event { pid: 2, ..call(Func::CudaStreamSynchronize, 60, 30) },
+    );
+    let timeline = tally.finish(&meta, (0, 100), true);
+    let device = &timeline.devices[0];
+    assert_eq!((device.busy_ns, device.idle_ns, device.main_pid), (20, 80, 1));
+    assert_eq!(device.idle_by, IdleBy { data_wait: 20, sync: 15, io: 0, ops: 3, other: 42 });
 }

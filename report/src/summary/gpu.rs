@@ -94,10 +94,10 @@ impl GpuTally {
         self,
         meta: &RunMeta,
         timeline: TimelineTally,
-        duration_ns: u64,
+        window: (u64, u64),
     ) -> Option<GpuSummary> {
         let used_cuda = !self.apis.is_empty();
-        let timeline = timeline.finish(meta, duration_ns, used_cuda);
+        let timeline = timeline.finish(meta, window, used_cuda);
         if !used_cuda && timeline.source.is_none() {
             return None;
         }

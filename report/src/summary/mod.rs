@@ -129,7 +129,11 @@ impl Summary {
     /// Reads the run's metadata, then streams its events once.
     pub fn compute(path: &Path) -> Result<Summary, String> {
         let meta = RunMeta::load(path)?;
-        let mut tally = Tally { startup: startup::StartupTally::new(&meta), ..Tally::default() };
+        let mut tally = Tally {
+            startup: startup::StartupTally::new(&meta),
+            timeline: TimelineTally::new(&meta),
+            ..Tally::default()
+        };
         let mut reader = run::open(path)?;
         while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
             match frame {
@@ -209,6 +213,7 @@ impl Tally {
         }
         self.syscalls.add(func, event);
         self.startup.add(func, event);
+        self.timeline.add_host(meta, func, event);
         let image = meta.image_at(event.pid, event.start).unwrap_or(0);
         self.ranks.add(meta, func, event, image);
         self.by_image_and_func.entry((event.pid, image, event.kind)).or_default().add(&stats);
@@ -335,7 +340,11 @@ impl Tally {
             processes,
             calls,
             files,
-            gpu: std::mem::take(&mut self.gpu).finish(&meta, std::mem::take(&mut self.timeline), duration_ns),
+            gpu: std::mem::take(&mut self.gpu).finish(
+                &meta,
+                std::mem::take(&mut self.timeline),
+                (start_ns.min(self.first_ns), end_ns.max(self.last_ns)),
+            ),
             spans: self.pipeline.spans(&meta),
             data_pipeline: self.pipeline.data_pipeline(&meta),
             ranks: self.ranks.finish(&meta),

@@ -8,15 +8,17 @@ use serde_json::{Value, json};
 use crate::gpu_timeline::GpuTimeline;
 use crate::human::{format_bytes, format_ns, truncate};
 
-/// `gpu.timeline`: `idle_by` is `null` until the idle time is split by what the main process
-/// did meanwhile.
+/// `gpu.timeline`.
 pub(super) fn json(timeline: &GpuTimeline) -> Value {
     let devices: Vec<Value> = timeline
         .devices
         .iter()
         .map(|d| {
+            let i = &d.idle_by;
             json!({"index": d.index, "busy_ns": d.busy_ns, "busy_fraction": d.busy_fraction,
-                   "idle_ns": d.idle_ns, "idle_by": Value::Null})
+                   "idle_ns": d.idle_ns, "main_pid": d.main_pid,
+                   "idle_by": {"data_wait": i.data_wait, "sync": i.sync, "io": i.io, "ops": i.ops,
+                               "other": i.other}})
         })
         .collect();
     let kernels: Vec<Value> = timeline
@@ -61,6 +63,23 @@ pub(super) fn text(timeline: &GpuTimeline, top: usize, out: &mut dyn Write) -> i
             100.0 * d.busy_fraction,
             format_ns(d.idle_ns)
         )?;
+        let i = &d.idle_by;
+        let parts = [
+            ("data wait", i.data_wait),
+            ("sync", i.sync),
+            ("file I/O", i.io),
+            ("ops & launches", i.ops),
+            ("other", i.other),
+        ];
+        let share = |ns: u64| if d.idle_ns == 0 { 0.0 } else { 100.0 * ns as f64 / d.idle_ns as f64 };
+        let why: Vec<String> = parts
+            .iter()
+            .filter(|(_, ns)| *ns > 0)
+            .map(|(what, ns)| format!("{what} {} ({:.1} %)", format_ns(*ns), share(*ns)))
+            .collect();
+        if !why.is_empty() {
+            writeln!(out, "    idle while pid {} did: {}", d.main_pid, why.join(", "))?;
+        }
     }
     let kernel_ns: u64 = timeline.kernels.iter().map(|k| k.gpu_ns).sum();
     if !timeline.kernels.is_empty() {
