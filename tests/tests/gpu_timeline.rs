@@ -222,3 +222,23 @@ fn the_gpu_activity_table_holds_every_kernel_and_copy_with_the_thread_that_issue
         ])
     );
 }
+
+#[test]
+fn the_report_shows_what_the_gpu_did_with_the_summarys_numbers() {
+    let dir = TempDir::new("gpu-timeline-report");
+    let main = gpu_timeline_program(&dir, true);
+    let run = run(&dir, &main, &["50", "2"], &[]);
+    let page = dir.join("report.html");
+    let mut c = std::process::Command::new(&bins().mlprof);
+    c.args(["report", &run.summary.run_bin.display().to_string(), "-o", &page.display().to_string()]);
+    let o = output_with_timeout(c, default_timeout());
+    assert!(o.status.success(), "mlprof report failed\n{}", describe(&o));
+    let html = std::fs::read_to_string(&page).unwrap();
+    let device = &run.json()["devices"][0];
+    for key in ["busy_ns", "idle_ns"] {
+        let want = format!(r#"data-k="{key}" data-v="{}""#, number(&device[key]));
+        assert!(html.contains(&want), "no {want} in the GPU timeline section");
+    }
+    assert!(html.contains(r#"<tr data-name="testKernel(float*, int)">"#), "no kernel row");
+    assert!(html.contains("Why the GPU was idle"), "no idle bar");
+}

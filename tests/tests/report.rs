@@ -120,6 +120,7 @@ fn report_of_a_torch_dataloader_run_in_chromium() {
         "ops",
         "calls",
         "gpu",
+        "gpu-timeline",
         "energy",
         "end",
     ] {

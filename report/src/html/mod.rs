@@ -14,6 +14,7 @@
 //! N), so the page's size does not grow with the run.
 
 mod answer;
+mod gpu_timeline;
 mod pipeline;
 pub(crate) mod svg;
 mod tables;
@@ -64,6 +65,7 @@ pub fn render(run: &RunFigures, baseline: Option<&RunFigures>) -> String {
     page.ops(run, &summary_json, &energy_json);
     page.calls(&summary_json);
     page.gpu(&summary_json);
+    page.gpu_timeline(&summary_json);
     page.energy(&energy_json);
     let _ = writeln!(
         page.out,

@@ -10,9 +10,19 @@ fn a_page_with_every_section_and_exact_numbers() {
     let figures = RunFigures::load(run.path()).unwrap();
     let page = render(&figures, None);
     assert!(page.starts_with("<!DOCTYPE html>\n<html lang=\"en\">") && page.ends_with("</html>\n"));
-    for id in
-        ["summary", "breakdown", "timelines", "pipeline", "files", "ops", "calls", "gpu", "energy", "end"]
-    {
+    for id in [
+        "summary",
+        "breakdown",
+        "timelines",
+        "pipeline",
+        "files",
+        "ops",
+        "calls",
+        "gpu",
+        "gpu-timeline",
+        "energy",
+        "end",
+    ] {
         assert!(page.contains(&format!("id=\"{id}\"")), "section {id}");
     }
     assert!(!page.contains("id=\"comparison\""));
