@@ -352,4 +352,8 @@ fn gpu_timeline_tracks_and_arrows() {
     assert_eq!(report["slices_by_category"]["gpu_kernel"], KERNELS);
     // One arrow per kernel and copy, from its launch or copy call to it.
     assert_eq!(report["flows"]["paired"], KERNELS + COPIES, "{}", report["flows"]);
+    // The device's busy counter: 1 from the start of each run of work, 0 at its end.
+    let busy = &report["counters"][format!("{device}/GPU busy")];
+    assert!(busy["values"].as_u64().unwrap_or(0) >= 2, "{}", report["counters"]);
+    assert_eq!((busy["first"].as_f64(), busy["last"].as_f64()), (Some(1.0), Some(0.0)), "{busy}");
 }

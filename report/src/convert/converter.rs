@@ -39,11 +39,13 @@ pub(super) enum Text {
 
 /// The counter tracks of calls and drops.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-enum CounterKey {
+pub(super) enum CounterKey {
     /// Aggregated calls of one function (and clock) on one thread.
     Calls { pid: u32, tid: u32, func: u16, clock: Option<i32> },
     /// Records dropped on a thread, or (`tid: None`) for want of a free lane.
     Drops { pid: u32, tid: Option<u32> },
+    /// Whether a CUDA device runs anything (the GPU timeline's device process).
+    GpuBusy { pid: u32 },
 }
 
 /// The conversion's state: the writer's handles for what the run names.
@@ -70,6 +72,8 @@ pub(super) struct Converter<'a, W: TraceWriter> {
     in_part: u64,
     /// Links of GPU work to host calls not written yet: (pid, tid, start) → correlation id.
     pub(super) gpu_links: FxHashMap<(u32, u32, u64), u32>,
+    /// Per CUDA device: the intervals its work ran, for its busy counter at the end.
+    pub(super) gpu_busy: std::collections::BTreeMap<u8, Vec<(u64, u64)>>,
 }
 
 /// A thread of the current part.
@@ -104,6 +108,7 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
             thread_cache: Box::new([(u64::MAX, 0); THREAD_CACHE_SLOTS]),
             in_part: 0,
             gpu_links: Default::default(),
+            gpu_busy: Default::default(),
         }
     }
 
@@ -332,7 +337,7 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         handle
     }
 
-    fn counter(
+    pub(super) fn counter(
         &mut self,
         key: CounterKey,
         pid: u32,
@@ -345,6 +350,7 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         let unit = match key {
             CounterKey::Calls { .. } => CounterUnit { name: "count", decimals: 0 },
             CounterKey::Drops { .. } => CounterUnit { name: "dropped", decimals: 0 },
+            CounterKey::GpuBusy { .. } => CounterUnit { name: "busy", decimals: 0 },
         };
         let counter = self.out.counter_track(process, &name(), unit)?;
         self.counters.insert(key, counter);

@@ -11,9 +11,9 @@ use mlprof_format::gpu::{
     ACTIVITY_KERNEL, ACTIVITY_LINK, ACTIVITY_MEMCPY, ACTIVITY_MEMSET, GpuActivity, copy_kind_name,
 };
 use mlprof_format::record::{Event, GpuCall};
-use mlprof_trace::{ArgShape, ArgValue, Flow, Slice, ThreadHandle, TraceWriter};
+use mlprof_trace::{ArgShape, ArgValue, CounterValue, Flow, Slice, ThreadHandle, TraceWriter};
 
-use super::converter::{Converter, Text};
+use super::converter::{Converter, CounterKey, Text};
 use crate::run::stream::SpanThreads;
 
 /// Process ids of the device tracks: above any Linux pid (at most 2^22), so never a process's,
@@ -54,6 +54,10 @@ impl<W: TraceWriter> Converter<'_, W> {
             self.named_thread(process, pid, tid, &format!("stream {}", record.stream), span_threads)?;
         }
         let thread = self.thread(pid, tid, span_threads)?.handle;
+        self.gpu_busy
+            .entry(record.device)
+            .or_default()
+            .push((record.start, record.start.saturating_add(record.dur)));
         let (name, category) = match record.what {
             ACTIVITY_KERNEL => (Text::KernelName(record.value), "gpu_kernel"),
             ACTIVITY_MEMCPY => (Text::Literal(copy_text(record.detail)), "gpu_memcpy"),
@@ -91,6 +95,33 @@ impl<W: TraceWriter> Converter<'_, W> {
         let flow = Flow { id: flow_id(record.pid, record.correlation), name, category, args: &[] };
         // 1 ns inside the slice, so the arrow binds to it and not to a neighbour that touches it.
         self.out.flow_end(thread, record.start + record.dur.min(1), &flow)
+    }
+
+    /// At the end: per device a counter that is 1 while any of its work runs, 0 otherwise
+    /// (the union of its intervals, in time order; GPU work comes in CUPTI's order, so only now).
+    pub(super) fn gpu_busy_counters(&mut self) -> io::Result<()> {
+        for (device, mut intervals) in std::mem::take(&mut self.gpu_busy) {
+            let pid = DEVICE_PID_BASE + u32::from(device);
+            let track = self.counter(CounterKey::GpuBusy { pid }, pid, || "GPU busy".to_string())?;
+            intervals.sort_unstable();
+            let mut region: Option<(u64, u64)> = None;
+            for (start, end) in intervals {
+                match region {
+                    Some((_, to)) if start <= to => region = region.map(|(from, to)| (from, to.max(end))),
+                    _ => {
+                        if let Some((from, to)) = region.replace((start, end)) {
+                            self.out.counter(track, from, CounterValue::UInt(1))?;
+                            self.out.counter(track, to, CounterValue::UInt(0))?;
+                        }
+                    }
+                }
+            }
+            if let Some((from, to)) = region {
+                self.out.counter(track, from, CounterValue::UInt(1))?;
+                self.out.counter(track, to, CounterValue::UInt(0))?;
+            }
+        }
+        Ok(())
     }
 
     /// A link comes before its host call in the file (the collector writes a batch's GPU

@@ -176,6 +176,7 @@ fn convert_pass<W: TraceWriter>(
     if let Some(e) = stream.read_error() {
         outcome.warnings.push(format!("{e}; the trace holds what was recorded before it"));
     }
+    converter.gpu_busy_counters()?;
     // The end, unless the last batch said it already.
     report(outcome.events, stream);
     close(outcome.parts - 1, converter.out)?;
