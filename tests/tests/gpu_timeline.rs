@@ -242,3 +242,41 @@ fn the_report_shows_what_the_gpu_did_with_the_summarys_numbers() {
     assert!(html.contains(r#"<tr data-name="testKernel(float*, int)">"#), "no kernel row");
     assert!(html.contains("Why the GPU was idle"), "no idle bar");
 }
+
+#[test]
+fn energy_splits_the_gpus_energy_by_the_gpu_side_and_the_parts_add_up() {
+    let dir = TempDir::new("gpu-timeline-energy");
+    let main = gpu_timeline_program(&dir, true);
+    // TEST DOUBLE of NVML (tests/nvml_double): one GPU drawing a known curve, its energy counter
+    // updated every 10 ms so that a run of a few tens of ms has several samples.
+    let nvml = dir.join("libnvml_double.so").display().to_string();
+    let src = tests_dir().join("nvml_double").join("nvml_double.c").display().to_string();
+    gcc(&["-shared", "-fPIC", "-O1", "-o", &nvml, &src, "-lm"]);
+    let out = dir.join("energy.bin");
+    let mut c =
+        collect_command(&out, &["--clock", "monotonic", "--nvml-lib", &nvml], &[main.as_str(), "30000", "5"]);
+    c.env_remove("CUDA_VISIBLE_DEVICES").env("NVML_DOUBLE_GPUS", "1").env("NVML_DOUBLE_UPDATE_MS", "10");
+    let o = output_with_timeout(c, default_timeout());
+    assert!(o.status.success(), "mlprof-collect failed\n{}", describe(&o));
+    let mut c = std::process::Command::new(&bins().mlprof);
+    c.args(["energy", "--json", &out.display().to_string()]);
+    let o = output_with_timeout(c, default_timeout());
+    assert!(o.status.success(), "mlprof energy failed\n{}", describe(&o));
+    let energy: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let side = &energy["gpu_side"];
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    // The program launches outside any ITT op: the GPU's energy is its idle time's and the
+    // work's outside any op, which add up to the GPU's measured energy (the run's only device).
+    assert!(f(&side["measured_j"]) > 0.0, "{side}");
+    let parts = f(&side["ops_j"]) + f(&side["idle_j"]) + f(&side["outside_j"]);
+    assert!((parts - f(&side["measured_j"])).abs() < 1e-5, "parts {parts} of {side}");
+    assert!(
+        (f(&side["measured_j"]) - f(&energy["total"]["energy_j"])).abs() < 1e-5,
+        "{side} {}",
+        energy["total"]
+    );
+    assert!(f(&side["outside_j"]) > 0.0 && f(&side["idle_j"]) > 0.0, "{side}");
+    let rows: Vec<&str> =
+        energy["spans"].as_array().unwrap().iter().filter_map(|s| s["name"].as_str()).collect();
+    assert!(rows.contains(&"(GPU idle)") && rows.contains(&"(GPU work outside any op)"), "{rows:?}");
+}

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::curve::EnergyCurve;
+use super::gpu_side::{GpuSide, gpu_side};
 use super::load::{CALLS_LAYER, Device, EnergyRun, Span};
 use super::share::{Figure, share};
 use crate::shapes::OpShapes;
@@ -32,6 +33,21 @@ pub struct EnergyReport {
     pub(crate) processes: Vec<ProcessEnergy>,
     /// Warnings and errors the collector noted, and why there is no figure at all.
     pub(crate) notes: Vec<String>,
+    /// The GPUs' energy split the GPU side's way (runs with a GPU timeline and a measured GPU).
+    pub(crate) gpu_side: Option<GpuSideTotals>,
+}
+
+/// The GPU side's split of the GPUs' energy, J: the ops' kernels, the idle time, the work
+/// outside any op; they add up to `measured_j`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GpuSideTotals {
+    pub(crate) ops_j: f64,
+    pub(crate) idle_j: f64,
+    pub(crate) idle_uncertainty_j: f64,
+    pub(crate) outside_j: f64,
+    pub(crate) measured_j: f64,
+    /// Kernels, copies and memsets on a CUDA device no measured GPU was matched with.
+    pub(crate) unmatched_work: usize,
 }
 
 /// One device's energy over the run; figures are `None` when its samples do not give two knots.
@@ -122,7 +138,11 @@ impl EnergyReport {
         let by_layer = share_by_layer(run, &curves);
         let mut classes: BTreeMap<String, Figure> = BTreeMap::new();
         let mut spans = Vec::new();
-        for (key, (figure, mut durations)) in run.keys.iter().zip(by_layer.per_key) {
+        let side = gpu_side(run, &curves);
+        for (index, (key, (mut figure, mut durations))) in run.keys.iter().zip(by_layer.per_key).enumerate() {
+            if let Some(gpu) = side.as_ref().and_then(|side| side.per_key.get(&(index as u32))) {
+                figure = with_gpu_side(&figure, gpu);
+            }
             classes.entry(key.class.clone()).or_default().add(&figure);
             // A key whose spans all moved to (op, shapes) keys.
             if durations.is_empty() {
@@ -144,6 +164,24 @@ impl EnergyReport {
                 cpu_j: figure.cpu,
             });
         }
+        let gpu_side = side.map(|side| {
+            for row in gpu_side_rows(&side) {
+                let class = classes.entry(row.class.clone()).or_default();
+                class.energy += row.energy_j;
+                class.var += row.uncertainty_j * row.uncertainty_j;
+                class.gpu += row.gpu_j;
+                spans.push(row);
+            }
+            GpuSideTotals {
+                // From +0.0: `Sum` starts at -0.0, which prints as "-0.000".
+                ops_j: side.per_key.values().fold(0.0, |sum, f| sum + f.energy),
+                idle_j: side.idle.energy,
+                idle_uncertainty_j: side.idle.uncertainty(),
+                outside_j: side.outside.energy,
+                measured_j: side.measured_j,
+                unmatched_work: side.unmatched_work,
+            }
+        });
         spans.sort_by(|a, b| {
             b.energy_j.total_cmp(&a.energy_j).then(a.name.cmp(&b.name)).then_with(|| a.shapes.cmp(&b.shapes))
         });
@@ -169,8 +207,42 @@ impl EnergyReport {
                 .collect(),
             processes: process_energy(run, &curves, &by_layer.per_pid),
             notes,
+            gpu_side,
         }
     }
+}
+
+/// An op's figure with its GPU part taken from the GPU side (the kernels it launched) instead
+/// of its host span's share of the GPUs; its CPU part and that part's uncertainty stay.
+fn with_gpu_side(host: &Figure, gpu: &Figure) -> Figure {
+    let cpu_share = if host.energy > 0.0 { host.cpu / host.energy } else { 1.0 };
+    Figure {
+        energy: host.cpu + gpu.energy,
+        var: host.var * cpu_share + gpu.var,
+        gpu: gpu.energy,
+        cpu: host.cpu,
+    }
+}
+
+/// The GPU side's own rows: the GPUs' idle energy, and the work outside any op.
+fn gpu_side_rows(side: &GpuSide) -> Vec<SpanEnergy> {
+    let row = |name: &str, class: &str, figure: &Figure| SpanEnergy {
+        name: name.into(),
+        class: class.into(),
+        shapes: OpShapes::default(),
+        calls: 0,
+        median_s: 0.0,
+        mean_s: 0.0,
+        time_s: 0.0,
+        energy_j: figure.energy,
+        uncertainty_j: figure.uncertainty(),
+        gpu_j: figure.gpu,
+        cpu_j: figure.cpu,
+    };
+    vec![
+        row("(GPU idle)", "gpu:idle", &side.idle),
+        row("(GPU work outside any op)", "gpu:outside", &side.outside),
+    ]
 }
 
 /// Each device's energy over the run, and the curve of each device that counts in the total
@@ -346,9 +418,10 @@ mod tests {
             notes: Vec::new(),
             keys: vec![key("read"), key("write")],
             spans: vec![
-                Span { start: 0, end: 4 * SECOND, key: 0, pid: 7 },
-                Span { start: 2 * SECOND, end: 6 * SECOND, key: 1, pid: 7 },
+                Span { start: 0, end: 4 * SECOND, key: 0, pid: 7, tid: 7 },
+                Span { start: 2 * SECOND, end: 6 * SECOND, key: 1, pid: 7, tid: 7 },
             ],
+            gpu_work: Vec::new(),
             start_ns: 0,
             end_ns: 10 * SECOND,
         }

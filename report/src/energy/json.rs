@@ -75,6 +75,14 @@ pub fn render(report: &EnergyReport) -> Value {
         },
         "coverage_by_layer": layers,
         "notes": report.notes,
+        "gpu_side": report.gpu_side.map_or(Value::Null, |g| json!({
+            "ops_j": round(g.ops_j, 6),
+            "idle_j": round(g.idle_j, 6),
+            "idle_uncertainty_j": round(g.idle_uncertainty_j, 6),
+            "outside_j": round(g.outside_j, 6),
+            "measured_j": round(g.measured_j, 6),
+            "unmatched_work": g.unmatched_work,
+        })),
     })
 }
 

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use mlprof_format::energy::{EnergyDevice, EnergyNote, EnergySample, SOURCE_NVML_COUNTER};
 use mlprof_format::func::{Class, Func};
+use mlprof_format::gpu::{ACTIVITY_KERNEL, ACTIVITY_LINK, ACTIVITY_MEMCPY, ACTIVITY_MEMSET, GpuActivity};
 use mlprof_format::record::IttSpan;
 use mlprof_format::runfile::Frame;
 
@@ -29,6 +30,17 @@ pub(crate) struct Span {
     /// Index of its name in [`EnergyRun::keys`].
     pub(crate) key: u32,
     pub(crate) pid: u32,
+    pub(crate) tid: u32,
+}
+
+/// A kernel, copy or memset on a GPU (the GPU timeline), and the host call that issued it when
+/// it was linked: (tid, start of the call).
+pub(crate) struct GpuWork {
+    pub(crate) device: u8,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) pid: u32,
+    pub(crate) launch: Option<(u32, u64)>,
 }
 
 /// What spans are grouped by: a function, or an ITT task name in its domain.
@@ -57,9 +69,49 @@ pub struct EnergyRun {
     pub(crate) notes: Vec<EnergyNote>,
     pub(crate) keys: Vec<SpanKey>,
     pub(crate) spans: Vec<Span>,
+    /// What the GPUs did (empty without a GPU timeline).
+    pub(crate) gpu_work: Vec<GpuWork>,
     /// The run's interval: its start, and its end record or last event or sample.
     pub(crate) start_ns: u64,
     pub(crate) end_ns: u64,
+}
+
+/// GPU activity frames as they come: the work, and the links to the calls that issued it
+/// (a link precedes its work in the file, but nothing depends on that here).
+#[derive(Default)]
+struct GpuFrames {
+    /// (work, its pid and correlation id).
+    work: Vec<(GpuWork, u32)>,
+    links: HashMap<(u32, u32), (u32, u64)>,
+}
+
+impl GpuFrames {
+    fn add(&mut self, records: &[GpuActivity]) {
+        for r in records {
+            match r.what {
+                ACTIVITY_KERNEL | ACTIVITY_MEMCPY | ACTIVITY_MEMSET => {
+                    let end = r.start.saturating_add(r.dur);
+                    let work = GpuWork { device: r.device, start: r.start, end, pid: r.pid, launch: None };
+                    self.work.push((work, r.correlation));
+                }
+                ACTIVITY_LINK => {
+                    self.links.insert((r.pid, r.correlation), (r.value as u32, r.start));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn work(self) -> Vec<GpuWork> {
+        let links = self.links;
+        self.work
+            .into_iter()
+            .map(|(work, correlation)| GpuWork {
+                launch: links.get(&(work.pid, correlation)).copied(),
+                ..work
+            })
+            .collect()
+    }
 }
 
 /// A function's class as the report names it: `Read` → `read`, `GpuSync` → `gpusync`.
@@ -79,6 +131,7 @@ impl EnergyRun {
         let mut spans = Vec::new();
         let mut last_ns = meta.info.start_mono_ns;
         let mut shapes = ShapeMatcher::default();
+        let mut gpu = GpuFrames::default();
         while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
             match frame {
                 Frame::EnergyDevice(info) => {
@@ -142,9 +195,10 @@ impl EnergyRun {
                         });
                         let end = event.start.saturating_add(event.dur);
                         last_ns = last_ns.max(end);
-                        spans.push(Span { start: event.start, end, key, pid: event.pid });
+                        spans.push(Span { start: event.start, end, key, pid: event.pid, tid: event.tid });
                     }
                 }
+                Frame::GpuActivity(records) => gpu.add(&records),
                 _ => {}
             }
         }
@@ -175,7 +229,8 @@ impl EnergyRun {
             span.start = span.start.clamp(start_ns, end_ns);
             span.end = span.end.clamp(span.start, end_ns);
         }
-        Ok(EnergyRun { meta, devices, notes, keys, spans, start_ns, end_ns })
+        let gpu_work = gpu.work();
+        Ok(EnergyRun { meta, devices, notes, keys, spans, gpu_work, start_ns, end_ns })
     }
 
     /// The device's energy over time; `None` when its samples do not give two knots.

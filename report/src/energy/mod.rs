@@ -24,6 +24,7 @@
 pub(crate) mod attribution;
 pub mod csv;
 pub(crate) mod curve;
+mod gpu_side;
 pub mod json;
 pub(crate) mod load;
 mod share;

@@ -3,6 +3,8 @@
 //! overlapping on different threads share in proportion to their overlap); pieces with no span
 //! are unattributed. A span's uncertainty is its share of u(t) at its two ends.
 
+use std::borrow::Borrow;
+
 use mlprof_format::energy::DEVICE_GPU;
 
 use super::curve::EnergyCurve;
@@ -44,7 +46,7 @@ pub(super) struct Sharing {
 /// energy of each piece between consecutive boundaries goes in equal parts to the intervals
 /// active in it. A prefix sum of "energy per active interval" over the boundaries makes each
 /// interval's share a difference of two entries, not a walk over its pieces.
-pub(super) fn share(intervals: &[(u64, u64)], curves: &[(&Device, EnergyCurve)]) -> Sharing {
+pub(super) fn share<C: Borrow<EnergyCurve>>(intervals: &[(u64, u64)], curves: &[(&Device, C)]) -> Sharing {
     let mut points: Vec<(u64, i32)> = Vec::with_capacity(intervals.len() * 2);
     for &(s, e) in intervals {
         points.push((s, 1));
@@ -68,6 +70,7 @@ pub(super) fn share(intervals: &[(u64, u64)], curves: &[(&Device, EnergyCurve)])
     let mut per_interval = vec![Figure::default(); intervals.len()];
     let mut attributed = 0.0;
     for (device, curve) in curves {
+        let curve: &EnergyCurve = curve.borrow();
         let gpu = device.info.kind == DEVICE_GPU;
         let values: Vec<(f64, f64)> = times.iter().map(|&t| curve.at(t as f64)).collect();
         // prefix[i] = energy shared out per active interval up to times[i], J.

@@ -161,6 +161,22 @@ pub fn write_ops(report: &EnergyReport, out: &mut dyn Write) -> io::Result<()> {
             shapes_cell(op)
         )?;
     }
+    if let Some(g) = &report.gpu_side {
+        let sum = g.ops_j + g.idle_j + g.outside_j;
+        writeln!(
+            out,
+            "GPU energy from the GPU timeline (each op's kernels, not its host span): ops {:.3} J, idle {:.3} ± {:.3} J, \
+             outside any op {:.3} J; together {:.3} J of the GPUs' measured {:.3} J",
+            g.ops_j, g.idle_j, g.idle_uncertainty_j, g.outside_j, sum, g.measured_j
+        )?;
+        if g.unmatched_work > 0 {
+            writeln!(
+                out,
+                "({} GPU activities ran on a CUDA device no measured GPU was matched with)",
+                g.unmatched_work
+            )?;
+        }
+    }
     Ok(())
 }
 
@@ -194,6 +210,7 @@ mod tests {
                 .collect(),
             processes: Vec::new(),
             notes: Vec::new(),
+            gpu_side: None,
         }
     }
 
