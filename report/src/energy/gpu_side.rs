@@ -30,6 +30,9 @@ pub(super) struct GpuSide {
     pub(super) unmatched_work: usize,
 }
 
+/// Per (pid, tid): the op spans of the thread as (start, end, key), by start.
+type OpsByThread = HashMap<(u32, u32), Vec<(u64, u64, u32)>>;
+
 /// Walks at most this many earlier spans of a thread looking for the one around a launch
 /// (siblings that ended before it); past it the work counts as outside any op.
 const MAX_WALK: usize = 4096;
@@ -84,8 +87,8 @@ pub(super) fn gpu_side(run: &EnergyRun, curves: &[(&Device, EnergyCurve)]) -> Op
 }
 
 /// Per (pid, tid): the spans of application and PyTorch ITT domains, by start.
-fn ops_by_thread(run: &EnergyRun) -> HashMap<(u32, u32), Vec<(u64, u64, u32)>> {
-    let mut ops: HashMap<(u32, u32), Vec<(u64, u64, u32)>> = HashMap::new();
+fn ops_by_thread(run: &EnergyRun) -> OpsByThread {
+    let mut ops = OpsByThread::new();
     for span in &run.spans {
         let layer = &run.keys[span.key as usize].layer;
         if layer == CALLS_LAYER || layer.starts_with("itt:mlprof.") {
@@ -102,7 +105,7 @@ fn ops_by_thread(run: &EnergyRun) -> HashMap<(u32, u32), Vec<(u64, u64, u32)>> {
 /// The key of the innermost span of thread (`pid`, `tid`) around time `at`: spans of one
 /// thread nest, so walking back from the last one started by then, the first that has not
 /// ended is the innermost.
-fn op_around(ops: &HashMap<(u32, u32), Vec<(u64, u64, u32)>>, pid: u32, tid: u32, at: u64) -> Option<u32> {
+fn op_around(ops: &OpsByThread, pid: u32, tid: u32, at: u64) -> Option<u32> {
     let spans = ops.get(&(pid, tid))?;
     let started = spans.partition_point(|&(start, _, _)| start <= at);
     spans[..started].iter().rev().take(MAX_WALK).find(|&&(_, end, _)| end > at).map(|&(_, _, key)| key)
