@@ -158,7 +158,7 @@ pub enum GpuTimelineState {
     /// Another tool took CUPTI (torch.profiler, Nsight Systems, …): mlprof stood down.
     StoodDown = 6,
     /// CUPTI refused the timestamp callback: times are its own, calibrated onto the monotonic
-    /// clock (`aux`: the calibration's residual, ns).
+    /// clock (`value` and `aux`: the calibration's residual, ns).
     Calibrated = 7,
     /// Collecting, but GPU work cannot be linked to its host calls: CUPTI's callbacks were
     /// refused (`value`: the result of `cuptiSubscribe`).

@@ -111,6 +111,9 @@ fn small_buffers_cupti_drops_and_a_refused_timestamp_callback_keep_the_counts() 
     e.eq("busy ns", number(&t["devices"][0]["busy_ns"]), 106_000);
     e.eq("dropped", number(&t["dropped"]), 5);
     e.eq("unmatched", number(&t["unmatched"]), 0);
+    // The calibration's residual is reported.
+    let notes = t["notes"].to_string();
+    e.that(format_args!("notes {notes}"), notes.contains("calibrated onto the run's (residual "));
     e.finish();
 }
 

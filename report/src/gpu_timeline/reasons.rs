@@ -25,7 +25,11 @@ fn cupti_error(code: u64) -> String {
 /// What one state means for its process, or `None` for states that are not a problem.
 fn explain(state: GpuTimelineState, code: u64) -> Option<String> {
     Some(match state {
-        GpuTimelineState::Started | GpuTimelineState::Calibrated => return None,
+        GpuTimelineState::Started => return None,
+        GpuTimelineState::Calibrated => format!(
+            "CUPTI refused the timestamp callback: GPU times are its own clock's, calibrated onto the \
+             run's (residual {code} ns)"
+        ),
         GpuTimelineState::Off => "turned off (MLPROF_CUPTI=off, or mlprof-collect --no-gpu-timeline)".into(),
         GpuTimelineState::NotFound => format!(
             "no libcupti for CUDA {code} beside the CUDA runtime in use, nor under $CUDA_HOME/extras/CUPTI \
@@ -50,7 +54,12 @@ fn explain(state: GpuTimelineState, code: u64) -> Option<String> {
 /// initialized CUDA.
 pub(super) fn why_none(states: &BTreeMap<u32, Vec<(GpuTimelineState, u64)>>, used_cuda: bool) -> String {
     for (pid, states) in states {
-        if let Some(why) = states.iter().rev().find_map(|&(state, code)| explain(state, code)) {
+        let why = states
+            .iter()
+            .rev()
+            .filter(|(state, _)| *state != GpuTimelineState::Calibrated)
+            .find_map(|&(state, code)| explain(state, code));
+        if let Some(why) = why {
             return format!("pid {pid}: {why}");
         }
     }

@@ -131,7 +131,7 @@ fn try_start() -> Result<u32, library::Unavailable> {
     let stamped = api.register_timestamp.is_some_and(|register| unsafe { register(timestamp) } == 0);
     if !stamped {
         let residual = calibrate(&api);
-        report(GpuTimelineState::Calibrated, 0, residual);
+        report(GpuTimelineState::Calibrated, u64::from(residual), residual);
     }
     // Safety: as above, the two buffer callbacks of cupti_activity.h's prototypes.
     let status = unsafe { (api.register_callbacks)(buffers::buffer_requested, buffer_completed) };
