@@ -244,6 +244,7 @@ fn the_report_shows_what_the_gpu_did_with_the_summarys_numbers() {
     }
     assert!(html.contains(r#"<tr data-name="testKernel(float*, int)">"#), "no kernel row");
     assert!(html.contains("Why the GPU was idle"), "no idle bar");
+    assert!(html.contains(r#"<div id="timeline-gpu">"#) && html.contains("CUDA device 0"), "no busy panel");
 }
 
 #[test]

@@ -114,6 +114,7 @@ fn report_of_a_torch_dataloader_run_in_chromium() {
         "timeline-io",
         "timeline-waits",
         "timeline-steps",
+        "timeline-gpu",
         "timeline-power",
         "pipeline",
         "files",

@@ -55,6 +55,30 @@ pub(crate) struct DeviceTime {
     /// The process that issued most of the device's work, whose doings split `idle_ns`.
     pub(crate) main_pid: u32,
     pub(crate) idle_by: IdleBy,
+    /// When the device was busy: its work's intervals merged, in time order (the report's
+    /// busy-over-time panel; not in the JSON).
+    pub(crate) busy_regions: Vec<(u64, u64)>,
+}
+
+impl DeviceTime {
+    /// The share of each of `bins` slices of `bin_ns` from `start` the device was busy.
+    pub(crate) fn busy_by_bin(&self, start: u64, bin_ns: u64, bins: usize) -> Vec<f64> {
+        let mut busy = vec![0u64; bins];
+        let bin_ns = bin_ns.max(1);
+        for &(from, to) in &self.busy_regions {
+            let (mut at, to) = (from.max(start), to.min(start.saturating_add(bin_ns * bins as u64)));
+            while at < to {
+                let bin = ((at - start) / bin_ns) as usize;
+                let bin_end = start + (bin as u64 + 1) * bin_ns;
+                let upto = to.min(bin_end);
+                if let Some(slot) = busy.get_mut(bin) {
+                    *slot += upto - at;
+                }
+                at = upto;
+            }
+        }
+        busy.into_iter().map(|ns| ns as f64 / bin_ns as f64).collect()
+    }
 }
 
 /// A device's idle time by what its main process was doing meanwhile, each instant in the
@@ -240,8 +264,22 @@ impl TimelineTally {
             idle_ns,
             main_pid,
             idle_by: IdleBy { data_wait, sync, io, ops, other },
+            busy_regions: merged(intervals),
         }
     }
+}
+
+/// `intervals` merged where they overlap or touch, in time order.
+fn merged(mut intervals: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    intervals.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (start, end) in intervals {
+        match out.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => out.push((start, end)),
+        }
+    }
+    out
 }
 
 #[cfg(test)]

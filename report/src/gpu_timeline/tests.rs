@@ -25,10 +25,21 @@ fn busy_time_is_the_union_of_a_devices_work() {
     let timeline = tally.finish(&RunMeta::default(), (0, 100), true);
     assert_eq!(timeline.source, Some("cupti"));
     let idle_by = IdleBy { other: 70, ..IdleBy::default() };
+    let busy_regions = vec![(0, 20), (30, 40)];
     assert_eq!(
         timeline.devices,
-        [DeviceTime { index: 0, busy_ns: 30, busy_fraction: 0.3, idle_ns: 70, main_pid: 1, idle_by }]
+        [DeviceTime {
+            index: 0,
+            busy_ns: 30,
+            busy_fraction: 0.3,
+            idle_ns: 70,
+            main_pid: 1,
+            idle_by,
+            busy_regions
+        }]
     );
+    // Over 4 slices of 25 ns: busy 20 of the first, 10 of the second (30–40), none after.
+    assert_eq!(timeline.devices[0].busy_by_bin(0, 25, 4), [0.8, 0.4, 0.0, 0.0]);
     assert_eq!(timeline.copies["H2D"], CopyTime { count: 1, bytes: 4096, gpu_ns: 10 });
     assert_eq!(timeline.kernels, [KernelTime { name: "(unnamed kernel)".into(), count: 2, gpu_ns: 25 }]);
 }

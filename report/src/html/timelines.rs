@@ -70,6 +70,32 @@ impl Page {
         }
         self.out.push_str("</div>");
 
+        self.out
+            .push_str(r#"<div id="timeline-gpu"><h3>GPU busy per CUDA device (share of each slice)</h3>"#);
+        let devices = run.summary.gpu.as_ref().map_or(&[][..], |g| g.timeline.devices.as_slice());
+        if devices.is_empty() {
+            self.empty("No GPU timeline (see What the GPU did).");
+        } else {
+            let series: Vec<Series> = devices
+                .iter()
+                .enumerate()
+                .map(|(i, d)| Series {
+                    name: format!("CUDA device {}", d.index),
+                    color: PALETTE[i % PALETTE.len()],
+                    style: Style::Line,
+                    points: d
+                        .busy_by_bin(t.start_ns, t.bin_ns, BINS)
+                        .into_iter()
+                        .enumerate()
+                        .map(|(b, share)| (center(b), share * 100.0))
+                        .collect(),
+                })
+                .collect();
+            self.series_legend(&series);
+            self.out.push_str(&svg::time_panel("GPU busy per device", duration_s, "%", &series));
+        }
+        self.out.push_str("</div>");
+
         self.out.push_str(r#"<div id="timeline-power"><h3>Power per device</h3>"#);
         if run.power.is_empty() {
             self.empty("No energy was sampled (no NVML and no RAPL, or --no-energy).");
