@@ -9,9 +9,13 @@
  * launches the rest and prints "tool saw N kernels" (what CUPTI delivered to it); any CUPTI
  * error fails it.
  *
- * usage: gpu_timeline KERNELS COPIES [return|exit|_exit|noinit] [TAKEOVER] */
+ * LEAVE `fork`: before returning, a fork child launches KERNELS more without initializing CUDA
+ * itself (which a real driver would refuse; the doubles let it happen) and leaves with _exit.
+ *
+ * usage: gpu_timeline KERNELS COPIES [return|exit|_exit|noinit|fork] [TAKEOVER] */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <stdint.h>
@@ -77,6 +81,16 @@ int main(int argc, char **argv) {
         cuptiActivityFlushAll(1);
         printf("tool saw %ld kernels\n", tool_kernels);
         fflush(stdout);
+    }
+    if (!strcmp(leave, "fork")) {
+        pid_t child = fork();
+        if (child < 0) return 7;
+        if (child == 0) {
+            for (long i = 0; i < kernels; i++) cuLaunchKernel((void *)0x1234, 4, 1, 1, 128, 1, 1, 0, 0, 0, 0);
+            _exit(0);
+        }
+        int status = 0;
+        if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return 8;
     }
     if (!strcmp(leave, "exit")) exit(0);
     if (!strcmp(leave, "_exit")) _exit(0);

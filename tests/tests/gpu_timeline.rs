@@ -284,3 +284,19 @@ fn energy_splits_the_gpus_energy_by_the_gpu_side_and_the_parts_add_up() {
         energy["spans"].as_array().unwrap().iter().filter_map(|s| s["name"].as_str()).collect();
     assert!(rows.contains(&"(GPU idle)") && rows.contains(&"(GPU work outside any op)"), "{rows:?}");
 }
+
+#[test]
+fn a_fork_child_does_not_take_its_parents_timeline_as_its_own() {
+    let dir = TempDir::new("gpu-timeline-fork");
+    let main = gpu_timeline_program(&dir, true);
+    // The child launches 50 kernels on the CUPTI state it inherited, without a cuInit of its
+    // own; the double hands each buffer back at once (one kernel a buffer), so the child's
+    // records would reach mlprof if it took them.
+    let run = run(&dir, &main, &["50", "0", "fork"], &[("DOUBLE_CUPTI_BUFFER_RECORDS", "1")]);
+    let t = run.json();
+    let mut e = run.summary.expect();
+    e.eq("launches recorded (parent and child)", run.summary.calls().count("cuLaunchKernel"), 100);
+    e.eq("kernels on the timeline (the parent's)", number(&t["kernels"][0]["count"]), 50);
+    e.eq("unmatched", number(&t["unmatched"]), 0);
+    e.finish();
+}

@@ -73,6 +73,14 @@ pub unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize
     }
 }
 
+/// Gives a buffer [`buffer_requested`] mapped back to the system, its records unread.
+pub fn release(buffer: *mut u8) {
+    if !buffer.is_null() {
+        // Safety: the whole mapping buffer_requested made; CUPTI is done with it.
+        let _ = unsafe { rustix::mm::munmap(buffer as *mut core::ffi::c_void, BUFFER_BYTES) };
+    }
+}
+
 /// What [`buffer_completed`] needs of CUPTI: the next record of a buffer and its drop count.
 pub trait Reader {
     /// The next record after `previous` (null: the first) in the first `valid` bytes of
@@ -112,10 +120,7 @@ pub unsafe fn buffer_completed(
         CUPTI_DROPPED.fetch_add(dropped, Ordering::Relaxed);
     }
     send_totals();
-    if !buffer.is_null() {
-        // Safety: the whole mapping buffer_requested made; CUPTI is done with it.
-        let _ = unsafe { rustix::mm::munmap(buffer as *mut core::ffi::c_void, BUFFER_BYTES) };
-    }
+    release(buffer);
 }
 
 /// Records gathered on the stack and sent in groups (one lane lookup per group).

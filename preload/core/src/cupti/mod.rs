@@ -213,6 +213,12 @@ unsafe extern "C" fn buffer_completed(
     _size: usize,
     valid: usize,
 ) {
+    if STATE_PID.load(Ordering::Relaxed) != sys::getpid() {
+        // A fork child with its parent's CUPTI in its memory (one system call a buffer): the
+        // timeline is not its own until it initializes CUDA itself.
+        buffers::release(buffer);
+        return;
+    }
     let Some(api) = api_for_callback() else { return };
     let reader = CuptiReader(api);
     // Safety: CUPTI hands back a buffer buffer_requested mapped, `valid` bytes filled.
