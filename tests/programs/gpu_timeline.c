@@ -12,6 +12,10 @@
  * LEAVE `fork`: before returning, a fork child launches KERNELS more without initializing CUDA
  * itself (which a real driver would refuse; the doubles let it happen) and leaves with _exit.
  *
+ * With GPU_TIMELINE_WAIT_FOR=PATH in its environment, it prints "initialized" after cuInit and
+ * waits (up to 60 s) for PATH to exist, then 0.7 s more, before its launches: the attach-mode
+ * test starts its collector meanwhile, and the library joins it within that time.
+ *
  * usage: gpu_timeline KERNELS COPIES [return|exit|_exit|noinit|fork] [TAKEOVER] */
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +73,17 @@ int main(int argc, char **argv) {
     const char *leave = argc > 3 ? argv[3] : "return";
     long takeover = argc > 4 ? strtol(argv[4], 0, 10) : -1;
     if (strcmp(leave, "noinit") != 0 && cuInit(0) != 0) return 3;
+    const char *wait_for = getenv("GPU_TIMELINE_WAIT_FOR");
+    if (wait_for) {
+        printf("initialized\n");
+        fflush(stdout);
+        for (int i = 0; i < 6000 && access(wait_for, F_OK) != 0; i++) usleep(10000);
+        /* 0.7 s more of hooked calls: a process with no session tries to join every 0.5 s. */
+        for (int i = 0; i < 70; i++) {
+            access(wait_for, F_OK);
+            usleep(10000);
+        }
+    }
     static char host[4096];
     for (long i = 0; i < kernels; i++) {
         if (i == takeover && !become_a_cupti_tool()) return 6;

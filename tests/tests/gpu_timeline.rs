@@ -252,14 +252,15 @@ fn energy_splits_the_gpus_energy_by_the_gpu_side_and_the_parts_add_up() {
     let dir = TempDir::new("gpu-timeline-energy");
     let main = gpu_timeline_program(&dir, true);
     // TEST DOUBLE of NVML (tests/nvml_double): one GPU drawing a known curve, its energy counter
-    // updated every 10 ms so that a run of a few tens of ms has several samples.
+    // updated and sampled every 2 ms, so that a run of some tens of ms (100,000 launches; busy
+    // CI machines make it longer, never shorter) has many samples.
     let nvml = dir.join("libnvml_double.so").display().to_string();
     let src = tests_dir().join("nvml_double").join("nvml_double.c").display().to_string();
     gcc(&["-shared", "-fPIC", "-O1", "-o", &nvml, &src, "-lm"]);
     let out = dir.join("energy.bin");
-    let mut c =
-        collect_command(&out, &["--clock", "monotonic", "--nvml-lib", &nvml], &[main.as_str(), "30000", "5"]);
-    c.env_remove("CUDA_VISIBLE_DEVICES").env("NVML_DOUBLE_GPUS", "1").env("NVML_DOUBLE_UPDATE_MS", "10");
+    let args = ["--clock", "monotonic", "--energy-interval", "2", "--nvml-lib", &nvml];
+    let mut c = collect_command(&out, &args, &[main.as_str(), "100000", "5"]);
+    c.env_remove("CUDA_VISIBLE_DEVICES").env("NVML_DOUBLE_GPUS", "1").env("NVML_DOUBLE_UPDATE_MS", "2");
     let o = output_with_timeout(c, default_timeout());
     assert!(o.status.success(), "mlprof-collect failed\n{}", describe(&o));
     let mut c = std::process::Command::new(&bins().mlprof);
@@ -297,6 +298,34 @@ fn a_fork_child_does_not_take_its_parents_timeline_as_its_own() {
     let mut e = run.summary.expect();
     e.eq("launches recorded (parent and child)", run.summary.calls().count("cuLaunchKernel"), 100);
     e.eq("kernels on the timeline (the parent's)", number(&t["kernels"][0]["count"]), 50);
+    e.eq("unmatched", number(&t["unmatched"]), 0);
+    e.finish();
+}
+
+#[test]
+fn a_process_whose_cuda_started_before_its_session_gets_a_timeline_once_it_joins() {
+    let dir = TempDir::new("gpu-timeline-attach");
+    let main = gpu_timeline_program(&dir, true);
+    let session = unique_session("gpu-timeline");
+    let go = dir.join("go");
+    // Attach mode: the program initializes CUDA before any collector serves its session…
+    let mut program = preloaded_command(&main, &session);
+    program.args(["60", "3"]).env("GPU_TIMELINE_WAIT_FOR", &go).env("MLPROF_QUIET", "1");
+    let mut driven = Driven::spawn(program, false, default_timeout());
+    driven.expect_line("initialized\n", "the program's cuInit");
+    // …then one starts, and only then does the program launch.
+    let out = dir.join("attach.bin");
+    let mut collector = AttachCollector::start(&out, &session);
+    std::fs::write(&go, b"").unwrap();
+    let finished = driven.finish("the timeline program hung");
+    assert!(finished.status.success(), "the program failed: {}", finished.stderr);
+    collector.stop_ok();
+    let summary = Summary::load(&out);
+    let t = &summary.json["gpu"]["timeline"];
+    let mut e = summary.expect();
+    e.that(format_args!("source {}", t["source"]), t["source"] == "cupti");
+    e.eq("kernels", number(&t["kernels"][0]["count"]), 60);
+    e.eq("H2D copies", number(&t["copies"]["H2D"]["count"]), 3);
     e.eq("unmatched", number(&t["unmatched"]), 0);
     e.finish();
 }

@@ -3,23 +3,14 @@
 //! timeline runs, taking the CUPTI correlation id of each call that issues GPU work.
 
 use core::ffi::{c_char, c_int, c_void};
-use core::sync::atomic::{AtomicBool, Ordering};
 
 use mlprof_format::func::{Class, Func};
 use mlprof_format::record::GpuCall;
 
+use crate::cupti;
 use crate::guard::ThreadState;
 use crate::real::{CUDA_DRIVER, CUDA_RUNTIME, Real, as_fn};
 use crate::recorder::Span;
-
-/// Whether CUPTI's callback tells this process's threads the correlation id of their CUDA
-/// calls (set when the GPU timeline started with its callbacks; see `crate::cupti`).
-static LINKING: AtomicBool = AtomicBool::new(false);
-
-/// Turns the taking of correlation ids on (or off, when the GPU timeline stands down).
-pub fn set_linking(on: bool) {
-    LINKING.store(on, Ordering::Relaxed);
-}
 
 /// A call that issues GPU work (launch, copy, memset), made outside any other recorded CUDA
 /// call, while linking is on: its correlation id is forgotten before the real call, so that
@@ -28,7 +19,7 @@ pub fn set_linking(on: bool) {
 #[inline(always)]
 fn starts_link(func: Func, thread: &ThreadState) -> bool {
     let issues_work = matches!(func.class(), Class::Launch | Class::Copy | Class::Memset);
-    if issues_work && thread.gpu_depth.get() == 0 && LINKING.load(Ordering::Relaxed) {
+    if issues_work && thread.gpu_depth.get() == 0 && cupti::links::linking() {
         thread.gpu_correlation.set(0);
         return true;
     }
@@ -42,17 +33,6 @@ fn take_link(linked: bool, thread: &ThreadState) -> u32 {
     if linked { thread.gpu_correlation.replace(0) } else { 0 }
 }
 
-/// From CUPTI's callback, at the entry of a CUDA API call on this thread: the call's
-/// correlation id, kept unless an outer call's is there already (a driver call made inside a
-/// runtime call: the GPU work carries the runtime call's id).
-pub fn note_correlation(correlation: u32) {
-    if let Some(thread) = crate::guard::current()
-        && thread.gpu_correlation.get() == 0
-    {
-        thread.gpu_correlation.set(correlation);
-    }
-}
-
 /// Status returned when the real function cannot be found (cudaErrorInitializationError,
 /// CUDA_ERROR_NOT_INITIALIZED, ncclInternalError all happen to be 3).
 pub const NOT_FOUND_STATUS: c_int = 3;
@@ -61,6 +41,7 @@ pub const NOT_FOUND_STATUS: c_int = 3;
 #[inline(always)]
 pub fn outer_call(func: Func, call: impl FnOnce() -> c_int, fields: impl FnOnce(c_int) -> GpuCall) -> c_int {
     let Some(span) = Span::begin(func) else { return call() };
+    cupti::start_if_pending();
     let thread = span.thread();
     let linked = starts_link(func, thread);
     thread.gpu_depth.set(thread.gpu_depth.get() + 1);
@@ -77,6 +58,7 @@ pub fn outer_call(func: Func, call: impl FnOnce() -> c_int, fields: impl FnOnce(
 #[inline(always)]
 pub fn driver_call(func: Func, call: impl FnOnce() -> c_int, fields: impl FnOnce(c_int) -> GpuCall) -> c_int {
     let Some(span) = Span::begin(func) else { return call() };
+    cupti::start_if_pending();
     let linked = starts_link(func, span.thread());
     let status = call();
     let end = crate::clock::now();
@@ -96,6 +78,7 @@ pub fn launch_call(
     fields: impl FnOnce(c_int) -> GpuCall,
 ) -> c_int {
     let Some(span) = Span::begin(func) else { return call() };
+    cupti::start_if_pending();
     let runtime = func.api() == mlprof_format::func::Api::CudaRuntime;
     let thread = span.thread();
     let linked = starts_link(func, thread);

@@ -1,14 +1,14 @@
 //! Linking GPU work to the host call that issued it: CUPTI gives each CUDA API call a
 //! correlation id, carried by the kernels, copies and memsets the call issued. A subscriber
 //! callback at the entry of the calls that issue work (launches, copies, memsets, runtime and
-//! driver, the ones the hooks record) tells the calling thread its id (`crate::gpu`), which the
-//! hook puts in its record.
+//! driver, the ones the hooks record) tells the calling thread its id, which the hook
+//! (`crate::gpu`) puts in its record.
 //!
 //! Before CUPTI 13.3 a process has one subscriber: `cuptiSubscribe` answering 39 means another
 //! tool (Nsight Systems, ncu, compute-sanitizer) holds CUPTI, and the GPU timeline stands down.
 
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use super::library::Api;
 
@@ -31,6 +31,33 @@ const DRIVER_IDS: [u32; 27] = [
 /// `CUpti_CallbackData`: `callbackSite` (0 = API_ENTER) at 0, `correlationId` at 64.
 const SITE_OFFSET: usize = 0;
 const CORRELATION_OFFSET: usize = 64;
+
+/// Whether CUPTI's callback tells this process's threads the correlation id of their CUDA
+/// calls (set once subscribed; off when the GPU timeline stands down).
+static LINKING: AtomicBool = AtomicBool::new(false);
+
+/// Whether calls take their correlation ids (`crate::gpu`'s hooks ask at each launch, copy or
+/// memset).
+#[inline(always)]
+pub fn linking() -> bool {
+    LINKING.load(Ordering::Relaxed)
+}
+
+/// Turns the taking of correlation ids on or off.
+pub fn set_linking(on: bool) {
+    LINKING.store(on, Ordering::Relaxed);
+}
+
+/// At the entry of a CUDA API call on this thread: the call's correlation id, kept unless an
+/// outer call's is there already (a driver call made inside a runtime call: the GPU work
+/// carries the runtime call's id). The hook that started the call takes it (`crate::gpu`).
+fn note_correlation(correlation: u32) {
+    if let Some(thread) = crate::guard::current()
+        && thread.gpu_correlation.get() == 0
+    {
+        thread.gpu_correlation.set(correlation);
+    }
+}
 
 /// Our subscriber, once subscribed (null: none).
 static SUBSCRIBER: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
@@ -61,7 +88,7 @@ pub fn subscribe(api: &Api) -> i32 {
         unsafe { enable(1, subscriber, domain, id) };
     }
     SUBSCRIBER.store(subscriber, Ordering::Release);
-    crate::gpu::set_linking(true);
+    set_linking(true);
     0
 }
 
@@ -79,6 +106,6 @@ unsafe extern "C" fn api_entered(_user: *mut c_void, _domain: u32, _id: u32, dat
         )
     };
     if site == 0 && correlation != 0 {
-        crate::gpu::note_correlation(correlation);
+        note_correlation(correlation);
     }
 }

@@ -81,10 +81,35 @@ pub fn on_cuda_initialized() {
         return;
     }
     if !recorder::session::is_active_quick() {
+        // No session yet (attach mode, the collector not started): the first recorded GPU call
+        // of this process, once it joined one, starts the timeline.
+        PENDING_PID.store(pid, Ordering::Relaxed);
         return;
     }
     let Some(thread) = guard::current() else { return };
     thread.foreign(|| guard::keeping_errno(|| start(pid)));
+}
+
+/// The process whose CUDA started before it joined a session (0: none).
+static PENDING_PID: AtomicU32 = AtomicU32::new(0);
+
+/// From each recorded GPU call (one relaxed load): starts the timeline of a process whose CUDA
+/// started before it joined its session, on its first recorded GPU call after joining, before
+/// the call's real work (a fork child's is not its own: its pid differs).
+#[inline(always)]
+pub fn start_if_pending() {
+    if PENDING_PID.load(Ordering::Relaxed) != 0 {
+        start_pending();
+    }
+}
+
+#[cold]
+fn start_pending() {
+    if PENDING_PID.load(Ordering::Relaxed) != recorder::session::pid() {
+        return;
+    }
+    PENDING_PID.store(0, Ordering::Relaxed);
+    on_cuda_initialized();
 }
 
 fn start(pid: u32) {
@@ -272,7 +297,7 @@ pub fn another_tool_takes_cupti() {
     let Some(thread) = guard::current() else { return };
     thread.foreign(|| {
         guard::keeping_errno(|| {
-            crate::gpu::set_linking(false);
+            links::set_linking(false);
             links::unsubscribe(&api);
             // Safety: a CUPTI entry point; our buffer callback still reads (the API stays).
             unsafe { (api.flush_all)(FLUSH_FORCED) };
