@@ -215,3 +215,117 @@ pub fn send_state(mut record: GpuActivity) {
         let _ = ring.push_uncounted(lane, &record.into_event());
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use mlprof_format::gpu::{ACTIVITY_MEMCPY, GpuActivity};
+    use mlprof_format::record::KIND_STRING_DEF;
+
+    use super::*;
+    use crate::cupti::records::{KIND_CONCURRENT_KERNEL, KIND_MEMCPY};
+    use crate::testing::{joined_ring, take_this_threads_items, this_threads_drops};
+
+    const KERNEL_BYTES: usize = 224;
+    const MEMCPY_BYTES: usize = 80;
+
+    /// Walks records laid out one after another, each as long as its kind's struct in CUPTI
+    /// 13.2 (what `cuptiActivityGetNextRecord` does over CUPTI's own buffers); says `dropped`
+    /// once.
+    struct Walk {
+        dropped: core::cell::Cell<u64>,
+    }
+
+    impl Reader for Walk {
+        fn next(&self, buffer: *mut u8, valid: usize, previous: *mut u8) -> Option<*mut u8> {
+            let at = if previous.is_null() {
+                buffer
+            } else {
+                // Safety: `previous` is a record this walk handed out, inside the buffer.
+                let kind = unsafe { (previous as *const u32).read_unaligned() };
+                let len = if kind == KIND_CONCURRENT_KERNEL { KERNEL_BYTES } else { MEMCPY_BYTES };
+                previous.wrapping_add(len)
+            };
+            ((at as usize) < buffer as usize + valid).then_some(at)
+        }
+
+        fn dropped(&self, _context: *mut core::ffi::c_void, _stream: u32) -> u64 {
+            self.dropped.replace(0)
+        }
+    }
+
+    /// A buffer as CUPTI hands it back: mapped by `buffer_requested`, `records` written in it.
+    fn filled(records: &[Vec<u8>]) -> (*mut u8, usize) {
+        let (mut buffer, mut size, mut max) = (core::ptr::null_mut(), 0, 0);
+        // Safety: valid out pointers.
+        unsafe { buffer_requested(&mut buffer, &mut size, &mut max) };
+        assert!(!buffer.is_null() && size == BUFFER_BYTES);
+        let mut at = 0;
+        for record in records {
+            // Safety: the mapping holds BUFFER_BYTES; the records used here are far fewer.
+            unsafe { core::ptr::copy_nonoverlapping(record.as_ptr(), buffer.add(at), record.len()) };
+            at += record.len();
+        }
+        (buffer, at)
+    }
+
+    fn kernel(correlation: u32, name: &'static core::ffi::CStr) -> Vec<u8> {
+        let mut r = vec![0u8; KERNEL_BYTES];
+        r[0..4].copy_from_slice(&KIND_CONCURRENT_KERNEL.to_le_bytes());
+        r[16..24].copy_from_slice(&1_000u64.to_le_bytes());
+        r[24..32].copy_from_slice(&1_500u64.to_le_bytes());
+        r[92..96].copy_from_slice(&correlation.to_le_bytes());
+        r[104..112].copy_from_slice(&(name.as_ptr() as u64).to_le_bytes());
+        r
+    }
+
+    fn memcpy(correlation: u32) -> Vec<u8> {
+        let mut r = vec![0u8; MEMCPY_BYTES];
+        r[0..4].copy_from_slice(&KIND_MEMCPY.to_le_bytes());
+        r[4] = 1;
+        r[8..16].copy_from_slice(&4096u64.to_le_bytes());
+        r[44..48].copy_from_slice(&correlation.to_le_bytes());
+        r
+    }
+
+    #[test]
+    fn a_buffer_becomes_records_named_once_then_totals_and_a_full_lane_loses_no_call() {
+        joined_ring();
+        let name = c"_Z6kernelv";
+        let (buffer, valid) = filled(&[kernel(1, name), kernel(2, name), memcpy(3)]);
+        let walk = Walk { dropped: core::cell::Cell::new(3) };
+        // Safety: a buffer buffer_requested mapped, `valid` bytes filled.
+        unsafe { buffer_completed(&walk, core::ptr::null_mut(), 0, buffer, valid) };
+        let (records, strings) = take_this_threads_items();
+        // The name goes once, before the kernels that carry its id.
+        assert_eq!(strings, [(mlprof_format::string_id(b"_Z6kernelv"), b"_Z6kernelv".to_vec())]);
+        let activities: Vec<GpuActivity> =
+            records.iter().filter(|e| e.kind != KIND_STRING_DEF).map(GpuActivity::from_event).collect();
+        let seen: Vec<(u8, u32, u64)> = activities.iter().map(|a| (a.what, a.correlation, a.value)).collect();
+        let id = mlprof_format::string_id(b"_Z6kernelv");
+        assert_eq!(
+            seen,
+            [
+                (ACTIVITY_KERNEL, 1, id),
+                (ACTIVITY_KERNEL, 2, id),
+                (ACTIVITY_MEMCPY, 3, 4096),
+                (ACTIVITY_COUNTS, 0, 3)
+            ]
+        );
+        // The totals: 3 delivered, 3 dropped by CUPTI, none lost to the ring.
+        let totals = activities[3];
+        assert_eq!((totals.value, totals.grid, totals.ring_dropped()), (3, 3, 0));
+
+        // 1,100 copies into a lane of 1,024 slots: the lane fills; what does not fit is lost to
+        // the ring, counted by the GPU totals and not as lost calls.
+        let copies: Vec<Vec<u8>> = (0..1_100).map(memcpy).collect();
+        let (buffer, valid) = filled(&copies);
+        // Safety: as above.
+        unsafe { buffer_completed(&walk, core::ptr::null_mut(), 0, buffer, valid) };
+        assert_eq!(this_threads_drops(), 0, "GPU records lost are not calls lost");
+        let (records, _) = take_this_threads_items();
+        assert_eq!(records.len(), 1_024);
+        // 76 activities lost; the totals record after them found no room either, and is not an
+        // activity: the next one carries the figures.
+        assert_eq!(RING_DROPPED.load(Ordering::Relaxed), 1_100 - 1_024);
+    }
+}
