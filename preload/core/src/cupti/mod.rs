@@ -238,13 +238,11 @@ unsafe extern "C" fn buffer_completed(
     _size: usize,
     valid: usize,
 ) {
-    if STATE_PID.load(Ordering::Relaxed) != sys::getpid() {
-        // A fork child with its parent's CUPTI in its memory (one system call a buffer): the
-        // timeline is not its own until it initializes CUDA itself.
+    let Some(api) = api_for_callback() else {
+        // Not ours to read; the memory is still ours to give back.
         buffers::release(buffer);
         return;
-    }
-    let Some(api) = api_for_callback() else { return };
+    };
     let reader = CuptiReader(api);
     // Safety: CUPTI hands back a buffer buffer_requested mapped, `valid` bytes filled.
     unsafe { buffers::buffer_completed(&reader, context, stream, buffer, valid) };
@@ -252,9 +250,11 @@ unsafe extern "C" fn buffer_completed(
 
 /// The entry points for a buffer callback, which CUPTI may make while starting already (inside
 /// `cuptiActivityEnable`), from any thread; the cell was written before the callbacks were
-/// registered. A process whose start failed afterwards still turns in its buffers.
+/// registered. A process whose start failed afterwards still turns in its buffers; a fork child
+/// with its parent's CUPTI in its memory does not (one system call a buffer): its timeline is
+/// not its own until it initializes CUDA itself.
 fn api_for_callback() -> Option<Api> {
-    if STATE.load(Ordering::Acquire) == IDLE {
+    if STATE.load(Ordering::Acquire) == IDLE || STATE_PID.load(Ordering::Relaxed) != sys::getpid() {
         return None;
     }
     // Safety: see ApiCell; written before CUPTI knew of the callback that reads it.
