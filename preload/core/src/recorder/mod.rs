@@ -521,22 +521,7 @@ pub fn with_lane(f: impl FnOnce(&RingView, u32, u32, &ThreadState)) -> bool {
         state.reentered();
         return false;
     }
-    if !records(&state) {
-        return false;
-    }
-    state.in_hook.set(true);
-    let recorded = (|| {
-        if state.vfork_pending.get() && !lifecycle::vfork_parent_resumed(&state) {
-            return false;
-        }
-        let Some(ring) = session::ring() else { return false };
-        let pid = session::pid();
-        let Some(lane) = lane::lane_of(ring, &state, session::identity()) else { return false };
-        f(ring, lane, pid, &state);
-        true
-    })();
-    state.in_hook.set(false);
-    recorded
+    records(&state) && on_lane(&state, f)
 }
 
 /// Runs `f` with this thread's lane for records that are not calls (GPU activities, written
@@ -549,18 +534,21 @@ pub fn with_lane_for_activity(f: impl FnOnce(&RingView, u32, u32, &ThreadState))
         state.reentered();
         return false;
     }
-    if !session::is_active_quick() {
-        return false;
-    }
-    let held = state.in_hook.get();
-    state.in_hook.set(true);
+    session::is_active_quick() && on_lane(&state, f)
+}
+
+/// What [`with_lane`] and [`with_lane_for_activity`] share, in a process that records: `f` on
+/// this thread's lane (claimed if needed) with the guard held, then the guard as it was; false
+/// for a vfork child or when no lane can be had.
+fn on_lane(state: &ThreadState, f: impl FnOnce(&RingView, u32, u32, &ThreadState)) -> bool {
+    let held = state.in_hook.replace(true);
     let recorded = (|| {
-        if state.vfork_pending.get() && !lifecycle::vfork_parent_resumed(&state) {
+        if state.vfork_pending.get() && !lifecycle::vfork_parent_resumed(state) {
             return false;
         }
         let Some(ring) = session::ring() else { return false };
-        let Some(lane) = lane::lane_of(ring, &state, session::identity()) else { return false };
-        f(ring, lane, session::pid(), &state);
+        let Some(lane) = lane::lane_of(ring, state, session::identity()) else { return false };
+        f(ring, lane, session::pid(), state);
         true
     })();
     state.in_hook.set(held);
