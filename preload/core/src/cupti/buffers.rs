@@ -190,23 +190,17 @@ fn send_name(ring: &RingView, lane: u32, pid: u32, tid: u32, pointer: u64) -> u6
 /// last one of each process.
 pub fn send_totals() {
     let mut counts = GpuActivity {
-        kind: KIND_GPU_ACTIVITY,
         what: ACTIVITY_COUNTS,
-        start: clock::now(),
         value: DELIVERED.load(Ordering::Relaxed),
         grid: CUPTI_DROPPED.load(Ordering::Relaxed),
         ..GpuActivity::default()
     };
     counts.set_ring_dropped(RING_DROPPED.load(Ordering::Relaxed));
-    let sent = with_lane_for_activity(|ring, lane, pid, _| {
-        counts.pid = pid;
-        // A full lane loses this total; the next one carries it.
-        let _ = ring.push_uncounted(lane, &counts.into_event());
-    });
-    let _ = sent;
+    send_state(counts);
 }
 
-/// Sends one record about the GPU timeline itself (a state change), on this thread's lane.
+/// Sends one record about the GPU timeline itself (a state change, the totals), stamped now, on
+/// this thread's lane. A full lane loses it: it is no activity, and the next one says as much.
 pub fn send_state(mut record: GpuActivity) {
     record.kind = KIND_GPU_ACTIVITY;
     record.start = clock::now();

@@ -57,12 +57,9 @@ impl PathBuf {
     }
 
     fn push(&mut self, part: &[u8]) -> &mut PathBuf {
-        let room = self.bytes.len() - 1 - self.len;
-        let take = part.len().min(room);
-        if let (Some(to), Some(from)) = (self.bytes.get_mut(self.len..self.len + take), part.get(..take)) {
-            to.copy_from_slice(from);
-        }
-        self.len += take;
+        // The last byte stays for the NUL.
+        let room = self.bytes.len() - 1;
+        self.len += crate::sys::copy_prefix(self.bytes.get_mut(self.len..room).unwrap_or_default(), part);
         self
     }
 
