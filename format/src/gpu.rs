@@ -110,6 +110,12 @@ impl GpuActivity {
         zerocopy::transmute!(self)
     }
 
+    /// Whether this is work that ran on a GPU (a kernel, copy or memset), as opposed to a
+    /// synchronization, CUPTI's overhead or a record about the timeline itself.
+    pub fn is_work(&self) -> bool {
+        matches!(self.what, ACTIVITY_KERNEL | ACTIVITY_MEMCPY | ACTIVITY_MEMSET)
+    }
+
     /// The lost-to-a-full-ring total of an [`ACTIVITY_COUNTS`] record.
     pub fn ring_dropped(&self) -> u64 {
         self.block as u64 | (self.shared as u64) << 32

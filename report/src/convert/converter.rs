@@ -33,6 +33,8 @@ pub(super) enum Text {
     Kernel(u32, u64),
     /// A kernel's demangled name, by its string id (the GPU timeline's).
     KernelName(u64),
+    /// A GPU copy, by its CUPTI copy kind: `memcpy H2D`, … (`memcpy other` for kinds not named).
+    Memcpy(u8),
     /// A trapped system call's name (complete mode), by number.
     Syscall(u32),
 }
@@ -331,6 +333,9 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
             Text::IttCategory(domain) => self.out.intern(&format!("itt,{}", meta.string(domain))),
             Text::Kernel(pid, function) => self.out.intern(&meta.kernel_name(pid, function)),
             Text::KernelName(id) => self.out.intern(&crate::run::demangle(&meta.string(id))),
+            Text::Memcpy(kind) => {
+                self.out.intern(&format!("memcpy {}", mlprof_format::gpu::copy_kind_name(kind)))
+            }
             Text::Syscall(nr) => self.out.intern(&crate::run::syscall_name(nr)),
         };
         self.texts.insert(text, handle);

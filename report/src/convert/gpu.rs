@@ -7,13 +7,12 @@
 
 use std::io;
 
-use mlprof_format::gpu::{
-    ACTIVITY_KERNEL, ACTIVITY_LINK, ACTIVITY_MEMCPY, ACTIVITY_MEMSET, GpuActivity, copy_kind_name,
-};
+use mlprof_format::gpu::{ACTIVITY_KERNEL, ACTIVITY_LINK, ACTIVITY_MEMCPY, GpuActivity};
 use mlprof_format::record::{Event, GpuCall};
-use mlprof_trace::{ArgShape, ArgValue, CounterValue, Flow, Slice, ThreadHandle, TraceWriter};
+use mlprof_trace::{ArgList, ArgShape, ArgValue, CounterValue, Flow, Slice, ThreadHandle, TraceWriter};
 
 use super::converter::{Converter, CounterKey, Text};
+use crate::gpu_timeline::merged;
 use crate::run::stream::SpanThreads;
 
 /// Process ids of the device tracks: above any Linux pid (at most 2^22), so never a process's,
@@ -37,7 +36,7 @@ impl<W: TraceWriter> Converter<'_, W> {
                 continue;
             }
             match record.what {
-                ACTIVITY_KERNEL | ACTIVITY_MEMCPY | ACTIVITY_MEMSET => self.gpu_work(record, span_threads)?,
+                _ if record.is_work() => self.gpu_work(record, span_threads)?,
                 ACTIVITY_LINK => self.gpu_link(record, span_threads)?,
                 _ => {}
             }
@@ -60,34 +59,32 @@ impl<W: TraceWriter> Converter<'_, W> {
             .push((record.start, record.start.saturating_add(record.dur)));
         let (name, category) = match record.what {
             ACTIVITY_KERNEL => (Text::KernelName(record.value), "gpu_kernel"),
-            ACTIVITY_MEMCPY => (Text::Literal(copy_text(record.detail)), "gpu_memcpy"),
+            ACTIVITY_MEMCPY => (Text::Memcpy(record.detail), "gpu_memcpy"),
             _ => (Text::Literal("memset"), "gpu_memset"),
         };
         let (name, category) = (self.text(name), self.text(Text::Literal(category)));
         let launch = GpuCall { arg: record.grid, aux: record.block, ..GpuCall::default() };
         let (grid, block) = (launch.grid(), launch.block());
         let dims = [grid.0, grid.1, grid.2, block.0, block.1, block.2].map(u64::from);
-        let mut args = vec![
-            ("pid", ArgValue::UInt(u64::from(record.pid))),
-            ("correlation", ArgValue::UInt(u64::from(record.correlation))),
-            ("stream", ArgValue::UInt(u64::from(record.stream))),
-        ];
+        // On the stack, as the calls' arguments are: no allocation per slice.
+        let mut args = ArgList::<7>::new();
+        args.push("pid", ArgValue::UInt(u64::from(record.pid)));
+        args.push("correlation", ArgValue::UInt(u64::from(record.correlation)));
+        args.push("stream", ArgValue::UInt(u64::from(record.stream)));
         if record.what == ACTIVITY_KERNEL {
-            args.extend([
-                ("grid", ArgValue::UInts(&dims[..3])),
-                ("block", ArgValue::UInts(&dims[3..])),
-                ("registers", ArgValue::UInt(u64::from(record.aux))),
-                ("shared_bytes", ArgValue::UInt(u64::from(record.shared))),
-            ]);
+            args.push("grid", ArgValue::UInts(&dims[..3]));
+            args.push("block", ArgValue::UInts(&dims[3..]));
+            args.push("registers", ArgValue::UInt(u64::from(record.aux)));
+            args.push("shared_bytes", ArgValue::UInt(u64::from(record.shared)));
         } else {
-            args.push(("bytes", ArgValue::UInt(record.value)));
+            args.push("bytes", ArgValue::UInt(record.value));
         }
         let slice = Slice {
             start_ns: record.start,
             dur_ns: record.dur,
             name,
             category,
-            args: &args,
+            args: args.as_slice(),
             shape: ArgShape::NONE,
             outermost: false,
         };
@@ -100,23 +97,10 @@ impl<W: TraceWriter> Converter<'_, W> {
     /// At the end: per device a counter that is 1 while any of its work runs, 0 otherwise
     /// (the union of its intervals, in time order; GPU work comes in CUPTI's order, so only now).
     pub(super) fn gpu_busy_counters(&mut self) -> io::Result<()> {
-        for (device, mut intervals) in std::mem::take(&mut self.gpu_busy) {
+        for (device, intervals) in std::mem::take(&mut self.gpu_busy) {
             let pid = DEVICE_PID_BASE + u32::from(device);
             let track = self.counter(CounterKey::GpuBusy { pid }, pid, || "GPU busy".to_string())?;
-            intervals.sort_unstable();
-            let mut region: Option<(u64, u64)> = None;
-            for (start, end) in intervals {
-                match region {
-                    Some((_, to)) if start <= to => region = region.map(|(from, to)| (from, to.max(end))),
-                    _ => {
-                        if let Some((from, to)) = region.replace((start, end)) {
-                            self.out.counter(track, from, CounterValue::UInt(1))?;
-                            self.out.counter(track, to, CounterValue::UInt(0))?;
-                        }
-                    }
-                }
-            }
-            if let Some((from, to)) = region {
+            for (from, to) in merged(intervals) {
                 self.out.counter(track, from, CounterValue::UInt(1))?;
                 self.out.counter(track, to, CounterValue::UInt(0))?;
             }
@@ -142,16 +126,5 @@ impl<W: TraceWriter> Converter<'_, W> {
         let flow = Flow { id: flow_id(call.pid, correlation), name, category, args: &[] };
         // 1 ns inside the call's end, so the arrow binds to it and not to a call that touches it.
         self.out.flow_begin(thread, call.start + call.dur.saturating_sub(1), &flow)
-    }
-}
-
-fn copy_text(detail: u8) -> &'static str {
-    match copy_kind_name(detail) {
-        "H2D" => "memcpy H2D",
-        "D2H" => "memcpy D2H",
-        "D2D" => "memcpy D2D",
-        "H2H" => "memcpy H2H",
-        "P2P" => "memcpy P2P",
-        _ => "memcpy",
     }
 }

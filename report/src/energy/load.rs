@@ -7,7 +7,7 @@ use std::path::Path;
 
 use mlprof_format::energy::{EnergyDevice, EnergyNote, EnergySample, SOURCE_NVML_COUNTER};
 use mlprof_format::func::{Class, Func};
-use mlprof_format::gpu::{ACTIVITY_KERNEL, ACTIVITY_LINK, ACTIVITY_MEMCPY, ACTIVITY_MEMSET, GpuActivity};
+use mlprof_format::gpu::{ACTIVITY_LINK, GpuActivity};
 use mlprof_format::record::IttSpan;
 use mlprof_format::runfile::Frame;
 
@@ -88,16 +88,12 @@ struct GpuFrames {
 impl GpuFrames {
     fn add(&mut self, records: &[GpuActivity]) {
         for r in records {
-            match r.what {
-                ACTIVITY_KERNEL | ACTIVITY_MEMCPY | ACTIVITY_MEMSET => {
-                    let end = r.start.saturating_add(r.dur);
-                    let work = GpuWork { device: r.device, start: r.start, end, pid: r.pid, launch: None };
-                    self.work.push((work, r.correlation));
-                }
-                ACTIVITY_LINK => {
-                    self.links.insert((r.pid, r.correlation), (r.value as u32, r.start));
-                }
-                _ => {}
+            if r.is_work() {
+                let end = r.start.saturating_add(r.dur);
+                let work = GpuWork { device: r.device, start: r.start, end, pid: r.pid, launch: None };
+                self.work.push((work, r.correlation));
+            } else if r.what == ACTIVITY_LINK {
+                self.links.insert((r.pid, r.correlation), (r.value as u32, r.start));
             }
         }
     }

@@ -12,8 +12,8 @@ mod reasons;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use mlprof_format::gpu::{
-    ACTIVITY_COUNTS, ACTIVITY_KERNEL, ACTIVITY_LINK, ACTIVITY_MEMCPY, ACTIVITY_MEMSET, ACTIVITY_STATE,
-    GpuActivity, GpuTimelineState, copy_kind_name,
+    ACTIVITY_COUNTS, ACTIVITY_KERNEL, ACTIVITY_LINK, ACTIVITY_MEMCPY, ACTIVITY_STATE, GpuActivity,
+    GpuTimelineState, copy_kind_name,
 };
 
 use mlprof_format::func::{Class, Func};
@@ -168,7 +168,7 @@ impl TimelineTally {
     pub(crate) fn add(&mut self, records: &[GpuActivity]) {
         for record in records {
             match record.what {
-                ACTIVITY_KERNEL | ACTIVITY_MEMCPY | ACTIVITY_MEMSET => self.work(record),
+                _ if record.is_work() => self.work(record),
                 ACTIVITY_LINK => {
                     self.links.insert((record.pid, record.correlation));
                 }
@@ -250,7 +250,9 @@ impl TimelineTally {
             .max_by_key(|((_, pid), count)| (**count, std::cmp::Reverse(*pid)))
             .map_or(0, |((_, pid), _)| *pid);
         // Busy first (index 0): an instant the GPU works is not idle, whatever the host did.
-        let mut all: Vec<(usize, u64, u64)> = intervals.iter().map(|&(start, end)| (0, start, end)).collect();
+        let busy_regions = merged(intervals);
+        let mut all: Vec<(usize, u64, u64)> =
+            busy_regions.iter().map(|&(start, end)| (0, start, end)).collect();
         let host = self.host.get(&main_pid).map_or(&[][..], Vec::as_slice);
         all.extend(host.iter().map(|&(category, start, end)| (1 + category as usize, start, end)));
         let [busy_ns, data_wait, sync, io, ops] = exclusive_times(&all, |i| i, from, to);
@@ -264,13 +266,13 @@ impl TimelineTally {
             idle_ns,
             main_pid,
             idle_by: IdleBy { data_wait, sync, io, ops, other },
-            busy_regions: merged(intervals),
+            busy_regions,
         }
     }
 }
 
-/// `intervals` merged where they overlap or touch, in time order.
-fn merged(mut intervals: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+/// `intervals` merged where they overlap or touch, in time order (a device's busy regions).
+pub(crate) fn merged(mut intervals: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
     intervals.sort_unstable();
     let mut out: Vec<(u64, u64)> = Vec::new();
     for (start, end) in intervals {

@@ -1,4 +1,4 @@
-use mlprof_format::gpu::{ACTIVITY_COUNTS, KIND_GPU_ACTIVITY};
+use mlprof_format::gpu::{ACTIVITY_COUNTS, ACTIVITY_MEMSET, KIND_GPU_ACTIVITY};
 
 use super::*;
 
