@@ -205,6 +205,19 @@ pub fn events(frames: &[Written]) -> Vec<Event> {
     event_frames(frames).concat()
 }
 
+/// Every GPU activity record of `frames`, in file order.
+pub fn gpu_records(frames: &[Written]) -> Vec<GpuActivity> {
+    frames
+        .iter()
+        .filter_map(|frame| match frame {
+            Written::Gpu(records) => Some(records.as_slice()),
+            _ => None,
+        })
+        .flatten()
+        .copied()
+        .collect()
+}
+
 /// The processes of `frames`.
 pub fn processes(frames: &[Written]) -> Vec<&ProcessInfo> {
     frames

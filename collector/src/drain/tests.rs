@@ -347,15 +347,7 @@ fn gpu_activities_are_written_in_their_own_frames_on_the_monotonic_axis() {
     drainer.drain_once().unwrap();
     let totals = drainer.finish().unwrap();
     assert_eq!((totals.events, totals.gpu_activities), (1, 2), "GPU records are not events");
-    let gpu: Vec<GpuActivity> = file
-        .frames()
-        .into_iter()
-        .filter_map(|frame| match frame {
-            Written::Gpu(records) => Some(records),
-            _ => None,
-        })
-        .flatten()
-        .collect();
+    let gpu = gpu_records(&file.frames());
     let seen: Vec<(u32, u32, u64, u64, u8)> =
         gpu.iter().map(|a| (a.pid, a.correlation, a.start, a.dur, a.flags)).collect();
     assert_eq!(
@@ -367,7 +359,7 @@ fn gpu_activities_are_written_in_their_own_frames_on_the_monotonic_axis() {
 
 #[test]
 fn a_correlated_call_is_stored_as_its_thread_with_a_link_beside_the_gpu_work() {
-    use mlprof_format::gpu::{ACTIVITY_LINK, GpuActivity};
+    use mlprof_format::gpu::ACTIVITY_LINK;
     use mlprof_format::record::FLAG_CORRELATED;
     let (mut drainer, file) = drainer("link", GEOMETRY);
     let view = drainer.segment().view();
@@ -386,14 +378,7 @@ fn a_correlated_call_is_stored_as_its_thread_with_a_link_beside_the_gpu_work() {
         stored.iter().map(|e| (e.tid, e.flags)).collect::<Vec<_>>(),
         [(101, FLAG_CORRELATED), (101, 0)]
     );
-    let links: Vec<GpuActivity> = frames
-        .into_iter()
-        .filter_map(|frame| match frame {
-            Written::Gpu(records) => Some(records),
-            _ => None,
-        })
-        .flatten()
-        .collect();
+    let links = gpu_records(&frames);
     assert_eq!(links.len(), 1);
     let link = links[0];
     assert_eq!(

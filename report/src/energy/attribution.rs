@@ -380,7 +380,6 @@ fn trimmed_mean(values: &[u64]) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use mlprof_format::energy::{DEVICE_GPU, EnergyDevice, EnergySample, SOURCE_RAPL};
 
     use super::*;
     use crate::energy::load::SpanKey;
@@ -390,22 +389,7 @@ mod tests {
 
     /// One GPU at 1 W for 10 s; a `read` over 0–4 s and a `write` over 2–6 s.
     fn run() -> EnergyRun {
-        let sample = |time_ns, energy_uj| EnergySample {
-            device: 0,
-            time_ns,
-            energy_uj: Some(energy_uj),
-            ..Default::default()
-        };
-        let device = Device {
-            info: EnergyDevice {
-                kind: DEVICE_GPU.into(),
-                in_run: true,
-                energy_source: SOURCE_RAPL.into(),
-                ..Default::default()
-            },
-            samples: vec![sample(0, 0), sample(10 * SECOND, 10_000_000)],
-            notes: Vec::new(),
-        };
+        let device = crate::energy::testing::gpu(&[(0, 0), (10 * SECOND, 10_000_000)]);
         let key = |name: &str| SpanKey {
             name: name.into(),
             class: name.into(),

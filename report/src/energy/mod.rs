@@ -28,6 +28,8 @@ mod gpu_side;
 pub mod json;
 pub(crate) mod load;
 mod share;
+#[cfg(test)]
+mod testing;
 pub mod text;
 pub(crate) mod tracks;
 

@@ -1,5 +1,3 @@
-use mlprof_format::energy::{DEVICE_GPU, EnergyDevice, EnergySample, SOURCE_RAPL};
-
 use super::*;
 use crate::energy::load::{Span, SpanKey};
 use crate::run::RunMeta;
@@ -11,22 +9,7 @@ const MS: u64 = 1_000_000;
 /// 40 ms outside any op; kernels: `conv`'s 20–40 ms, the outside one's 40–50 ms, `relu`'s
 /// 55–65 ms (launched at 52 ms), and an unlinked one 80–90 ms.
 fn run() -> EnergyRun {
-    let sample = |time_ns, energy_uj| EnergySample {
-        device: 0,
-        time_ns,
-        energy_uj: Some(energy_uj),
-        ..Default::default()
-    };
-    let gpu = Device {
-        info: EnergyDevice {
-            kind: DEVICE_GPU.into(),
-            in_run: true,
-            energy_source: SOURCE_RAPL.into(),
-            ..Default::default()
-        },
-        samples: vec![sample(0, 0), sample(100 * MS, 100_000)],
-        notes: Vec::new(),
-    };
+    let gpu = crate::energy::testing::gpu(&[(0, 0), (100 * MS, 100_000)]);
     let key = |name: &str, layer: &str| SpanKey {
         name: name.into(),
         class: layer.into(),
