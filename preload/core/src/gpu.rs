@@ -50,7 +50,7 @@ pub fn outer_call(func: Func, call: impl FnOnce() -> c_int, fields: impl FnOnce(
     let thread = span.thread();
     thread.gpu_depth.set(thread.gpu_depth.get().saturating_sub(1));
     let correlation = take_link(linked, thread);
-    span.finish_gpu_linked(end, GpuCall { status, ..fields(status) }, func, status != 0, correlation);
+    span.finish_gpu(end, GpuCall { status, ..fields(status) }, func, status != 0, correlation);
     status
 }
 
@@ -63,7 +63,7 @@ pub fn driver_call(func: Func, call: impl FnOnce() -> c_int, fields: impl FnOnce
     let status = call();
     let end = crate::clock::now();
     let correlation = take_link(linked, span.thread());
-    span.finish_gpu_linked(end, GpuCall { status, ..fields(status) }, func, status != 0, correlation);
+    span.finish_gpu(end, GpuCall { status, ..fields(status) }, func, status != 0, correlation);
     status
 }
 
@@ -94,7 +94,7 @@ pub fn launch_call(
     let end = crate::clock::now();
     let correlation = take_link(linked, span.thread());
     span.define_symbol(handle, |buf| name(handle, buf));
-    span.finish_gpu_linked(end, GpuCall { status, ..fields(status) }, func, status != 0, correlation);
+    span.finish_gpu(end, GpuCall { status, ..fields(status) }, func, status != 0, correlation);
     status
 }
 

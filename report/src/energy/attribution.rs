@@ -380,7 +380,6 @@ fn trimmed_mean(values: &[u64]) -> f64 {
 
 #[cfg(test)]
 mod tests {
-
     use super::*;
     use crate::energy::load::SpanKey;
     use crate::run::RunMeta;

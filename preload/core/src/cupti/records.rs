@@ -51,12 +51,12 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 }
 
 /// The CUPTI kind of a record (its first 4 bytes).
-pub fn kind_of(record: &[u8]) -> u32 {
+fn kind_of(record: &[u8]) -> u32 {
     u32_at(record, 0)
 }
 
 /// The bytes a record of `kind` must have for [`translate`] (0: a kind not collected).
-pub fn prefix_len(kind: u32) -> usize {
+fn prefix_len(kind: u32) -> usize {
     match kind {
         KIND_CONCURRENT_KERNEL => KERNEL_PREFIX,
         KIND_MEMCPY => MEMCPY_PREFIX,

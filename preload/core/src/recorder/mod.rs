@@ -229,25 +229,14 @@ impl Span {
         &self.thread
     }
 
-    /// Ends a GPU API call (CUDA runtime/driver, NCCL) and writes its record; errno is not
-    /// touched (these APIs report through their return value).
+    /// Ends a GPU API call (CUDA runtime/driver, NCCL) that ended at `end` (a [`clock::now`]
+    /// taken right after the real call, so that work done since, such as naming a kernel, is
+    /// not its time) and writes its record; errno is not touched (these APIs report through
+    /// their return value). `correlation`: the call's CUPTI correlation id (0: unknown), which
+    /// the ring record carries in its `tid` (flagged [`FLAG_CORRELATED`]) for the collector to
+    /// turn into a link to the GPU work.
     #[inline(always)]
-    pub fn finish_gpu(self, call: GpuCall, func: Func, failed: bool) {
-        self.finish_gpu_at(clock::now(), call, func, failed);
-    }
-
-    /// Like [`Span::finish_gpu`], for a call that ended at `end` (a [`clock::now`] taken right
-    /// after the real call, so that work done since, such as naming a kernel, is not its time).
-    #[inline(always)]
-    pub fn finish_gpu_at(self, end: u64, call: GpuCall, func: Func, failed: bool) {
-        self.finish_gpu_linked(end, call, func, failed, 0);
-    }
-
-    /// Like [`Span::finish_gpu_at`], for a call whose CUPTI correlation id is `correlation`
-    /// (0: unknown): the ring record carries the id in its `tid` (flagged
-    /// [`FLAG_CORRELATED`]), which the collector turns into a link to the GPU work.
-    #[inline(always)]
-    pub fn finish_gpu_linked(self, end: u64, mut call: GpuCall, func: Func, failed: bool, correlation: u32) {
+    pub fn finish_gpu(self, end: u64, mut call: GpuCall, func: Func, failed: bool, correlation: u32) {
         if call.device == 0 {
             call.device = self.thread.device.get();
         }
