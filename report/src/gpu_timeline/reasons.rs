@@ -50,6 +50,13 @@ fn explain(state: GpuTimelineState, code: u64) -> Option<String> {
     })
 }
 
+/// Whether `state` means the process has no GPU timeline (the others say how it went: started,
+/// calibrated, unlinked).
+fn ends_the_timeline(state: GpuTimelineState) -> bool {
+    use GpuTimelineState::*;
+    matches!(state, Off | NotFound | VersionMismatch | Failed | StoodDown)
+}
+
 /// Why no process of the run has a GPU timeline: the first process's reason, or that none
 /// initialized CUDA.
 pub(super) fn why_none(states: &BTreeMap<u32, Vec<(GpuTimelineState, u64)>>, used_cuda: bool) -> String {
@@ -57,7 +64,7 @@ pub(super) fn why_none(states: &BTreeMap<u32, Vec<(GpuTimelineState, u64)>>, use
         let why = states
             .iter()
             .rev()
-            .filter(|(state, _)| *state != GpuTimelineState::Calibrated)
+            .filter(|(state, _)| ends_the_timeline(*state))
             .find_map(|&(state, code)| explain(state, code));
         if let Some(why) = why {
             return format!("pid {pid}: {why}");
