@@ -7,7 +7,6 @@ use mlprof_format::func::{Api, Class, Func};
 use mlprof_format::record::{Event, FLAG_NESTED, IttSpan};
 
 use crate::pipeline::{DATA, WAIT};
-use crate::run::RunMeta;
 use crate::shapes::SHAPES;
 
 /// What a process's time went to, in priority order (an instant in two categories counts in
@@ -47,9 +46,9 @@ impl Category {
 
 /// The category of a recorded call or span, if any: a DataLoader wait (`batch.wait`), a GPU
 /// call that blocks the host (not nested in another), a call on a descriptor that names a file
-/// or an open, or any other ITT task (ops and training phases; the DataLoader's own and shape
-/// markers aside).
-pub(crate) fn category_of(meta: &RunMeta, func: Func, event: &Event) -> Option<Category> {
+/// (`names_file`, asked of libc calls only: the caller may know already) or an open, or any
+/// other ITT task (ops and training phases; the DataLoader's own and shape markers aside).
+pub(crate) fn category_of(func: Func, event: &Event, names_file: impl FnOnce() -> bool) -> Option<Category> {
     match func.api() {
         Api::Itt => {
             if func.class() != Class::Span {
@@ -63,7 +62,7 @@ pub(crate) fn category_of(meta: &RunMeta, func: Func, event: &Event) -> Option<C
             }
         }
         Api::Libc => {
-            let file = func.class() == Class::Open || meta.fds.path_of(meta, event).is_some();
+            let file = func.class() == Class::Open || names_file();
             (file && !matches!(func.class(), Class::Clock | Class::Ioctl)).then_some(Category::FileIo)
         }
         _ => (func.blocks_host() && event.flags & FLAG_NESTED == 0).then_some(Category::GpuSync),

@@ -167,7 +167,9 @@ impl Pass {
         self.first_ns = self.first_ns.min(event.start);
         self.last_ns = self.last_ns.max(end);
         let pid = event.pid;
-        if let Some(category) = crate::host_time::category_of(meta, func, event) {
+        if let Some(category) =
+            crate::host_time::category_of(func, event, || meta.fds.path_of(meta, event).is_some())
+        {
             self.intervals.entry(pid).or_default().push((category, event.start, end));
         }
         match func.api() {

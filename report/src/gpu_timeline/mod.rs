@@ -19,6 +19,8 @@ use mlprof_format::gpu::{
 use mlprof_format::func::{Class, Func};
 use mlprof_format::record::{Event, FLAG_NESTED};
 
+use rustc_hash::{FxHashMap, FxHashSet};
+
 use crate::host_time::{Category, category_of, exclusive_times};
 use crate::run::RunMeta;
 use crate::run::demangle;
@@ -113,10 +115,11 @@ pub(crate) struct CopyTime {
 /// GPU work did on the host.
 #[derive(Default)]
 pub(crate) struct TimelineTally {
-    /// Processes that may be a device's main: those with no recorded parent, and ranks' own.
-    candidates: HashSet<u32>,
+    /// Processes that may be a device's main: those with no recorded parent, and ranks' own
+    /// (asked at every event of the summary's pass: a fast hash).
+    candidates: FxHashSet<u32>,
     /// Per candidate: its calls and spans by [`Category`] (launches count as ops).
-    host: HashMap<u32, Vec<(Category, u64, u64)>>,
+    host: FxHashMap<u32, Vec<(Category, u64, u64)>>,
     /// (device, pid) → kernels, copies and memsets issued.
     work_by: HashMap<(u8, u32), u64>,
     /// Per process: the state records it sent, in order.
@@ -150,13 +153,14 @@ impl TimelineTally {
     }
 
     /// A host call or span: kept when its process may be a device's main and it says what the
-    /// process was doing.
+    /// process was doing; `names_file`: whether the call's descriptor names a file (the caller
+    /// looked it up already).
     #[inline]
-    pub(crate) fn add_host(&mut self, meta: &RunMeta, func: Func, event: &Event) {
+    pub(crate) fn add_host(&mut self, func: Func, event: &Event, names_file: bool) {
         if !self.candidates.contains(&event.pid) {
             return;
         }
-        let category = category_of(meta, func, event)
+        let category = category_of(func, event, || names_file)
             .or((func.class() == Class::Launch && event.flags & FLAG_NESTED == 0)
                 .then_some(Category::OpsPhases));
         if let Some(category) = category {

@@ -116,13 +116,13 @@ fn idle_time_is_split_by_what_the_main_process_did_first_thing_first() {
         (Func::IttTask, wait.into_event()),
         (Func::CuLaunchKernel, call(Func::CuLaunchKernel, 45, 5)),
     ] {
-        tally.add_host(&meta, func, &event);
+        tally.add_host(func, &event, false);
     }
     // Another process's calls do not count: it is not the device's main.
     tally.add_host(
-        &meta,
         Func::CudaStreamSynchronize,
         &Event { pid: 2, ..call(Func::CudaStreamSynchronize, 60, 30) },
+        false,
     );
     let timeline = tally.finish(&meta, (0, 100), true);
     let device = &timeline.devices[0];

@@ -213,11 +213,13 @@ impl Tally {
         }
         self.syscalls.add(func, event);
         self.startup.add(func, event);
-        self.timeline.add_host(meta, func, event);
+        // One fd lookup for both: the GPU idle split and the file tables.
+        let path = meta.fds.path_of(meta, event);
+        self.timeline.add_host(func, event, path.is_some());
         let image = meta.image_at(event.pid, event.start).unwrap_or(0);
         self.ranks.add(meta, func, event, image);
         self.by_image_and_func.entry((event.pid, image, event.kind)).or_default().add(&stats);
-        if let Some(path_id) = meta.fds.path_of(meta, event) {
+        if let Some(path_id) = path {
             let path_id = self.absolute(meta, func, event, path_id);
             let file = self.files.entry(path_id).or_default();
             file.calls += 1;
