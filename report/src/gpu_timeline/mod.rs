@@ -96,6 +96,22 @@ pub(crate) struct IdleBy {
     pub(crate) other: u64,
 }
 
+/// The parts of [`IdleBy`] as the renderings name them, in its order: (JSON key, label).
+pub(crate) const IDLE_PARTS: [(&str, &str); 5] = [
+    ("data_wait", "data wait"),
+    ("sync", "GPU sync"),
+    ("io", "file I/O"),
+    ("ops", "ops & launches"),
+    ("other", "other"),
+];
+
+impl IdleBy {
+    /// The parts' values, in the order of [`IDLE_PARTS`].
+    pub(crate) fn values(&self) -> [u64; 5] {
+        [self.data_wait, self.sync, self.io, self.ops, self.other]
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct KernelTime {
     /// Demangled.

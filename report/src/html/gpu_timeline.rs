@@ -8,16 +8,8 @@ use serde_json::Value;
 
 use super::svg::{Segment, stacked_bars};
 use super::{CATEGORY_COLORS, Page, REST_COLOR, TOP, num, percent, text_cell, u};
+use crate::gpu_timeline::IDLE_PARTS;
 use crate::human::{format_bytes, format_ns, truncate};
-
-/// The idle parts, in the order of the summary's priority, with the breakdown's colors.
-const IDLE_PARTS: [(&str, &str); 5] = [
-    ("data_wait", "data wait"),
-    ("sync", "GPU sync"),
-    ("io", "file I/O"),
-    ("ops", "ops & launches"),
-    ("other", "other"),
-];
 
 impl Page {
     pub(super) fn gpu_timeline(&mut self, s: &Value) {

@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use serde_json::{Value, json};
 
-use crate::gpu_timeline::GpuTimeline;
+use crate::gpu_timeline::{GpuTimeline, IDLE_PARTS};
 use crate::human::{format_bytes, format_ns, truncate};
 
 /// `gpu.timeline`.
@@ -14,11 +14,13 @@ pub(super) fn json(timeline: &GpuTimeline) -> Value {
         .devices
         .iter()
         .map(|d| {
-            let i = &d.idle_by;
+            let idle_by: serde_json::Map<String, Value> = IDLE_PARTS
+                .iter()
+                .zip(d.idle_by.values())
+                .map(|((key, _), ns)| (key.to_string(), ns.into()))
+                .collect();
             json!({"index": d.index, "busy_ns": d.busy_ns, "busy_fraction": d.busy_fraction,
-                   "idle_ns": d.idle_ns, "main_pid": d.main_pid,
-                   "idle_by": {"data_wait": i.data_wait, "sync": i.sync, "io": i.io, "ops": i.ops,
-                               "other": i.other}})
+                   "idle_ns": d.idle_ns, "main_pid": d.main_pid, "idle_by": idle_by})
         })
         .collect();
     let kernels: Vec<Value> = timeline
@@ -63,19 +65,12 @@ pub(super) fn text(timeline: &GpuTimeline, top: usize, out: &mut dyn Write) -> i
             100.0 * d.busy_fraction,
             format_ns(d.idle_ns)
         )?;
-        let i = &d.idle_by;
-        let parts = [
-            ("data wait", i.data_wait),
-            ("sync", i.sync),
-            ("file I/O", i.io),
-            ("ops & launches", i.ops),
-            ("other", i.other),
-        ];
         let share = |ns: u64| if d.idle_ns == 0 { 0.0 } else { 100.0 * ns as f64 / d.idle_ns as f64 };
-        let why: Vec<String> = parts
+        let why: Vec<String> = IDLE_PARTS
             .iter()
+            .zip(d.idle_by.values())
             .filter(|(_, ns)| *ns > 0)
-            .map(|(what, ns)| format!("{what} {} ({:.1} %)", format_ns(*ns), share(*ns)))
+            .map(|((_, what), ns)| format!("{what} {} ({:.1} %)", format_ns(ns), share(ns)))
             .collect();
         if !why.is_empty() {
             writeln!(out, "    idle while pid {} did: {}", d.main_pid, why.join(", "))?;
