@@ -12,7 +12,7 @@
 //! | [`ACTIVITY_MEMSET`] | – | correlation id | memory kind | bytes | – | – |
 //! | [`ACTIVITY_SYNC`] | CUPTI synchronization type | correlation id | – | CUDA event id | – | – |
 //! | [`ACTIVITY_OVERHEAD`] | CUPTI overhead kind | – | – | – | – | – |
-//! | [`ACTIVITY_STATE`] | [`GpuTimelineState`] | – | – | CUPTI result code or CUDA version | `grid`: CUPTI's API version | – |
+//! | [`ACTIVITY_STATE`] | [`GpuTimelineState`] | – | – | the state's figure (see each state) | – | – |
 //! | [`ACTIVITY_COUNTS`] | – | – | – | activities CUPTI delivered so far | `grid`: dropped by CUPTI so far; `block`/`shared`: (low/high 32 bits) lost to a full ring so far | – |
 //! | [`ACTIVITY_LINK`] | – | correlation id | the host call's function id | the host call's tid | – | – |
 //!
@@ -150,21 +150,23 @@ pub fn copy_kind_name(detail: u8) -> &'static str {
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GpuTimelineState {
-    /// Collecting: CUPTI loaded, callbacks registered, kinds enabled (`value`: CUDA driver
-    /// version; `grid`: CUPTI API version).
+    /// Collecting: CUPTI loaded, callbacks registered, kinds enabled (`value`: CUPTI's API
+    /// version).
     Started = 1,
     /// `MLPROF_CUPTI=off` (or `--no-gpu-timeline`).
     Off = 2,
-    /// No libcupti found beside the CUDA libraries in use (nor `MLPROF_CUPTI`'s path).
+    /// No libcupti found beside the CUDA libraries in use (nor `MLPROF_CUPTI`'s path; `value`:
+    /// the CUDA major version looked for).
     NotFound = 3,
     /// The libcupti found is for another CUDA major version (`value`: its API version).
     VersionMismatch = 4,
-    /// A CUPTI call failed (`value`: its result; 39 = another subscriber, 15 = not initialized).
+    /// A CUPTI call failed (`value`: its result; 15 = not initialized).
     Failed = 5,
-    /// Another tool took CUPTI (torch.profiler, Nsight Systems, …): mlprof stood down.
+    /// Another tool took CUPTI (torch.profiler, Nsight Systems, …): mlprof stood down (`value`:
+    /// 39 when CUPTI refused our subscription for it, 0 when the tool took CUPTI later).
     StoodDown = 6,
     /// CUPTI refused the timestamp callback: times are its own, calibrated onto the monotonic
-    /// clock (`value` and `aux`: the calibration's residual, ns).
+    /// clock (`value`: the calibration's residual, ns).
     Calibrated = 7,
     /// Collecting, but GPU work cannot be linked to its host calls: CUPTI's callbacks were
     /// refused (`value`: the result of `cuptiSubscribe`).

@@ -125,14 +125,14 @@ fn start(pid: u32) {
     match try_start() {
         Ok(version) => {
             STATE.store(STARTED, Ordering::Release);
-            report(GpuTimelineState::Started, 0, version);
+            report(GpuTimelineState::Started, u64::from(version));
         }
         Err((state, code)) => {
             STATE.store(UNAVAILABLE, Ordering::Release);
             if state == GpuTimelineState::StoodDown {
                 say_stood_down();
             }
-            report(state, code, 0);
+            report(state, code);
         }
     }
 }
@@ -156,7 +156,7 @@ fn try_start() -> Result<u32, library::Unavailable> {
     let stamped = api.register_timestamp.is_some_and(|register| unsafe { register(timestamp) } == 0);
     if !stamped {
         let residual = calibrate(&api);
-        report(GpuTimelineState::Calibrated, u64::from(residual), residual);
+        report(GpuTimelineState::Calibrated, u64::from(residual));
     }
     // Safety: as above, the two buffer callbacks of cupti_activity.h's prototypes.
     let status = unsafe { (api.register_callbacks)(buffers::buffer_requested, buffer_completed) };
@@ -177,7 +177,7 @@ fn try_start() -> Result<u32, library::Unavailable> {
         return Err(unavailable(linked));
     }
     if linked != 0 {
-        report(GpuTimelineState::Unlinked, linked as u32 as u64, 0);
+        report(GpuTimelineState::Unlinked, linked as u32 as u64);
     }
     if let Some(period) = api.flush_period {
         // Safety: a CUPTI entry point given a period in ms.
@@ -305,7 +305,7 @@ pub fn another_tool_takes_cupti() {
         })
     });
     say_stood_down();
-    report(GpuTimelineState::StoodDown, 0, 0);
+    report(GpuTimelineState::StoodDown, 0);
 }
 
 /// At exit (`exit`, `_exit`, the last thread's return): CUPTI hands over every buffer, full or
@@ -318,13 +318,12 @@ pub fn flush_at_exit() {
     thread.foreign(|| guard::keeping_errno(|| unsafe { (api.flush_all)(FLUSH_FORCED) }));
 }
 
-fn report(state: GpuTimelineState, code: u64, extra: u32) {
+/// Tells the collector the timeline's `state`, with its one figure (see `GpuTimelineState`).
+fn report(state: GpuTimelineState, value: u64) {
     buffers::send_state(GpuActivity {
         what: ACTIVITY_STATE,
         detail: state as u8,
-        value: code,
-        grid: extra as u64,
-        aux: extra.min(u16::MAX as u32) as u16,
+        value,
         ..GpuActivity::default()
     });
 }
