@@ -20,7 +20,10 @@ PYTHON="${PYTHON:-python3}"
 BIN="${MLPROF_BIN_DIR:-target/release}"
 ROUNDS="${TIMELINE_CHECK_ROUNDS:-4}"
 work="$(mktemp -d /tmp/mlprof-timeline-check.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
+# MLPROF_GPU_KEEP=DIR (device_check.sh sets it): the run files and the collectors' stderr go there.
+keep() { if [ -n "${MLPROF_GPU_KEEP:-}" ]; then mkdir -p "$MLPROF_GPU_KEEP"; cp "$work"/*.bin "$work"/*.err "$MLPROF_GPU_KEEP/" 2>/dev/null; fi; rm -rf "$work"; }
+trap keep EXIT
+trap 'exit 143' TERM
 nvidia-smi -L || { echo "timeline_check: no NVIDIA GPU visible (nvidia-smi failed)"; exit 2; }
 status=0
 fail() { echo "timeline_check: FAILED: $*"; status=1; }
@@ -33,7 +36,8 @@ field() {  # field JSON PYTHON-EXPRESSION-OF-t
 
 echo "== 1. CUDA program: kernels = launches, each linked"
 if nvcc -O2 -o "$work/timeline_kernels" tests/gpu/timeline_kernels.cu; then
-  "$BIN/mlprof-collect" --quiet --out "$work/cuda.bin" -- "$work/timeline_kernels" 1000 50 || fail "program under mlprof"
+  "$BIN/mlprof-collect" --quiet --out "$work/cuda.bin" -- "$work/timeline_kernels" 1000 50 2>"$work/cuda.err" || fail "program under mlprof"
+  cat "$work/cuda.err"
   t="$(timeline "$work/cuda.bin")"
   echo "$t" | cut -c1-600
   [ "$(field "$t" 'sum(k["count"] for k in t["kernels"])')" = 1000 ] || fail "kernels != 1000"
@@ -47,7 +51,8 @@ fi
 echo "== 2. PyTorch loop: kernels and GPU time per step against torch.profiler"
 for steps in 10 40; do
   "$BIN/mlprof-collect" --quiet --out "$work/torch$steps.bin" -- "$PYTHON" tests/gpu/timeline_torch.py "$steps" >/dev/null \
-    || fail "timeline_torch.py $steps under mlprof"
+    2>"$work/torch$steps.err" || fail "timeline_torch.py $steps under mlprof"
+  head -c 2000 "$work/torch$steps.err"
 done
 prof="$("$PYTHON" tests/gpu/timeline_torch.py 30 --profile)" || fail "timeline_torch.py --profile"
 echo "$prof"
@@ -68,10 +73,10 @@ sys.exit(0 if ok else 1)
 PY
 
 echo "== 3. torch.profiler inside mlprof-collect --torch"
-alone="$("$PYTHON" tests/gpu/timeline_torch.py 30 --profile | sed -n 's/^profiler_kernels=//p')"
+alone="$(sed -n 's/^profiler_kernels=//p' <<<"$prof")"  # part 2's run, alone
 inside="$("$BIN/mlprof-collect" --torch --out "$work/inside.bin" -- "$PYTHON" tests/gpu/timeline_torch.py 30 --profile 2>"$work/inside.err" | sed -n 's/^profiler_kernels=//p')"
 echo "torch.profiler kernels: alone $alone, inside mlprof $inside"
-grep -m1 "another tool holds CUPTI" "$work/inside.err" || echo "(mlprof did not say it stood down)"
+grep -m1 "another tool holds CUPTI" "$work/inside.err" || { echo "(mlprof did not say it stood down)"; head -c 2000 "$work/inside.err"; }
 [ -n "$alone" ] && [ "$alone" = "$inside" ] || fail "torch.profiler saw $inside kernels inside mlprof, $alone alone"
 
 echo "== 4. cost pairs"

@@ -9,11 +9,12 @@ it (its own share).
 Jobs: `cnn` (tests/gpu/timeline_torch.py: launch-bound, ~50 kernels a 1.6 ms step; target
 ≤ 5 %), `resnet50` (tests/gpu/resnet50_jpeg.py: ResNet-50 with a JPEG DataLoader; target ≤ 1 %).
 
-    timeline_cost.py --job cnn|resnet50 [--rounds N] [--steps N] [--bin-dir DIR] [--python PY]
+    timeline_cost.py --job cnn|resnet50 [--rounds N] [--steps N] [--bin-dir DIR] [--python PY] [--keep DIR]
 """
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 
@@ -36,6 +37,9 @@ def main():
         default=os.environ.get("MLPROF_BIN_DIR", os.path.join(here, "..", "..", "target", "release")),
     )
     ap.add_argument("--python", default=os.environ.get("PYTHON", sys.executable))
+    ap.add_argument(
+        "--keep", default=os.environ.get("MLPROF_GPU_KEEP"), help="copy the last timeline run here"
+    )
     args = ap.parse_args()
     script, target = JOBS[args.job]
     bare = [args.python, os.path.join(here, script), str(args.steps)]
@@ -69,6 +73,9 @@ def main():
             if (name, base, key) == ("timeline", "bare", "steps_s") and med is not None:
                 verdicts.append(stats.verdict(lo, hi, 1 + target / 100))
     print(f"{args.job}: target ≤ +{target} % (timed steps, timeline vs bare): {', '.join(verdicts)}")
+    if args.keep and os.path.exists(os.path.join(tmp, "on.bin")):
+        os.makedirs(args.keep, exist_ok=True)
+        shutil.copy(os.path.join(tmp, "on.bin"), os.path.join(args.keep, f"cost_{args.job}_timeline.bin"))
     return 0 if samples["timeline"] else 1
 
 
