@@ -169,7 +169,8 @@ pub enum GpuTimelineState {
     /// clock (`value`: the calibration's residual, ns).
     Calibrated = 7,
     /// Collecting, but GPU work cannot be linked to its host calls: CUPTI's callbacks were
-    /// refused (`value`: the result of `cuptiSubscribe`).
+    /// refused (`value`: the result of `cuptiSubscribe`), or `MLPROF_CUPTI_LINKS=off` asked for
+    /// none (`value` 0xFFFF_FFFE).
     Unlinked = 8,
 }
 

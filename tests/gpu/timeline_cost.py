@@ -9,7 +9,13 @@ it (its own share).
 Jobs: `cnn` (tests/gpu/timeline_torch.py: launch-bound, ~50 kernels a 1.6 ms step; target
 ≤ 5 %), `resnet50` (tests/gpu/resnet50_jpeg.py: ResNet-50 with a JPEG DataLoader; target ≤ 1 %).
 
-    timeline_cost.py --job cnn|resnet50 [--rounds N] [--steps N] [--bin-dir DIR] [--python PY] [--keep DIR]
+    timeline_cost.py --job cnn|resnet50 [--rounds N] [--steps N] [--bin-dir DIR] [--python PY]
+                     [--variants bare,notimeline,timeline,...] [--keep DIR]
+
+Variants beyond the three: the timeline without links (`nolinks`, MLPROF_CUPTI_LINKS=off),
+kernels alone without links (`kernelsonly`), without the timestamp callback (`calibrate`), and
+torch.profiler's CUDA activities instead of mlprof (`torchprof`, cnn only: the timed steps run
+inside the profiler).
 """
 
 import argparse
@@ -38,45 +44,76 @@ def main():
     )
     ap.add_argument("--python", default=os.environ.get("PYTHON", sys.executable))
     ap.add_argument(
-        "--keep", default=os.environ.get("MLPROF_GPU_KEEP"), help="copy the last timeline run here"
+        "--variants",
+        default="bare,notimeline,timeline",
+        help="bare first, then of: notimeline, timeline, nolinks, kernelsonly, calibrate, torchprof (cnn only)",
+    )
+    ap.add_argument(
+        "--keep", default=os.environ.get("MLPROF_GPU_KEEP"), help="copy each variant's last run here"
     )
     args = ap.parse_args()
     script, target = JOBS[args.job]
     bare = [args.python, os.path.join(here, script), str(args.steps)]
     tmp = tempfile.mkdtemp(prefix="mlprof-timeline-cost-")
     collect = os.path.join(os.path.abspath(args.bin_dir), "mlprof-collect")
-    variants = {
-        "bare": bare,
-        "notimeline": [collect, "--quiet", "--no-gpu-timeline", "--out", os.path.join(tmp, "off.bin"), "--"]
-        + bare,
-        "timeline": [collect, "--quiet", "--out", os.path.join(tmp, "on.bin"), "--"] + bare,
+
+    def under_mlprof(name, *flags):
+        return [collect, "--quiet", *flags, "--out", os.path.join(tmp, f"{name}.bin"), "--"] + bare
+
+    # name: (command, environment); the timeline's parts left out one at a time by the
+    # MLPROF_CUPTI_* switches, and torch.profiler's CUDA activities (its own CUPTI) as a yardstick.
+    known = {
+        "bare": (bare, {}),
+        "notimeline": (under_mlprof("notimeline", "--no-gpu-timeline"), {}),
+        "timeline": (under_mlprof("timeline"), {}),
+        "nolinks": (under_mlprof("nolinks"), {"MLPROF_CUPTI_LINKS": "off"}),
+        "kernelsonly": (
+            under_mlprof("kernelsonly"),
+            {"MLPROF_CUPTI_LINKS": "off", "MLPROF_CUPTI_KINDS": "kernel"},
+        ),
+        "calibrate": (under_mlprof("calibrate"), {"MLPROF_CUPTI_CLOCK": "calibrate"}),
+        "torchprof": (bare + ["--profile"], {}),
     }
-    names = list(variants)
+    names = args.variants.split(",")
+    unknown = [name for name in names if name not in known]
+    if unknown or names[:1] != ["bare"]:
+        ap.error(f"--variants: bare first, then any of {', '.join(known)} (not {', '.join(unknown)})")
     samples = {name: {} for name in names}
     for r in range(args.rounds):
-        for name in names[r % 3 :] + names[: r % 3]:
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            cmd, env = known[name]
             try:
-                res = common.run_cmd(variants[name], {}, echo=False, need_ns=False)
+                res = common.run_cmd(cmd, env, echo=False, need_ns=False)
             except common.BenchError as e:
                 print(f"round {r} {name}: FAILED: {e}")
                 continue
             s = {"steps_s": float(res["kv"]["steps_s"]), "wall_s": res["wall_s"], "cpu_s": res["tree_cpu_s"]}
             samples[name][r] = s
             print(
-                f"round {r} {name:10}: steps {s['steps_s']:.3f} s  wall {s['wall_s']:.2f} s  cpu {s['cpu_s']:.2f} s"
+                f"round {r} {name:11}: steps {s['steps_s']:.3f} s  wall {s['wall_s']:.2f} s  cpu {s['cpu_s']:.2f} s"
             )
     verdicts = []
-    for name, base in (("notimeline", "bare"), ("timeline", "bare"), ("timeline", "notimeline")):
+    pairs = [(name, "bare") for name in names[1:]]
+    pairs += [(name, "notimeline") for name in names if name not in ("bare", "notimeline", "torchprof")]
+    pairs = [(a, b) for a, b in pairs if b in samples]
+    for name, base in pairs:
         for key, what in (("steps_s", "timed steps"), ("wall_s", "process wall"), ("cpu_s", "tree CPU")):
             med, lo, hi = stats.median_ci(stats.paired(samples[name], samples[base], key))
             print(f"{args.job}: {name} vs {base}, {what}: {stats.fmt_ratio_ci(med, lo, hi)}")
             if (name, base, key) == ("timeline", "bare", "steps_s") and med is not None:
                 verdicts.append(stats.verdict(lo, hi, 1 + target / 100))
-    print(f"{args.job}: target ≤ +{target} % (timed steps, timeline vs bare): {', '.join(verdicts)}")
-    if args.keep and os.path.exists(os.path.join(tmp, "on.bin")):
+    print(
+        f"{args.job}: target ≤ +{target} % (timed steps, timeline vs bare): {', '.join(verdicts) or 'not measured'}"
+    )
+    if args.keep:
         os.makedirs(args.keep, exist_ok=True)
-        shutil.copy(os.path.join(tmp, "on.bin"), os.path.join(args.keep, f"cost_{args.job}_timeline.bin"))
-    return 0 if samples["timeline"] else 1
+        for name in names:
+            if os.path.exists(os.path.join(tmp, f"{name}.bin")):
+                shutil.copy(
+                    os.path.join(tmp, f"{name}.bin"), os.path.join(args.keep, f"cost_{args.job}_{name}.bin")
+                )
+    return 0 if all(samples.values()) else 1
 
 
 if __name__ == "__main__":

@@ -118,6 +118,32 @@ fn small_buffers_cupti_drops_and_a_refused_timestamp_callback_keep_the_counts() 
 }
 
 #[test]
+fn the_cupti_switches_leave_out_what_they_name_and_the_summary_says_so() {
+    let dir = TempDir::new("gpu-timeline-switches");
+    let main = gpu_timeline_program(&dir, true);
+    // Kernels alone, no links, no timestamp callback (the double's clock is CLOCK_MONOTONIC +
+    // 10 s without it, which the calibration moves back).
+    let env = [
+        ("MLPROF_CUPTI_KINDS", "kernel"),
+        ("MLPROF_CUPTI_LINKS", "off"),
+        ("MLPROF_CUPTI_CLOCK", "calibrate"),
+    ];
+    let run = run(&dir, &main, &["40", "3"], &env);
+    let t = run.json();
+    let mut e = run.summary.expect();
+    host_counts_exact(&mut e, &run.summary, 40, 3);
+    e.that(format_args!("source {}", t["source"]), t["source"] == "cupti");
+    e.eq("kernels", number(&t["kernels"][0]["count"]), 40);
+    e.eq("busy ns: the kernels' alone", number(&t["devices"][0]["busy_ns"]), 40_000);
+    e.that(format_args!("no copies {}", t["copies"]), t["copies"].as_object().is_some_and(|c| c.is_empty()));
+    e.eq("unmatched: every kernel, unlinked", number(&t["unmatched"]), 40);
+    let notes = t["notes"].to_string();
+    e.that(format_args!("notes {notes}"), notes.contains("MLPROF_CUPTI_LINKS=off asked for none"));
+    e.that(format_args!("notes {notes}"), notes.contains("MLPROF_CUPTI_CLOCK=calibrate"));
+    e.finish();
+}
+
+#[test]
 fn without_a_timeline_the_job_runs_unchanged_and_the_summary_says_why() {
     let dir = TempDir::new("gpu-timeline-none");
     let main = gpu_timeline_program(&dir, true);

@@ -22,18 +22,22 @@ fn cupti_error(code: u64) -> String {
     if name.is_empty() { format!("CUPTI error {code}") } else { format!("{name}, {code}") }
 }
 
+/// The `Unlinked` figure that says `MLPROF_CUPTI_LINKS=off` asked for no links.
+const LINKS_TURNED_OFF: u64 = 0xFFFF_FFFE;
+
 /// What one state means for its process, or `None` for states that are not a problem.
 fn explain(state: GpuTimelineState, code: u64) -> Option<String> {
     Some(match state {
         GpuTimelineState::Started => return None,
         GpuTimelineState::Calibrated => format!(
-            "CUPTI refused the timestamp callback: GPU times are its own clock's, calibrated onto the \
-             run's (residual {code} ns)"
+            "no timestamp callback (CUPTI refused it, or MLPROF_CUPTI_CLOCK=calibrate): GPU times are \
+             CUPTI's own clock's, calibrated onto the run's (residual {code} ns)"
         ),
         GpuTimelineState::Off => "turned off (MLPROF_CUPTI=off, or mlprof-collect --no-gpu-timeline)".into(),
         GpuTimelineState::NotFound => format!(
-            "no libcupti for CUDA {code} beside the CUDA runtime in use, nor under $CUDA_HOME/extras/CUPTI \
-             (install the CUDA wheel's CUPTI, nvidia-cuda-cupti, or set MLPROF_CUPTI=/path/to/libcupti.so)"
+            "no libcupti.so.{code} beside the CUDA runtime in use, under $CUDA_HOME or $CUDA_PATH \
+             (extras/CUPTI/lib64), on the loader's path or in /usr/local/cuda (install the CUDA wheel's \
+             CUPTI, nvidia-cuda-cupti, or set MLPROF_CUPTI=/path/to/libcupti.so)"
         ),
         GpuTimelineState::VersionMismatch => format!(
             "the libcupti found (API version {code}) is for another CUDA version than the runtime in use \
@@ -43,6 +47,9 @@ fn explain(state: GpuTimelineState, code: u64) -> Option<String> {
         GpuTimelineState::StoodDown => "another tool holds CUPTI (torch.profiler, Nsight Systems, ncu, \
                                         compute-sanitizer): mlprof stood down from the GPU timeline"
             .into(),
+        GpuTimelineState::Unlinked if code == LINKS_TURNED_OFF => {
+            "GPU work is not linked to its host calls: MLPROF_CUPTI_LINKS=off asked for none".into()
+        }
         GpuTimelineState::Unlinked => format!(
             "GPU work is not linked to its host calls: CUPTI's callbacks were refused ({})",
             cupti_error(code)

@@ -1,8 +1,10 @@
 //! Finding libcupti and its entry points, without allocating: `MLPROF_CUPTI`'s path, else the
 //! application's own copy (`RTLD_NOLOAD`), else the one beside the CUDA runtime in use (the
 //! CUDA wheels: `nvidia/cu13/lib/libcupti.so.13`, `nvidia/cuda_cupti/lib/libcupti.so.12` beside
-//! `nvidia/cuda_runtime/lib/`), else `$CUDA_HOME/extras/CUPTI/lib64`. Its major version must be
-//! the CUDA runtime's (a CUPTI newer than the driver answers NOT_INITIALIZED; an older one
+//! `nvidia/cuda_runtime/lib/`), else in `$CUDA_HOME` (or `$CUDA_PATH`): `extras/CUPTI/lib64`,
+//! `lib64`, `lib`; else the loader's search (`LD_LIBRARY_PATH`, ld.so.cache), else
+//! `/usr/local/cuda` likewise (a program built by nvcc links the runtime statically: there is
+//! no runtime library to look beside). Its major version must be the CUDA runtime's (a CUPTI newer than the driver answers NOT_INITIALIZED; an older one
 //! misreads the records), so only `libcupti.so.<major>` of that major is looked for.
 
 use core::ffi::{CStr, c_char, c_int, c_void};
@@ -160,12 +162,26 @@ fn find(major: u32, runtime_dir: &mut PathBuf) -> *mut c_void {
             return handle;
         }
     }
-    if let Some(home) = crate::config::getenv(c"CUDA_HOME") {
+    // A toolkit: the one named, the loader's own search (LD_LIBRARY_PATH, ld.so.cache), the
+    // default install (a program built by nvcc carries a static runtime: nothing to be beside).
+    let home = crate::config::getenv(c"CUDA_HOME").or_else(|| crate::config::getenv(c"CUDA_PATH"));
+    let handle = home.map_or(core::ptr::null_mut(), |home| in_toolkit(home, name));
+    if !handle.is_null() {
+        return handle;
+    }
+    let handle = open(PathBuf::new().push(name).c_str(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+    if !handle.is_null() {
+        return handle;
+    }
+    in_toolkit(b"/usr/local/cuda", name)
+}
+
+/// `name` in the CUDA toolkit at `home` (null: not there): its CUPTI folder, else its library
+/// folders (conda and the CUDA 13 wheel keep CUPTI beside the other libraries).
+fn in_toolkit(home: &[u8], name: &[u8]) -> *mut c_void {
+    for folder in [&b"/extras/CUPTI/lib64/"[..], b"/lib64/", b"/lib/"] {
         let mut path = PathBuf::new();
-        let handle = open(
-            path.push(home).push(b"/extras/CUPTI/lib64/").push(name).c_str(),
-            libc::RTLD_NOW | libc::RTLD_LOCAL,
-        );
+        let handle = open(path.push(home).push(folder).push(name).c_str(), libc::RTLD_NOW | libc::RTLD_LOCAL);
         if !handle.is_null() {
             return handle;
         }

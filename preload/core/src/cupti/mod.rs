@@ -21,6 +21,7 @@
 pub mod buffers;
 pub mod library;
 pub mod links;
+pub mod options;
 pub mod records;
 
 use core::cell::UnsafeCell;
@@ -39,6 +40,9 @@ const FLUSH_FORCED: u32 = 1;
 /// How often CUPTI's worker hands over buffers, ms: the GPU timeline lags the host by about
 /// this much while the job runs.
 const FLUSH_PERIOD_MS: u32 = 500;
+/// The `Unlinked` state's figure when `MLPROF_CUPTI_LINKS=off` asked for no links (a CUPTI
+/// status is never negative).
+const LINKS_OFF: i32 = -2;
 
 const IDLE: u8 = 0;
 const STARTING: u8 = 1;
@@ -149,11 +153,13 @@ fn try_start() -> Result<u32, library::Unavailable> {
         return Err((GpuTimelineState::StoodDown, 0));
     }
     let (api, version) = library::load(configured.filter(|path| !path.is_empty() && *path != b"on"))?;
+    let options = options::read();
     // Safety: see ApiCell: only this thread writes, while STATE is STARTING, before CUPTI can
     // call back (the callbacks are registered below).
     unsafe { *API.0.get() = Some(api) };
     // Safety: a CUPTI entry point given a function of the prototype it expects.
-    let stamped = api.register_timestamp.is_some_and(|register| unsafe { register(timestamp) } == 0);
+    let stamped = options.timestamp_callback
+        && api.register_timestamp.is_some_and(|register| unsafe { register(timestamp) } == 0);
     if !stamped {
         let residual = calibrate(&api);
         report(GpuTimelineState::Calibrated, u64::from(residual));
@@ -163,17 +169,18 @@ fn try_start() -> Result<u32, library::Unavailable> {
     if status != 0 {
         return Err((GpuTimelineState::Failed, status as u64));
     }
-    for (enabled, kind) in records::ENABLED_KINDS.iter().enumerate() {
+    let kinds = options.kinds.as_slice();
+    for (enabled, kind) in kinds.iter().enumerate() {
         // Safety: a CUPTI entry point given a kind number of cupti_activity.h.
         let status = unsafe { (api.enable)(*kind) };
         if status != 0 {
-            disable(&api, enabled);
+            disable(&api, kinds.get(..enabled).unwrap_or_default());
             return Err(unavailable(status));
         }
     }
-    let linked = links::subscribe(&api);
+    let linked = if options.links { links::subscribe(&api) } else { LINKS_OFF };
     if linked == MULTIPLE_SUBSCRIBERS {
-        disable(&api, records::ENABLED_KINDS.len());
+        disable(&api, kinds);
         return Err(unavailable(linked));
     }
     if linked != 0 {
@@ -186,10 +193,11 @@ fn try_start() -> Result<u32, library::Unavailable> {
     Ok(version)
 }
 
-/// Turns off the first `count` kinds of [`records::ENABLED_KINDS`] again.
-fn disable(api: &Api, count: usize) {
-    for kind in records::ENABLED_KINDS.iter().take(count) {
-        // Safety: a CUPTI entry point given a kind number this process enabled.
+/// Turns `kinds` off again.
+fn disable(api: &Api, kinds: &[u32]) {
+    for kind in kinds {
+        // Safety: a CUPTI entry point given a kind number of cupti_activity.h (one not enabled
+        // is refused, harmlessly).
         unsafe { (api.disable)(*kind) };
     }
 }
@@ -301,7 +309,7 @@ pub fn another_tool_takes_cupti() {
             links::unsubscribe(&api);
             // Safety: a CUPTI entry point; our buffer callback still reads (the API stays).
             unsafe { (api.flush_all)(FLUSH_FORCED) };
-            disable(&api, records::ENABLED_KINDS.len());
+            disable(&api, options::all_kinds().as_slice());
         })
     });
     say_stood_down();

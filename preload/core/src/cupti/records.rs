@@ -23,9 +23,6 @@ pub const KIND_CONCURRENT_KERNEL: u32 = 10;
 pub const KIND_OVERHEAD: u32 = 17;
 /// Host-side synchronizations.
 pub const KIND_SYNCHRONIZATION: u32 = 38;
-/// The kinds collected, in the order they are enabled (kernels first: the one that matters).
-pub const ENABLED_KINDS: [u32; 5] =
-    [KIND_CONCURRENT_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_SYNCHRONIZATION, KIND_OVERHEAD];
 
 /// Bytes of each kind's shared prefix that [`translate`] reads.
 const KERNEL_PREFIX: usize = 112;
