@@ -54,9 +54,13 @@ pub(super) struct Exporter<'a> {
     kernels: FxHashMap<(u32, u64), u32>,
     /// Demangled kernel names of the GPU timeline, by string id.
     kernel_names: FxHashMap<u64, u32>,
-    /// The thread of each host call linked to GPU work, by (pid, correlation id): links come
-    /// before the work they link (CUPTI hands its records over late).
+    /// The thread of each host call linked to GPU work, by (pid, correlation id): links mostly
+    /// come before the work they link (CUPTI hands its records over late), not always (the
+    /// collector may drain the GPU records' lane before the calling thread's).
     launch_tids: FxHashMap<(u32, u32), u32>,
+    /// GPU work whose link was not met yet, with its (kind, name) symbols and partition: written
+    /// at the end, linked if its link came later (most are work no recorded call issued).
+    unlinked: Vec<(GpuActivity, (u32, u32), usize)>,
     /// The `kind` column's values: kernel, memcpy, memset, sync, overhead.
     activity_kinds: [u32; 5],
     /// `task`, `frame`, `marker`, `pause`, `resume`.
@@ -112,6 +116,7 @@ impl<'a> Exporter<'a> {
             kernels: FxHashMap::default(),
             kernel_names: FxHashMap::default(),
             launch_tids: FxHashMap::default(),
+            unlinked: Vec::new(),
             activity_kinds,
             span_kinds,
             devices: HashMap::new(),
@@ -170,8 +175,22 @@ impl<'a> Exporter<'a> {
             let part = self.parts(record.pid, record.start).3;
             let launch_tid = self.launch_tids.get(&(record.pid, record.correlation)).copied();
             let kind = self.activity_kinds[kind];
+            if launch_tid.is_none() && record.correlation != 0 && record.what != ACTIVITY_SYNC {
+                self.unlinked.push((*record, (kind, name), part));
+                continue;
+            }
             self.gpu_activity
                 .push(&self.symbols, part, |row| rows::gpu_activity(row, record, (kind, name), launch_tid))?;
+        }
+        Ok(())
+    }
+
+    /// The work held back by [`Self::gpu_activity`], with the links met since.
+    fn write_unlinked(&mut self) -> io::Result<()> {
+        for (record, names, part) in std::mem::take(&mut self.unlinked) {
+            let launch_tid = self.launch_tids.get(&(record.pid, record.correlation)).copied();
+            self.gpu_activity
+                .push(&self.symbols, part, |row| rows::gpu_activity(row, &record, names, launch_tid))?;
         }
         Ok(())
     }
@@ -280,6 +299,7 @@ impl<'a> Exporter<'a> {
     /// Writes the metadata tables (processes, files, the run) and closes every table:
     /// `source` is the run file, `warnings` what reading it noticed.
     pub(super) fn finish(mut self, source: &Path, warnings: Vec<String>) -> io::Result<Exported> {
+        self.write_unlinked()?;
         // The small tables are written while the rest is built; the events table, whose last
         // rows take longest, after them (closing a table waits for its writer to take each job).
         for table in [&mut self.spans, &mut self.gpu, &mut self.gpu_activity, &mut self.energy] {
@@ -292,8 +312,9 @@ impl<'a> Exporter<'a> {
             table.close(&self.symbols)?;
         }
         let mut exported = Exported { run_id: self.id.to_string(), warnings, ..Default::default() };
-        let Exporter { events, spans, gpu, energy, symbols, .. } = self;
-        for (name, table) in TABLES.into_iter().zip([events, spans, gpu, processes, files, energy, runs]) {
+        let Exporter { events, spans, gpu, gpu_activity, energy, symbols, .. } = self;
+        let tables = [events, spans, gpu, gpu_activity, processes, files, energy, runs];
+        for (name, table) in TABLES.into_iter().zip(tables) {
             let table = table.finish(&symbols)?;
             exported.rows.push((name, table.rows));
             exported.bytes += table.bytes;

@@ -90,6 +90,22 @@ fn gpu_calls_spans_and_energy_read_back() {
         read,
     ])
     .unwrap();
+    // GPU work handed over before the link of the call that issued it (the collector drained
+    // CUPTI's lane first), and work no recorded call issued.
+    use mlprof_format::gpu::{ACTIVITY_KERNEL, ACTIVITY_LINK, GpuActivity, KIND_GPU_ACTIVITY};
+    let activity = |what, correlation, value| GpuActivity {
+        kind: KIND_GPU_ACTIVITY,
+        what,
+        pid: 7,
+        correlation,
+        start: start + 40,
+        dur: 3,
+        value,
+        ..Default::default()
+    };
+    w.write_gpu_activity(&[activity(ACTIVITY_KERNEL, 5, kernel), activity(ACTIVITY_KERNEL, 6, kernel)])
+        .unwrap();
+    w.write_gpu_activity(&[activity(ACTIVITY_LINK, 5, 7)]).unwrap();
     w.write_energy_device(&EnergyDevice {
         id: 0,
         kind: "gpu".into(),
@@ -121,6 +137,11 @@ fn gpu_calls_spans_and_energy_read_back() {
     let kernels: Vec<&str> = gpu_rows.iter().map(|r| r[11].as_str()).collect();
     assert_eq!(kernels, ["\"kernel()\"", "null", "\"kernel@0xdef\""]);
     assert_eq!(gpu_rows[1][0], "\"cudaMemcpy\"");
+    let activity = table("gpu_activity");
+    let linked: Vec<(&str, &str)> = activity.iter().map(|r| (r[8].as_str(), r[9].as_str())).collect();
+    assert_eq!(linked.len(), 2, "{activity:?}");
+    assert!(linked.contains(&("5", "7")) && linked.contains(&("6", "null")), "{activity:?}");
+    assert!(exported.rows.contains(&("gpu_activity", 2)), "{:?}", exported.rows);
     let spans = table("spans");
     assert_eq!(spans.len(), 1);
     assert_eq!(spans[0][..3], ["\"forward\"", "\"torch\"", "\"task\""]);
