@@ -81,9 +81,16 @@ pub(crate) struct Args {
     /// MLPROF_ALL_SYSCALLS=1 for the library. See README "System calls".
     #[arg(long)]
     pub(crate) all_syscalls: bool,
-    /// Record no GPU timeline: no CUPTI activity records (kernels, copies, memsets on the GPU's
-    /// own clock) in processes that use CUDA. Sets MLPROF_CUPTI=off for the library (attach
-    /// mode: set it in the processes' environment). The timeline is on by default.
+    /// Record the GPU timeline: CUPTI activity records (when and how long each kernel, copy
+    /// and memset ran on the GPU, linked to the call that issued it, and why the GPU sat idle)
+    /// in processes that use CUDA. Sets MLPROF_CUPTI=on for the library (attach mode: set it in
+    /// the processes' environment), unless MLPROF_CUPTI already names a libcupti. Off by
+    /// default: on a launch-bound training loop it costs 20-25 % of step time (ResNet-50 with
+    /// a JPEG DataLoader: ~8 %; BENCHMARKS.md); MLPROF_CUPTI_KINDS=kernel costs far less.
+    #[arg(long, conflicts_with = "no_gpu_timeline")]
+    pub(crate) gpu_timeline: bool,
+    /// No GPU timeline (the default; kept for scripts that said so when it was on by default).
+    /// Sets MLPROF_CUPTI=off for the library.
     #[arg(long)]
     pub(crate) no_gpu_timeline: bool,
     /// Print nothing but errors.

@@ -189,6 +189,10 @@ impl Collector {
         }
         if args.no_gpu_timeline {
             extra_env.push(("MLPROF_CUPTI", "off".into()));
+        } else if args.gpu_timeline
+            && std::env::var_os("MLPROF_CUPTI").is_none_or(|v| v == "off" || v.is_empty())
+        {
+            extra_env.push(("MLPROF_CUPTI", "on".into()));
         }
         let mut watch = launch::ChildWatch::new();
         let mut child = launch::spawn(&args.command, preload, shm_path, session, &extra_env)?;

@@ -153,7 +153,8 @@ pub enum GpuTimelineState {
     /// Collecting: CUPTI loaded, callbacks registered, kinds enabled (`value`: CUPTI's API
     /// version).
     Started = 1,
-    /// `MLPROF_CUPTI=off` (or `--no-gpu-timeline`).
+    /// Not collected: `MLPROF_CUPTI=off` (`value` 0), or not asked for (`value` 1: the timeline
+    /// is opt-in, `mlprof-collect --gpu-timeline` or `MLPROF_CUPTI=on`).
     Off = 2,
     /// No libcupti found beside the CUDA libraries in use (nor `MLPROF_CUPTI`'s path; `value`:
     /// the CUDA major version looked for).

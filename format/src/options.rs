@@ -83,8 +83,26 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
     EnvOption {
         name: "MLPROF_CUPTI",
         read_by: ReadBy::Preload,
+        default: "(unset: off)",
+        meaning: "GPU timeline (CUPTI activity records) of processes that use CUDA: on (--gpu-timeline), off, or the libcupti to load (on: the application's own, else the one beside the CUDA runtime, else $CUDA_HOME's, $CUDA_PATH's, the loader's, /usr/local/cuda's)",
+    },
+    EnvOption {
+        name: "MLPROF_CUPTI_KINDS",
+        read_by: ReadBy::Preload,
+        default: "kernel,memcpy,memset,sync,overhead",
+        meaning: "the GPU timeline's activity kinds, a comma list (kernels alone cost least)",
+    },
+    EnvOption {
+        name: "MLPROF_CUPTI_LINKS",
+        read_by: ReadBy::Preload,
         default: "on",
-        meaning: "GPU timeline (CUPTI activity records) of processes that use CUDA: off, or the libcupti to load (default: the application's own, else the one beside the CUDA runtime, else $CUDA_HOME/extras/CUPTI/lib64)",
+        meaning: "off: no CUPTI callback at launches and copies; GPU work is not linked to its calls",
+    },
+    EnvOption {
+        name: "MLPROF_CUPTI_CLOCK",
+        read_by: ReadBy::Preload,
+        default: "callback",
+        meaning: "calibrate: no CUPTI timestamp callback; CUPTI's clock is calibrated onto the run's",
     },
     EnvOption {
         name: "MLPROF_QUIET",

@@ -9,10 +9,10 @@
 # 2. A launch-bound PyTorch loop: mlprof's kernels per step and kernel GPU time per step (from
 #    two runs of 10 and 40 steps, so start-up work cancels out) against torch.profiler's over 30
 #    steps: within 2 %.
-# 3. The same loop profiled by torch.profiler inside `mlprof-collect --torch`: the profiler
+# 3. The same loop profiled by torch.profiler inside `mlprof-collect --gpu-timeline --torch`: the profiler
 #    sees as many kernels as without mlprof, and mlprof says it stood down.
 # 4. Cost pairs (tests/gpu/timeline_cost.py): the loop (target ≤ 5 %) and ResNet-50 with a JPEG
-#    DataLoader (target ≤ 1 %), bare / --no-gpu-timeline / timeline on.
+#    DataLoader (target ≤ 1 %), bare / mlprof-collect / mlprof-collect --gpu-timeline.
 # Prints what it measured; exits non-zero when a check fails.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,7 +36,7 @@ field() {  # field JSON PYTHON-EXPRESSION-OF-t
 
 echo "== 1. CUDA program: kernels = launches, each linked"
 if nvcc -O2 -o "$work/timeline_kernels" tests/gpu/timeline_kernels.cu; then
-  "$BIN/mlprof-collect" --quiet --out "$work/cuda.bin" -- "$work/timeline_kernels" 1000 50 2>"$work/cuda.err" || fail "program under mlprof"
+  "$BIN/mlprof-collect" --gpu-timeline --quiet --out "$work/cuda.bin" -- "$work/timeline_kernels" 1000 50 2>"$work/cuda.err" || fail "program under mlprof"
   cat "$work/cuda.err"
   t="$(timeline "$work/cuda.bin")"
   echo "$t" | cut -c1-600
@@ -50,7 +50,7 @@ fi
 
 echo "== 2. PyTorch loop: kernels and GPU time per step against torch.profiler"
 for steps in 10 40; do
-  "$BIN/mlprof-collect" --quiet --out "$work/torch$steps.bin" -- "$PYTHON" tests/gpu/timeline_torch.py "$steps" >/dev/null \
+  "$BIN/mlprof-collect" --gpu-timeline --quiet --out "$work/torch$steps.bin" -- "$PYTHON" tests/gpu/timeline_torch.py "$steps" >/dev/null \
     2>"$work/torch$steps.err" || fail "timeline_torch.py $steps under mlprof"
   head -c 2000 "$work/torch$steps.err"
 done
@@ -72,9 +72,9 @@ print("within 2 %" if ok else "timeline_check: FAILED: more than 2 % apart")
 sys.exit(0 if ok else 1)
 PY
 
-echo "== 3. torch.profiler inside mlprof-collect --torch"
+echo "== 3. torch.profiler inside mlprof-collect --gpu-timeline --torch"
 alone="$(sed -n 's/^profiler_kernels=//p' <<<"$prof")"  # part 2's run, alone
-inside="$("$BIN/mlprof-collect" --torch --out "$work/inside.bin" -- "$PYTHON" tests/gpu/timeline_torch.py 30 --profile 2>"$work/inside.err" | sed -n 's/^profiler_kernels=//p')"
+inside="$("$BIN/mlprof-collect" --gpu-timeline --torch --out "$work/inside.bin" -- "$PYTHON" tests/gpu/timeline_torch.py 30 --profile 2>"$work/inside.err" | sed -n 's/^profiler_kernels=//p')"
 echo "torch.profiler kernels: alone $alone, inside mlprof $inside"
 grep -m1 "another tool holds CUPTI" "$work/inside.err" || { echo "(mlprof did not say it stood down)"; head -c 2000 "$work/inside.err"; }
 [ -n "$alone" ] && [ "$alone" = "$inside" ] || fail "torch.profiler saw $inside kernels inside mlprof, $alone alone"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What the GPU timeline costs (issue 35's targets, needs an NVIDIA GPU): each round runs a job
-bare, under `mlprof-collect --no-gpu-timeline` and under `mlprof-collect` (timeline on), in
+bare, under `mlprof-collect` (no timeline, the default) and `mlprof-collect --gpu-timeline`, in
 rotated order, and reports per variant against bare in the same round the timed steps' wall
 time, the whole process's wall time and the CPU time of its tree, as medians of per-pair ratios
 with 95 % bootstrap intervals (bench/stats.py), and the timeline against the collector without
@@ -64,14 +64,14 @@ def main():
     # MLPROF_CUPTI_* switches, and torch.profiler's CUDA activities (its own CUPTI) as a yardstick.
     known = {
         "bare": (bare, {}),
-        "notimeline": (under_mlprof("notimeline", "--no-gpu-timeline"), {}),
-        "timeline": (under_mlprof("timeline"), {}),
-        "nolinks": (under_mlprof("nolinks"), {"MLPROF_CUPTI_LINKS": "off"}),
+        "notimeline": (under_mlprof("notimeline"), {}),
+        "timeline": (under_mlprof("timeline", "--gpu-timeline"), {}),
+        "nolinks": (under_mlprof("nolinks", "--gpu-timeline"), {"MLPROF_CUPTI_LINKS": "off"}),
         "kernelsonly": (
-            under_mlprof("kernelsonly"),
+            under_mlprof("kernelsonly", "--gpu-timeline"),
             {"MLPROF_CUPTI_LINKS": "off", "MLPROF_CUPTI_KINDS": "kernel"},
         ),
-        "calibrate": (under_mlprof("calibrate"), {"MLPROF_CUPTI_CLOCK": "calibrate"}),
+        "calibrate": (under_mlprof("calibrate", "--gpu-timeline"), {"MLPROF_CUPTI_CLOCK": "calibrate"}),
         "torchprof": (bare + ["--profile"], {}),
     }
     names = args.variants.split(",")

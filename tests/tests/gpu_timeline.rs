@@ -19,13 +19,18 @@ impl Timeline {
     }
 }
 
-/// Runs `gpu_timeline KERNELS COPIES LEAVE` under the launcher (ring clock: CLOCK_MONOTONIC, so
-/// the doubles' durations are ns) with `env`; the program must exit 0.
+/// Runs `gpu_timeline KERNELS COPIES LEAVE` under the launcher with `--gpu-timeline` (ring
+/// clock: CLOCK_MONOTONIC, so the doubles' durations are ns) with `env`; the program must exit 0.
 fn run(dir: &TempDir, main: &str, args: &[&str], env: &[(&str, &str)]) -> Timeline {
-    let out = dir.join(format!("run-{}.bin", args.join("-")));
+    run_flags(dir, main, &["--gpu-timeline"], args, env)
+}
+
+/// [`run`] with the collector's timeline flags `flags`.
+fn run_flags(dir: &TempDir, main: &str, flags: &[&str], args: &[&str], env: &[(&str, &str)]) -> Timeline {
+    let out = dir.join(format!("run-{}-{}.bin", flags.join(""), args.join("-")));
     let o = run_collect_env(
         &out,
-        &["--clock", "monotonic"],
+        &[&["--clock", "monotonic"][..], flags].concat(),
         &[&[main][..], args].concat(),
         env,
         default_timeout(),
@@ -147,24 +152,30 @@ fn the_cupti_switches_leave_out_what_they_name_and_the_summary_says_so() {
 fn without_a_timeline_the_job_runs_unchanged_and_the_summary_says_why() {
     let dir = TempDir::new("gpu-timeline-none");
     let main = gpu_timeline_program(&dir, true);
-    /// Program arguments, environment, what `unavailable` must say.
-    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
-    let cases: [Case<'_>; 5] = [
-        (&["20", "2"], &[("MLPROF_CUPTI", "off")], "turned off"),
+    /// The collector's timeline flag, program arguments, environment, what `unavailable` must say.
+    type Case<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let on = "--gpu-timeline";
+    let cases: [Case<'_>; 7] = [
+        ("", &["20", "2"], &[], "not asked for: the GPU timeline is opt-in"),
+        ("--no-gpu-timeline", &["20", "2"], &[], "turned off"),
+        ("", &["20", "2"], &[("MLPROF_CUPTI", "off")], "turned off"),
         (
+            on,
             &["20", "2"],
             &[("DOUBLE_CUPTI_FAIL_ENABLE", "15")],
             "CUPTI refused to collect (CUPTI_ERROR_NOT_INITIALIZED",
         ),
-        (&["20", "2"], &[("DOUBLE_CUPTI_VERSION", "120000")], "is for another CUDA version"),
-        (&["20", "2"], &[("DOUBLE_CUPTI_FAIL_SUBSCRIBE", "39")], "another tool holds CUPTI"),
-        (&["20", "2", "noinit"], &[], "no process initialized CUDA"),
+        (on, &["20", "2"], &[("DOUBLE_CUPTI_VERSION", "120000")], "is for another CUDA version"),
+        (on, &["20", "2"], &[("DOUBLE_CUPTI_FAIL_SUBSCRIBE", "39")], "another tool holds CUPTI"),
+        (on, &["20", "2", "noinit"], &[], "no process initialized CUDA"),
     ];
-    for (args, env, why) in cases {
-        let run = run(&dir, &main, args, env);
+    for (flag, args, env, why) in cases {
+        let flags: &[&str] = if flag.is_empty() { &[] } else { &[flag] };
+        let run = run_flags(&dir, &main, flags, args, env);
         let t = run.json();
         let mut e = run.summary.expect();
         host_counts_exact(&mut e, &run.summary, 20, 2);
+        let env = (flag, env);
         e.that(format_args!("{env:?}: source {}", t["source"]), t["source"].is_null());
         let unavailable = t["unavailable"].as_str().unwrap_or("");
         e.that(format_args!("{env:?}: unavailable {unavailable:?}, want {why:?}"), unavailable.contains(why));
@@ -284,7 +295,7 @@ fn energy_splits_the_gpus_energy_by_the_gpu_side_and_the_parts_add_up() {
     let src = tests_dir().join("nvml_double").join("nvml_double.c").display().to_string();
     gcc(&["-shared", "-fPIC", "-O1", "-o", &nvml, &src, "-lm"]);
     let out = dir.join("energy.bin");
-    let args = ["--clock", "monotonic", "--energy-interval", "2", "--nvml-lib", &nvml];
+    let args = ["--gpu-timeline", "--clock", "monotonic", "--energy-interval", "2", "--nvml-lib", &nvml];
     let mut c = collect_command(&out, &args, &[main.as_str(), "100000", "5"]);
     c.env_remove("CUDA_VISIBLE_DEVICES").env("NVML_DOUBLE_GPUS", "1").env("NVML_DOUBLE_UPDATE_MS", "2");
     let o = output_with_timeout(c, default_timeout());
@@ -336,7 +347,11 @@ fn a_process_whose_cuda_started_before_its_session_gets_a_timeline_once_it_joins
     let go = dir.join("go");
     // Attach mode: the program initializes CUDA before any collector serves its session…
     let mut program = preloaded_command(&main, &session);
-    program.args(["60", "3"]).env("GPU_TIMELINE_WAIT_FOR", &go).env("MLPROF_QUIET", "1");
+    program
+        .args(["60", "3"])
+        .env("GPU_TIMELINE_WAIT_FOR", &go)
+        .env("MLPROF_QUIET", "1")
+        .env("MLPROF_CUPTI", "on");
     let mut driven = Driven::spawn(program, false, default_timeout());
     driven.expect_line("initialized\n", "the program's cuInit");
     // …then one starts, and only then does the program launch.

@@ -340,7 +340,8 @@ fn gpu_timeline_tracks_and_arrows() {
     let dir = TempDir::new("perfetto-gpu");
     let main = gpu_timeline_program(&dir, true);
     let run = dir.join("run.bin");
-    let out = run_collect(&run, &[], &[main.as_str(), &KERNELS.to_string(), &COPIES.to_string()]);
+    let out =
+        run_collect(&run, &["--gpu-timeline"], &[main.as_str(), &KERNELS.to_string(), &COPIES.to_string()]);
     assert!(out.status.success(), "mlprof-collect failed\n{}", describe(&out));
     let (report, _) = convert_and_check(&run, "trace", &[]);
     let device = (0x4000_0000u64).to_string();

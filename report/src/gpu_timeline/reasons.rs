@@ -22,6 +22,8 @@ fn cupti_error(code: u64) -> String {
     if name.is_empty() { format!("CUPTI error {code}") } else { format!("{name}, {code}") }
 }
 
+/// The `Off` figure that says nobody asked for the timeline.
+const OFF_NOT_ASKED: u64 = 1;
 /// The `Unlinked` figure that says `MLPROF_CUPTI_LINKS=off` asked for no links.
 const LINKS_TURNED_OFF: u64 = 0xFFFF_FFFE;
 
@@ -33,6 +35,11 @@ fn explain(state: GpuTimelineState, code: u64) -> Option<String> {
             "no timestamp callback (CUPTI refused it, or MLPROF_CUPTI_CLOCK=calibrate): GPU times are \
              CUPTI's own clock's, calibrated onto the run's (residual {code} ns)"
         ),
+        GpuTimelineState::Off if code == OFF_NOT_ASKED => {
+            "not asked for: the GPU timeline is opt-in (mlprof-collect --gpu-timeline, or MLPROF_CUPTI=on \
+             in attach mode)"
+                .into()
+        }
         GpuTimelineState::Off => "turned off (MLPROF_CUPTI=off, or mlprof-collect --no-gpu-timeline)".into(),
         GpuTimelineState::NotFound => format!(
             "no libcupti.so.{code} beside the CUDA runtime in use, under $CUDA_HOME or $CUDA_PATH \

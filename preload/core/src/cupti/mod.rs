@@ -40,6 +40,8 @@ const FLUSH_FORCED: u32 = 1;
 /// How often CUPTI's worker hands over buffers, ms: the GPU timeline lags the host by about
 /// this much while the job runs.
 const FLUSH_PERIOD_MS: u32 = 500;
+/// The `Off` state's figure when nobody asked for the timeline (`MLPROF_CUPTI` unset).
+const OFF_NOT_ASKED: u64 = 1;
 /// The `Unlinked` state's figure when `MLPROF_CUPTI_LINKS=off` asked for no links (a CUPTI
 /// status is never negative).
 const LINKS_OFF: i32 = -2;
@@ -144,15 +146,19 @@ fn start(pid: u32) {
 /// Loads CUPTI, publishes its entry points for the callbacks, and turns collection on;
 /// returns CUPTI's API version, or why there is no GPU timeline.
 fn try_start() -> Result<u32, library::Unavailable> {
+    // Opt-in (`mlprof-collect --gpu-timeline` sets `on`): on a launch-bound loop it cost more
+    // than its target (BENCHMARKS.md, "GPU timeline").
     let configured = config::getenv(c"MLPROF_CUPTI");
-    if matches!(configured, Some(b"off" | b"0" | b"no")) {
-        return Err((GpuTimelineState::Off, 0));
+    match configured {
+        None | Some(b"") => return Err((GpuTimelineState::Off, OFF_NOT_ASKED)),
+        Some(b"off" | b"0" | b"no") => return Err((GpuTimelineState::Off, 0)),
+        Some(_) => {}
     }
     if ANOTHER_TOOL.load(Ordering::Relaxed) {
         // Its activity callbacks are process-wide: registering ours would take its records.
         return Err((GpuTimelineState::StoodDown, 0));
     }
-    let (api, version) = library::load(configured.filter(|path| !path.is_empty() && *path != b"on"))?;
+    let (api, version) = library::load(configured.filter(|path| !matches!(*path, b"on" | b"1" | b"yes")))?;
     let options = options::read();
     // Safety: see ApiCell: only this thread writes, while STATE is STARTING, before CUPTI can
     // call back (the callbacks are registered below).
