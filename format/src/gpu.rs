@@ -173,15 +173,32 @@ pub enum GpuTimelineState {
     /// refused (`value`: the result of `cuptiSubscribe`), or `MLPROF_CUPTI_LINKS=off` asked for
     /// none (`value` 0xFFFF_FFFE).
     Unlinked = 8,
+    /// Collecting through CUPTI's multi-subscriber API (CUPTI 13.3+, driver r610+): our own
+    /// subscriber, beside which other tools that use that API trace too (`value` 0).
+    MultiSubscriber = 9,
+    /// CUPTI offers the multi-subscriber API but refused it (`value`: the result of
+    /// `cuptiSubscribe_v2`; a driver older than r610): one subscriber, as before CUPTI 13.3.
+    SingleSubscriber = 10,
 }
 
 impl GpuTimelineState {
     /// The state of `detail`, if known to this build.
     pub fn from_u8(detail: u8) -> Option<GpuTimelineState> {
         use GpuTimelineState::*;
-        [Started, Off, NotFound, VersionMismatch, Failed, StoodDown, Calibrated, Unlinked]
-            .into_iter()
-            .find(|s| *s as u8 == detail)
+        [
+            Started,
+            Off,
+            NotFound,
+            VersionMismatch,
+            Failed,
+            StoodDown,
+            Calibrated,
+            Unlinked,
+            MultiSubscriber,
+            SingleSubscriber,
+        ]
+        .into_iter()
+        .find(|s| *s as u8 == detail)
     }
 }
 
@@ -246,7 +263,7 @@ mod tests {
         let mut counts = GpuActivity { what: ACTIVITY_COUNTS, ..Default::default() };
         counts.set_ring_dropped(0x1_0000_0002);
         assert_eq!(counts.ring_dropped(), 0x1_0000_0002);
-        for state in 1..=8 {
+        for state in 1..=10 {
             assert_eq!(GpuTimelineState::from_u8(state).map(|s| s as u8), Some(state));
         }
         assert_eq!(GpuTimelineState::from_u8(0), None);

@@ -7,7 +7,10 @@
  * With TAKEOVER, the program becomes a CUPTI tool of its own after that many kernels (as
  * torch.profiler does): it subscribes, registers activity callbacks and enables kernels, then
  * launches the rest and prints "tool saw N kernels" (what CUPTI delivered to it); any CUPTI
- * error fails it.
+ * error fails it. With GPU_TIMELINE_TOOL=v2 in its environment it does so through CUPTI 13.3's
+ * multi-subscriber API instead (cuptiSubscribe_v2 asking for multiple subscribers, its
+ * subscriber's buffer callbacks and kinds), as a tool that shares CUPTI would; with
+ * GPU_TIMELINE_TOOL=v2-single, through the same API asking to be CUPTI's only subscriber.
  *
  * LEAVE `fork`: before returning, a fork child launches KERNELS more without initializing CUDA
  * itself (which a real driver would refuse; the doubles let it happen) and leaves with _exit.
@@ -33,6 +36,19 @@ CUptiResult cuptiActivityEnable(int kind);
 CUptiResult cuptiActivityFlushAll(uint32_t flags);
 CUptiResult cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid, void **record);
 
+typedef struct {
+    size_t structSize;
+    const char *subscriberName;
+    char *oldSubscriberName;
+    size_t oldSubscriberSize;
+    uint8_t allowMultipleSubscribers;
+} SubscriberParams;
+CUptiResult cuptiSubscribe_v2(void **handle, void *callback, void *userdata, SubscriberParams *params);
+CUptiResult cuptiActivityRegisterCallbacks_v2(void *subscriber, void *requested, void *completed);
+CUptiResult cuptiActivityEnable_v2(void *subscriber, int kind, void *config);
+CUptiResult cuptiActivityGetNextRecord_v2(void *subscriber, uint8_t *buffer, size_t valid, void **record);
+static void *tool_subscriber;
+
 static uint8_t tool_buffer[1 << 16];
 static long tool_kernels;
 
@@ -56,7 +72,38 @@ static void tool_callback(void *user, int domain, uint32_t cbid, const void *dat
     (void)user; (void)domain; (void)cbid; (void)data;
 }
 
+static void tool_requested_v2(uint8_t **buffer, size_t *size, size_t *max, void *info) {
+    (void)info;
+    tool_requested(buffer, size, max);
+}
+
+static void tool_completed_v2(uint8_t *buffer, size_t size, size_t valid, void *info) {
+    (void)size; (void)info;
+    void *record = 0;
+    while (cuptiActivityGetNextRecord_v2(tool_subscriber, buffer, valid, &record) == 0) {
+        uint32_t kind;
+        memcpy(&kind, record, 4);
+        if (kind == 10) tool_kernels++;
+    }
+}
+
+/* The same tool on CUPTI 13.3's multi-subscriber API; `shares`: whether it allows others. */
+static int become_a_v2_cupti_tool(int shares) {
+    SubscriberParams params;
+    memset(&params, 0, sizeof params);
+    params.structSize = sizeof params;
+    params.subscriberName = "gpu_timeline tool";
+    params.allowMultipleSubscribers = (uint8_t)shares;
+    if (cuptiSubscribe_v2(&tool_subscriber, (void *)tool_callback, 0, &params) != 0) return 0;
+    if (cuptiActivityRegisterCallbacks_v2(tool_subscriber, (void *)tool_requested_v2, (void *)tool_completed_v2) != 0)
+        return 0;
+    return cuptiActivityEnable_v2(tool_subscriber, 10 /* CONCURRENT_KERNEL */, 0) == 0;
+}
+
 static int become_a_cupti_tool(void) {
+    const char *api = getenv("GPU_TIMELINE_TOOL");
+    if (api && !strcmp(api, "v2")) return become_a_v2_cupti_tool(1);
+    if (api && !strcmp(api, "v2-single")) return become_a_v2_cupti_tool(0);
     void *subscriber = 0;
     if (cuptiSubscribe(&subscriber, (void *)tool_callback, 0) != 0) return 0;
     if (cuptiActivityRegisterCallbacks((void *)tool_requested, (void *)tool_completed) != 0) return 0;

@@ -215,6 +215,103 @@ fn a_tool_that_takes_cupti_later_gets_it_whole_and_mlprof_keeps_what_came_before
     e.finish();
 }
 
+/// Runs the takeover program (100 kernels, `copies` copies; a tool takes CUPTI after 40
+/// kernels through `tool`'s API: `v1`, `v2` sharing CUPTI, `v2-single`) with `env`.
+fn run_with_a_tool(dir: &TempDir, main: &str, copies: &str, tool: &str, env: &[(&str, &str)]) -> Timeline {
+    let mut env = env.to_vec();
+    if tool != "v1" {
+        env.push(("GPU_TIMELINE_TOOL", tool));
+    }
+    run(dir, main, &["100", copies, "return", "40"], &env)
+}
+
+#[test]
+fn on_cuptis_multi_subscriber_api_a_tool_that_shares_cupti_traces_beside_mlprof() {
+    let dir = TempDir::new("gpu-timeline-v2");
+    let main = gpu_timeline_program(&dir, true);
+    // CUPTI 13.3 with a driver that takes its multi-subscriber API; after 40 of 100 kernels the
+    // program subscribes through that API too, asking to share CUPTI (as a tool on CUPTI 13.3's
+    // `_v2` API does).
+    let run = run_with_a_tool(&dir, &main, "5", "v2", &[("DOUBLE_CUPTI_V2", "1")]);
+    let t = run.json();
+    let tool_said = run.stdout.contains("tool saw 60 kernels");
+    let mut e = run.summary.expect();
+    host_counts_exact(&mut e, &run.summary, 100, 5);
+    // The tool got its subscription and every kernel from then on…
+    e.that(format_args!("the tool's output: {}", run.stdout), tool_said);
+    // …and mlprof kept collecting all of them, linked, without standing down.
+    e.that(format_args!("source {}", t["source"]), t["source"] == "cupti");
+    e.eq("kernels", number(&t["kernels"][0]["count"]), 100);
+    e.eq("H2D copies", number(&t["copies"]["H2D"]["count"]), 5);
+    e.eq("busy ns", number(&t["devices"][0]["busy_ns"]), 100_000 + 5 * 2_000);
+    e.eq("unmatched", number(&t["unmatched"]), 0);
+    e.eq("dropped", number(&t["dropped"]), 0);
+    let said = run.stderr.matches("another tool holds CUPTI").count();
+    e.that(format_args!("stood down {said} times\n{}", run.stderr), said == 0);
+    let notes = t["notes"].to_string();
+    e.that(format_args!("notes {notes}"), notes.contains("CUPTI multi-subscriber API"));
+    e.that(format_args!("notes {notes}"), !notes.contains("another tool holds CUPTI"));
+    // No process-wide timestamp callback on this path: CUPTI's clock, calibrated.
+    e.that(format_args!("notes {notes}"), notes.contains("calibrated onto the run's (residual "));
+    e.finish();
+}
+
+#[test]
+fn on_the_multi_subscriber_api_a_tool_that_cannot_share_cupti_still_gets_it_whole() {
+    // CUPTI refuses v1 calls beside a `_v2` subscriber, and a `_v2` subscriber that asks to be
+    // the only one: for either, mlprof gives its subscriber back first and keeps what came before.
+    for tool in ["v1", "v2-single"] {
+        let dir = TempDir::new(&format!("gpu-timeline-v2-{tool}"));
+        let main = gpu_timeline_program(&dir, true);
+        let run = run_with_a_tool(&dir, &main, "0", tool, &[("DOUBLE_CUPTI_V2", "1")]);
+        let t = run.json();
+        let tool_said = run.stdout.contains("tool saw 60 kernels");
+        let mut e = run.summary.expect();
+        host_counts_exact(&mut e, &run.summary, 100, 0);
+        e.that(format_args!("{tool}: the tool's output: {}", run.stdout), tool_said);
+        e.eq(format_args!("{tool}: kernels mlprof kept"), number(&t["kernels"][0]["count"]), 40);
+        e.eq(format_args!("{tool}: unmatched"), number(&t["unmatched"]), 0);
+        let said = run.stderr.matches("another tool holds CUPTI").count();
+        e.that(format_args!("{tool}: said {said} times on stderr\n{}", run.stderr), said == 1);
+        e.finish();
+    }
+}
+
+#[test]
+fn a_driver_that_refuses_the_multi_subscriber_api_leaves_the_single_subscriber_timeline() {
+    let dir = TempDir::new("gpu-timeline-v2-refused");
+    let main = gpu_timeline_program(&dir, true);
+    // CUPTI 13.3 whose cuptiSubscribe_v2 is refused, as with a driver older than r610.
+    let refused = [("DOUBLE_CUPTI_V2", "1"), ("DOUBLE_CUPTI_V2_REFUSE", "27")];
+    let run = run(&dir, &main, &["300", "7"], &refused);
+    let t = run.json();
+    let mut e = run.summary.expect();
+    host_counts_exact(&mut e, &run.summary, 300, 7);
+    e.eq("kernels", number(&t["kernels"][0]["count"]), 300);
+    e.eq("kernel GPU ns", number(&t["kernels"][0]["gpu_ns"]), 300_000);
+    e.eq("H2D copies", number(&t["copies"]["H2D"]["count"]), 7);
+    e.eq("busy ns", number(&t["devices"][0]["busy_ns"]), 314_000);
+    e.eq("unmatched", number(&t["unmatched"]), 0);
+    e.eq("dropped", number(&t["dropped"]), 0);
+    let notes = t["notes"].to_string();
+    e.that(
+        format_args!("notes {notes}"),
+        notes.contains("CUPTI refused its multi-subscriber API (CUPTI_ERROR_NOT_SUPPORTED, 27"),
+    );
+    // The v1 path's timestamp callback, as before.
+    e.that(format_args!("notes {notes}"), !notes.contains("calibrated"));
+    e.finish();
+    // And a tool that takes CUPTI later gets it whole, as on any single-subscriber CUPTI.
+    let run = run_with_a_tool(&dir, &main, "0", "v1", &refused);
+    let t = run.json();
+    let mut e = run.summary.expect();
+    e.that(format_args!("the tool's output: {}", run.stdout), run.stdout.contains("tool saw 60 kernels"));
+    e.eq("kernels mlprof kept", number(&t["kernels"][0]["count"]), 40);
+    let said = run.stderr.matches("another tool holds CUPTI").count();
+    e.that(format_args!("said {said} times on stderr\n{}", run.stderr), said == 1);
+    e.finish();
+}
+
 #[test]
 fn the_gpu_activity_table_holds_every_kernel_and_copy_with_the_thread_that_issued_it() {
     if !require_python_modules(&["duckdb"]) {

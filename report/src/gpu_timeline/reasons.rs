@@ -32,8 +32,20 @@ fn explain(state: GpuTimelineState, code: u64) -> Option<String> {
     Some(match state {
         GpuTimelineState::Started => return None,
         GpuTimelineState::Calibrated => format!(
-            "no timestamp callback (CUPTI refused it, or MLPROF_CUPTI_CLOCK=calibrate): GPU times are \
-             CUPTI's own clock's, calibrated onto the run's (residual {code} ns)"
+            "no timestamp callback (CUPTI refused it, MLPROF_CUPTI_CLOCK=calibrate, or CUPTI's \
+             multi-subscriber API, where it would be every tool's): GPU times are CUPTI's own clock's, \
+             calibrated onto the run's (residual {code} ns)"
+        ),
+        GpuTimelineState::MultiSubscriber => {
+            "CUPTI multi-subscriber API: tools that use it too (CUPTI 13.3's \
+                                              _v2 API) trace beside mlprof; one that uses the older API \
+                                              still makes mlprof stand down"
+                .into()
+        }
+        GpuTimelineState::SingleSubscriber => format!(
+            "CUPTI refused its multi-subscriber API ({}; it needs driver r610 or newer): one CUPTI \
+             subscriber, mlprof stands down when another tool takes CUPTI",
+            cupti_error(code)
         ),
         GpuTimelineState::Off if code == OFF_NOT_ASKED => {
             "not asked for: the GPU timeline is opt-in (mlprof-collect --gpu-timeline, or MLPROF_CUPTI=on \

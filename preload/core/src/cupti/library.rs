@@ -21,6 +21,69 @@ pub type CompleteFn = unsafe extern "C" fn(*mut c_void, u32, *mut u8, usize, usi
 pub type TimestampFn = unsafe extern "C" fn() -> u64;
 /// `void callback(void *userdata, CUpti_CallbackDomain, CUpti_CallbackId, const void *data)`.
 pub type CallbackFn = unsafe extern "C" fn(*mut c_void, u32, u32, *const u8);
+/// `void bufferRequested(uint8_t **buffer, size_t *size, size_t *maxNumRecords,
+/// CUpti_BufferCallbackRequestInfo *)`: a subscriber's (`_v2`).
+pub type RequestV2Fn = unsafe extern "C" fn(*mut *mut u8, *mut usize, *mut usize, *mut c_void);
+/// `void bufferCompleted(uint8_t *buffer, size_t size, size_t validSize,
+/// CUpti_BufferCallbackCompleteInfo *)`: a subscriber's (`_v2`; no context or stream).
+pub type CompleteV2Fn = unsafe extern "C" fn(*mut u8, usize, usize, *mut c_void);
+
+/// The CUPTI API version from which the multi-subscriber `_v2` API is no longer a beta (13.3;
+/// `cuptiGetTimestamp_v2` and `cuptiActivityGetNextRecord_v2` first appear there). It also
+/// needs driver r610+, which only `cuptiSubscribe_v2` itself can tell.
+pub const MULTI_SUBSCRIBER_VERSION: u32 = 130_300;
+
+/// `CUpti_SubscriberParams` (cupti_callbacks.h, CUPTI 13.2+).
+#[repr(C)]
+pub struct SubscriberParams {
+    pub struct_size: usize,
+    /// Shown by CUPTI as "CUPTI for <name>"; copied by CUPTI.
+    pub name: *const c_char,
+    /// Where CUPTI names the tool that holds CUPTI when it answers 39 (may be null).
+    pub old_name: *mut c_char,
+    pub old_name_size: usize,
+    /// 1: multiple subscribers allowed (a process-wide choice, made by the first subscriber).
+    pub allow_multiple: u8,
+}
+
+/// `CUpti_SubscriberParams_STRUCT_SIZE`: the struct up to and including `allowMultipleSubscribers`
+/// (CUPTI reads only the fields a size covers).
+pub const SUBSCRIBER_PARAMS_SIZE: usize = core::mem::offset_of!(SubscriberParams, allow_multiple) + 1;
+
+/// Whether a `CUpti_SubscriberParams` a caller passes to `cuptiSubscribe_v2` asks for multiple
+/// subscribers (null, or a size without the field: it does not).
+///
+/// # Safety
+/// `params` is null or points to the caller's struct of at least the size it states.
+pub unsafe fn allows_multiple(params: *const u8) -> bool {
+    if params.is_null() {
+        return false;
+    }
+    // Safety: the struct begins with its size (the caller's promise, as CUPTI requires).
+    let size = unsafe { (params as *const usize).read_unaligned() };
+    // Safety: inside the size the caller stated.
+    size >= SUBSCRIBER_PARAMS_SIZE && unsafe { params.add(SUBSCRIBER_PARAMS_SIZE - 1).read() } == 1
+}
+
+/// The subscriber-scoped entry points of CUPTI 13.3's multi-subscriber API (cupti_activity.h,
+/// cupti_callbacks.h), all taking our `CUpti_SubscriberHandle` first where they take one.
+#[derive(Clone, Copy)]
+pub struct V2Api {
+    pub subscribe: unsafe extern "C" fn(
+        *mut *mut c_void,
+        Option<CallbackFn>,
+        *mut c_void,
+        *mut SubscriberParams,
+    ) -> c_int,
+    pub register_callbacks: unsafe extern "C" fn(*mut c_void, RequestV2Fn, CompleteV2Fn) -> c_int,
+    /// `(subscriber, kind, CUpti_ActivityConfig*)`: a null config collects whole records.
+    pub enable: unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> c_int,
+    pub disable: unsafe extern "C" fn(*mut c_void, u32, *mut c_void) -> c_int,
+    pub next_record: unsafe extern "C" fn(*mut c_void, *mut u8, usize, *mut *mut u8) -> c_int,
+    pub get_timestamp: unsafe extern "C" fn(*mut c_void, *mut u64) -> c_int,
+    /// `(subscriber, context, stream, size_t*)`; `None`: drops not counted.
+    pub dropped: Option<unsafe extern "C" fn(*mut c_void, *mut c_void, u32, *mut usize) -> c_int>,
+}
 
 /// The CUPTI entry points used (all `CUptiResult` = int).
 #[derive(Clone, Copy)]
@@ -42,6 +105,8 @@ pub struct Api {
     pub subscribe: Option<unsafe extern "C" fn(*mut *mut c_void, CallbackFn, *mut c_void) -> c_int>,
     pub enable_callback: Option<unsafe extern "C" fn(u32, *mut c_void, u32, u32) -> c_int>,
     pub unsubscribe: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
+    /// The multi-subscriber API, when this CUPTI exports all of it (13.2's beta does in part).
+    pub v2: Option<V2Api>,
 }
 
 /// Why no CUPTI could be had: the state to report and its code.
@@ -216,6 +281,30 @@ fn resolve(handle: *mut c_void) -> Option<Api> {
             subscribe: required(c"cuptiSubscribe").map(|a| as_fn(a)),
             enable_callback: required(c"cuptiEnableCallback").map(|a| as_fn(a)),
             unsubscribe: required(c"cuptiUnsubscribe").map(|a| as_fn(a)),
+            v2: resolve_v2(handle),
+        })
+    }
+}
+
+fn resolve_v2(handle: *mut c_void) -> Option<V2Api> {
+    let required = |name: &CStr| match symbol(handle, name) {
+        0 => None,
+        addr => Some(addr),
+    };
+    // Unsubscribing is how the path ends: no `_v2` path without it.
+    required(c"cuptiUnsubscribe")?;
+    // Safety: as in `resolve`, each address is CUPTI's definition of the entry point named,
+    // whose C prototype (cupti_activity.h, cupti_callbacks.h of CUPTI 13.3) is the type it is
+    // read as.
+    unsafe {
+        Some(V2Api {
+            subscribe: as_fn(required(c"cuptiSubscribe_v2")?),
+            register_callbacks: as_fn(required(c"cuptiActivityRegisterCallbacks_v2")?),
+            enable: as_fn(required(c"cuptiActivityEnable_v2")?),
+            disable: as_fn(required(c"cuptiActivityDisable_v2")?),
+            next_record: as_fn(required(c"cuptiActivityGetNextRecord_v2")?),
+            get_timestamp: as_fn(required(c"cuptiGetTimestamp_v2")?),
+            dropped: required(c"cuptiActivityGetNumDroppedRecords_v2").map(|a| as_fn(a)),
         })
     }
 }
@@ -232,6 +321,31 @@ mod tests {
         assert_eq!(parse_major(b"13"), 13);
         assert_eq!(parse_major(b"12.8"), 12);
         assert_eq!(parse_major(b""), 0);
+    }
+
+    #[test]
+    fn a_tools_subscriber_params_say_whether_it_shares_cupti() {
+        let mut params = SubscriberParams {
+            struct_size: SUBSCRIBER_PARAMS_SIZE,
+            name: core::ptr::null(),
+            old_name: core::ptr::null_mut(),
+            old_name_size: 0,
+            allow_multiple: 1,
+        };
+        assert_eq!(SUBSCRIBER_PARAMS_SIZE, 33);
+        let at = |p: &SubscriberParams| p as *const SubscriberParams as *const u8;
+        // Safety: a whole struct of the size it states.
+        assert!(unsafe { allows_multiple(at(&params)) });
+        params.allow_multiple = 0;
+        // Safety: as above.
+        assert!(!unsafe { allows_multiple(at(&params)) });
+        // A size that stops before the field (an older header's struct): not asked for.
+        params.allow_multiple = 1;
+        params.struct_size = 32;
+        // Safety: as above.
+        assert!(!unsafe { allows_multiple(at(&params)) });
+        // Safety: null is allowed.
+        assert!(!unsafe { allows_multiple(core::ptr::null()) });
     }
 
     #[test]

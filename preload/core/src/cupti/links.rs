@@ -6,6 +6,8 @@
 //!
 //! Before CUPTI 13.3 a process has one subscriber: `cuptiSubscribe` answering 39 means another
 //! tool (Nsight Systems, ncu, compute-sanitizer) holds CUPTI, and the GPU timeline stands down.
+//! On CUPTI 13.3's multi-subscriber path the one subscriber `cuptiSubscribe_v2` made carries
+//! both our activities and these callbacks (`super::multi`).
 
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
@@ -73,28 +75,42 @@ pub fn unsubscribe(api: &Api) {
 
 /// Subscribes and enables the callbacks; the subscription's result (0: linked).
 pub fn subscribe(api: &Api) -> i32 {
-    let (Some(subscribe), Some(enable)) = (api.subscribe, api.enable_callback) else { return -1 };
+    let Some(subscribe) = api.subscribe else { return -1 };
+    if api.enable_callback.is_none() {
+        return -1;
+    }
     let mut subscriber: *mut c_void = core::ptr::null_mut();
     // Safety: a CUPTI entry point given a valid out pointer and a callback of its prototype.
     let status = unsafe { subscribe(&mut subscriber, api_entered, core::ptr::null_mut()) };
     if status != 0 {
         return status;
     }
+    SUBSCRIBER.store(subscriber, Ordering::Release);
+    enable_on(api, subscriber)
+}
+
+/// Enables the callbacks of the calls that issue GPU work on `subscriber` (ours: made by
+/// [`subscribe`], or by `cuptiSubscribe_v2` with [`api_entered`] as its callback); 0 when
+/// calls are linked from now on, -1 when this CUPTI has no `cuptiEnableCallback`.
+pub(super) fn enable_on(api: &Api, subscriber: *mut c_void) -> i32 {
+    let Some(enable) = api.enable_callback else { return -1 };
     let ids = RUNTIME_IDS.iter().map(|id| (RUNTIME_API, *id));
     let ids = ids.chain(DRIVER_IDS.iter().map(|id| (DRIVER_API, *id)));
     for (domain, id) in ids {
-        // Safety: the subscriber just made, a domain and id of CUPTI's headers. A refused id (a
+        // Safety: our live subscriber, a domain and id of CUPTI's headers. A refused id (a
         // CUPTI that does not know it) only leaves that call unlinked.
         unsafe { enable(1, subscriber, domain, id) };
     }
-    SUBSCRIBER.store(subscriber, Ordering::Release);
     set_linking(true);
     0
 }
 
 /// The subscriber callback: at the entry of an enabled API call, its correlation id goes to the
 /// calling thread.
-unsafe extern "C" fn api_entered(_user: *mut c_void, _domain: u32, _id: u32, data: *const u8) {
+///
+/// # Safety
+/// As CUPTI calls it: `data` null or a `CUpti_CallbackData` of an API domain.
+pub unsafe extern "C" fn api_entered(_user: *mut c_void, _domain: u32, _id: u32, data: *const u8) {
     if data.is_null() {
         return;
     }

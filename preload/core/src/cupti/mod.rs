@@ -5,13 +5,16 @@
 //! * [`library`]: finding libcupti (its major version the CUDA runtime's) and its entry points;
 //! * [`records`]: CUPTI's record structs, read through their stable prefixes;
 //! * [`buffers`]: the buffers CUPTI fills and what becomes of them;
-//! * [`links`]: the subscriber callback that tells each call its correlation id.
+//! * [`links`]: the subscriber callback that tells each call its correlation id;
+//! * [`multi`]: the path on CUPTI 13.3's multi-subscriber `_v2` API (our own subscriber, which
+//!   other `_v2` tools share CUPTI with); the v1 path here when that API is not offered or the
+//!   driver refuses it.
 //!
 //! Started lazily, once per process ([`on_cuda_initialized`]), only in a process that records,
 //! never in a fork child before it initializes CUDA itself (the state belongs to the pid that
 //! started it). What happened is told to the collector as a state record
 //! ([`GpuTimelineState`]): started, off, not found, a version mismatch, a failed CUPTI call, or
-//! stood down (39: another tool holds CUPTI; said once on stderr too). Flushed periodically by
+//! stood down (39: another tool holds CUPTI; said once on stderr too), and which API it runs on. Flushed periodically by
 //! CUPTI's worker and at exit ([`flush_at_exit`]).
 //!
 //! Failure behaviour: any CUPTI failure leaves the process as it would be without mlprof's GPU
@@ -21,6 +24,7 @@
 pub mod buffers;
 pub mod library;
 pub mod links;
+pub mod multi;
 pub mod options;
 pub mod records;
 
@@ -123,6 +127,7 @@ fn start(pid: u32) {
         // A fork child (one thread: no race): its parent's state is not its own.
         STATE.store(IDLE, Ordering::Relaxed);
         buffers::reset_totals();
+        multi::forget();
     }
     if STATE.compare_exchange(IDLE, STARTING, Ordering::Acquire, Ordering::Relaxed).is_err() {
         return;
@@ -163,11 +168,18 @@ fn try_start() -> Result<u32, library::Unavailable> {
     // Safety: see ApiCell: only this thread writes, while STATE is STARTING, before CUPTI can
     // call back (the callbacks are registered below).
     unsafe { *API.0.get() = Some(api) };
+    match multi::subscribe(&api, version) {
+        Ok((v2, subscriber)) => return multi::start(&api, &v2, subscriber, &options).map(|()| version),
+        Err(0) => {}
+        // A driver older than r610, most likely: one subscriber, as before 13.3.
+        Err(refused) => report(GpuTimelineState::SingleSubscriber, refused as u32 as u64),
+    }
     // Safety: a CUPTI entry point given a function of the prototype it expects.
     let stamped = options.timestamp_callback
         && api.register_timestamp.is_some_and(|register| unsafe { register(timestamp) } == 0);
     if !stamped {
-        let residual = calibrate(&api);
+        // Safety: a valid out pointer.
+        let residual = calibrate(|now| unsafe { (api.get_timestamp)(now) });
         report(GpuTimelineState::Calibrated, u64::from(residual));
     }
     // Safety: as above, the two buffer callbacks of cupti_activity.h's prototypes.
@@ -221,16 +233,16 @@ unsafe extern "C" fn timestamp() -> u64 {
     clock::now()
 }
 
-/// When CUPTI refuses the timestamp callback: the offset from its clock to CLOCK_MONOTONIC,
-/// from the tightest of 100 brackets `monotonic, cupti, monotonic`; returns the residual (half
-/// the tightest bracket, ns). Records then carry monotonic ns (flagged).
-fn calibrate(api: &Api) -> u32 {
+/// Without our timestamp callback: the offset from CUPTI's clock (`read`: a CUPTI timestamp
+/// into its argument, and its status) to CLOCK_MONOTONIC, from the tightest of 100 brackets
+/// `monotonic, cupti, monotonic`; returns the residual (half the tightest bracket, ns).
+/// Records then carry monotonic ns (flagged).
+fn calibrate(read: impl Fn(&mut u64) -> i32) -> u32 {
     let mut best = (u64::MAX, 0u64);
     for _ in 0..100 {
         let before = clock::monotonic_ns();
         let mut cupti = 0;
-        // Safety: a valid out pointer.
-        let status = unsafe { (api.get_timestamp)(&mut cupti) };
+        let status = read(&mut cupti);
         let after = clock::monotonic_ns();
         let width = after.saturating_sub(before);
         if status == 0 && width < best.0 {
@@ -311,6 +323,10 @@ pub fn another_tool_takes_cupti() {
     let Some(thread) = guard::current() else { return };
     thread.foreign(|| {
         guard::keeping_errno(|| {
+            if multi::active() {
+                multi::stand_down(&api);
+                return;
+            }
             links::set_linking(false);
             links::unsubscribe(&api);
             // Safety: a CUPTI entry point; our buffer callback still reads (the API stays).
@@ -320,6 +336,19 @@ pub fn another_tool_takes_cupti() {
     });
     say_stood_down();
     report(GpuTimelineState::StoodDown, 0);
+}
+
+/// Another tool subscribes through `cuptiSubscribe_v2`, before the call reaches CUPTI. One that
+/// asks for multiple subscribers shares CUPTI with our `_v2` subscriber, or with the one we
+/// make later: mlprof keeps its timeline. One that asks for a single subscriber, or one that
+/// comes while our timeline holds CUPTI through the v1 API (which no `_v2` subscriber can
+/// share), takes CUPTI as [`another_tool_takes_cupti`] says.
+pub fn another_tool_subscribes_v2(allows_multiple: bool) {
+    let on_v1 = api().is_some() && !multi::active();
+    if allows_multiple && !on_v1 {
+        return;
+    }
+    another_tool_takes_cupti();
 }
 
 /// At exit (`exit`, `_exit`, the last thread's return): CUPTI hands over every buffer, full or
