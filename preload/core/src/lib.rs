@@ -32,6 +32,7 @@ pub mod gpu;
 pub mod guard;
 pub mod itt;
 pub mod library;
+pub mod python;
 pub mod real;
 pub mod recorder;
 pub mod sys;

@@ -17,7 +17,7 @@ const BOTH: [ReadBy; 2] = [ReadBy::Mapping, ReadBy::Thread];
 fn spec(read_by: ReadBy, lookahead: usize) -> StreamSpec {
     StreamSpec {
         read_by,
-        wants: Wants { aggregates: true, drops: true, energy: true, gpu: true },
+        wants: Wants { aggregates: true, drops: true, energy: true, gpu: true, sites: true },
         strict: true,
         lookahead,
     }
