@@ -3,6 +3,7 @@
 //! live interpreters in `live.rs`).
 
 mod image;
+mod live;
 
 use super::code::{self, Types};
 use super::layout::{self, Layout, NONE};
