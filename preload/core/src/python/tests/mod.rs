@@ -2,6 +2,7 @@
 //! layout tables, so these check the decoding; the offsets themselves are checked against
 //! live interpreters in `live.rs`).
 
+mod embedded;
 mod image;
 mod live;
 
