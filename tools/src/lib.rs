@@ -172,7 +172,9 @@ pub fn main() -> ExitCode {
     // Safety: restoring the default disposition of SIGPIPE before any output.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let result = match Cli::parse().command {
-        Command::Summary { run, json, top, syscalls, sites } => summary_command(&run, json, top, syscalls, sites),
+        Command::Summary { run, json, top, syscalls, sites } => {
+            summary_command(&run, json, top, syscalls, sites)
+        }
         Command::Energy { run, json, ops, csv, append, top } => {
             energy_command(&run, EnergyOutput::from_flags(json, ops, csv, append), top)
         }

@@ -22,7 +22,12 @@ pub(super) struct Batch {
 
 impl Batch {
     pub(super) fn new() -> Batch {
-        Batch { events: Vec::with_capacity(1 << 16), sites: Vec::new(), waiting_for_path: Vec::new(), gpu: Vec::new() }
+        Batch {
+            events: Vec::with_capacity(1 << 16),
+            sites: Vec::new(),
+            waiting_for_path: Vec::new(),
+            gpu: Vec::new(),
+        }
     }
 
     /// Adds an event made at `site` (0: none); `sites` is filled in only once some event has one.

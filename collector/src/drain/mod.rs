@@ -21,9 +21,9 @@ mod metadata;
 mod pass;
 mod procfs;
 mod ring;
+mod sites;
 mod step;
 mod streams;
-mod sites;
 mod strings;
 #[cfg(test)]
 pub(crate) mod testing;

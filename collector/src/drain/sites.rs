@@ -23,7 +23,12 @@ pub(super) struct Sites {
 impl Sites {
     /// A [`mlprof_format::site::KIND_SITE_DEF`] of process `pid`: its number now stands for a
     /// run-wide site, written to the run file the first time it is met.
-    pub(super) fn define(&mut self, writer: &mut RunWriter<impl io::Write>, pid: u32, record: &Event) -> io::Result<()> {
+    pub(super) fn define(
+        &mut self,
+        writer: &mut RunWriter<impl io::Write>,
+        pid: u32,
+        record: &Event,
+    ) -> io::Result<()> {
         let number = record.fd as u32;
         if number == 0 {
             return Ok(());
@@ -34,7 +39,8 @@ impl Sites {
         let id = *self.by_content.entry(key).or_insert(next);
         if id == next {
             let address = if native { record.ret as u64 } else { 0 };
-            let site = SiteInfo { id, file: record.arg, function: record.arg2, line: record.extra, native, address };
+            let site =
+                SiteInfo { id, file: record.arg, function: record.arg2, line: record.extra, native, address };
             writer.write_site(&site)?;
         }
         self.by_process.insert((pid, number), id);

@@ -15,8 +15,8 @@ use super::frames::{
 };
 use super::{FILE_HEADER_BYTES, FILE_MAGIC, FORMAT_MAJOR, padding_for};
 use crate::gpu::GpuActivity;
-use crate::site::{FRAME_EVENT_SITES, FRAME_SITE, decode_event_sites};
 use crate::record::{Event, RECORD_BYTES};
+use crate::site::{FRAME_EVENT_SITES, FRAME_SITE, decode_event_sites};
 
 /// Why a run file cannot be read (further).
 #[derive(Debug)]

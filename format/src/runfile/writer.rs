@@ -142,9 +142,13 @@ impl<W: Write> RunWriter<W> {
         let sites = if sites.len() == events.len() { sites } else { &[] };
         for (at, chunk) in events.chunks(65536).enumerate() {
             self.write_frame(FRAME_EVENTS, chunk.as_bytes())?;
-            let chunk_sites = sites.get(at * 65536..).map_or(&[][..], |rest| &rest[..chunk.len().min(rest.len())]);
+            let chunk_sites =
+                sites.get(at * 65536..).map_or(&[][..], |rest| &rest[..chunk.len().min(rest.len())]);
             if chunk_sites.iter().any(|&site| site != 0) {
-                self.write_frame(crate::site::FRAME_EVENT_SITES, &crate::site::encode_event_sites(chunk_sites))?;
+                self.write_frame(
+                    crate::site::FRAME_EVENT_SITES,
+                    &crate::site::encode_event_sites(chunk_sites),
+                )?;
             }
         }
         Ok(())

@@ -5,8 +5,8 @@
 
 mod gpu;
 pub mod json;
-pub mod sites;
 pub(crate) mod ranks;
+pub mod sites;
 pub(crate) mod startup;
 pub(crate) mod syscalls;
 pub mod text;

@@ -104,9 +104,18 @@ pub fn write(summary: &super::Summary, top: usize, out: &mut dyn std::io::Write)
     for site in sites.iter().take(top) {
         let mut mix: Vec<(&&str, &CallStats)> = site.calls.iter().collect();
         mix.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
-        let mix: Vec<String> = mix.iter().map(|(name, stats)| format!("{} {name}", group(stats.count))).collect();
-        let bytes = if site.total.bytes > 0 { format!(", {}", format_bytes(site.total.bytes)) } else { String::new() };
-        let errors = if site.total.errors > 0 { format!(", {} failed", group(site.total.errors)) } else { String::new() };
+        let mix: Vec<String> =
+            mix.iter().map(|(name, stats)| format!("{} {name}", group(stats.count))).collect();
+        let bytes = if site.total.bytes > 0 {
+            format!(", {}", format_bytes(site.total.bytes))
+        } else {
+            String::new()
+        };
+        let errors = if site.total.errors > 0 {
+            format!(", {} failed", group(site.total.errors))
+        } else {
+            String::new()
+        };
         let place = if site.native { site.file.clone() } else { format!("{}:{}", site.file, site.line) };
         writeln!(
             out,

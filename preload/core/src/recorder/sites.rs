@@ -32,9 +32,9 @@ struct Slot {
     code: AtomicU64,
     /// `offset << 32 | pid`.
     offset_pid: AtomicU64,
-    /// What tells the code object at `code` is still the one named (see
-    /// [`python::Frame::fingerprint`]): an address can be reused once a code object is freed.
-    fingerprint: AtomicU64,
+    /// What tells the code object at `code` is still the one named ([`python::identity`]): an
+    /// address can be reused once a code object is freed.
+    identity: AtomicU64,
     /// `epoch << 32 | number` (number 0: being defined).
     epoch_number: AtomicU64,
 }
@@ -43,7 +43,7 @@ static TABLE: [Slot; TABLE_SLOTS] = [const {
     Slot {
         code: AtomicU64::new(0),
         offset_pid: AtomicU64::new(0),
-        fingerprint: AtomicU64::new(0),
+        identity: AtomicU64::new(0),
         epoch_number: AtomicU64::new(0),
     }
 }; TABLE_SLOTS];
@@ -58,7 +58,8 @@ static MISSED: AtomicU64 = AtomicU64::new(0);
 
 /// Reads `MLPROF_SITES` (at join time).
 pub fn configure() {
-    let on = crate::config::getenv(c"MLPROF_SITES").is_some_and(|v| !matches!(v, b"" | b"0" | b"off" | b"no"));
+    let on =
+        crate::config::getenv(c"MLPROF_SITES").is_some_and(|v| !matches!(v, b"" | b"0" | b"off" | b"no"));
     ENABLED.store(on, Ordering::Relaxed);
 }
 
@@ -80,6 +81,7 @@ pub(super) fn current(ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
     let mut frames = [python::Frame::default()];
     if python::frames(&mut frames) == 0 {
         MISSED.fetch_add(1, Ordering::Relaxed);
+        look_for_python();
         return 0;
     }
     let frame = frames[0];
@@ -97,7 +99,7 @@ pub(super) fn current(ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
             let number = epoch_number as u32;
             if number != 0
                 && (epoch_number >> 32) as u32 == epoch
-                && slot.fingerprint.load(Ordering::Relaxed) == frame.fingerprint
+                && slot.identity.load(Ordering::Relaxed) == python::identity(frame.code)
             {
                 return number;
             }
@@ -109,6 +111,25 @@ pub(super) fn current(ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
     0
 }
 
+/// Recorded calls, while no interpreter is found, before the next look for one.
+const CALLS_BETWEEN_LOOKS: u32 = 1 << 16;
+static CALLS_UNTIL_LOOK: AtomicU32 = AtomicU32::new(0);
+
+/// Looks for the interpreter (through the loader: `dlsym`, `dlopen(RTLD_NOLOAD)`) on the first
+/// call without frames, then once every [`CALLS_BETWEEN_LOOKS`] such calls while none is found
+/// (an embedding application may load Python late); never again once one is found or known
+/// unreadable. With the guard held: the loader's calls pass through our hooks.
+#[inline]
+fn look_for_python() {
+    if !matches!(python::status(), python::Status::NotFound) {
+        return;
+    }
+    if CALLS_UNTIL_LOOK.fetch_sub(1, Ordering::Relaxed) == 0 {
+        CALLS_UNTIL_LOOK.store(CALLS_BETWEEN_LOOKS, Ordering::Relaxed);
+        python::discover();
+    }
+}
+
 fn hash(code: usize, offset_pid: u64) -> usize {
     let mixed = (code as u64 ^ offset_pid.rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     (mixed >> 32) as usize
@@ -117,7 +138,14 @@ fn hash(code: usize, offset_pid: u64) -> usize {
 /// Claims a free slot for `frame` and defines its site (a thread that loses the race for the
 /// slot probes on next time; this call goes without a site).
 #[cold]
-fn define(slot: &Slot, frame: python::Frame, offset_pid: u64, ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
+fn define(
+    slot: &Slot,
+    frame: python::Frame,
+    offset_pid: u64,
+    ring: &RingView,
+    lane: u32,
+    state: &ThreadState,
+) -> u32 {
     if slot.code.compare_exchange(0, frame.code as u64, Ordering::AcqRel, Ordering::Acquire).is_err() {
         MISSED.fetch_add(1, Ordering::Relaxed);
         return 0;
@@ -136,7 +164,7 @@ fn redefine(slot: &Slot, frame: python::Frame, ring: &RingView, lane: u32, state
     };
     let (pid, tid) = (session::pid(), state.tid.get());
     let file = file.get(..described.file_len).unwrap_or_default();
-    let function = function.get(..described.function_len).unwrap_or_default();
+    let function = function.get(..described.func_len).unwrap_or_default();
     let (file_id, function_id) = (mlprof_format::string_id(file), mlprof_format::string_id(function));
     let number = NEXT_NUMBER.fetch_add(1, Ordering::Relaxed);
     let definition = Event {
@@ -156,7 +184,7 @@ fn redefine(slot: &Slot, frame: python::Frame, ring: &RingView, lane: u32, state
         MISSED.fetch_add(1, Ordering::Relaxed);
         return 0;
     }
-    slot.fingerprint.store(frame.fingerprint, Ordering::Relaxed);
+    slot.identity.store(python::identity(frame.code), Ordering::Relaxed);
     slot.epoch_number.store((u64::from(session::epoch()) << 32) | u64::from(number), Ordering::Release);
     number
 }
