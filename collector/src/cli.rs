@@ -93,6 +93,14 @@ pub(crate) struct Args {
     /// Sets MLPROF_CUPTI=off for the library.
     #[arg(long)]
     pub(crate) no_gpu_timeline: bool,
+    /// Call sites: each recorded call made while its thread runs Python carries the innermost
+    /// Python line that made it (file, function, line), read from the thread's own frames at the
+    /// call (CPython 3.10-3.13), so that `mlprof summary --sites` can say which line made which
+    /// calls. Sets MLPROF_SITES=1 for the library (attach mode: set it in the processes'
+    /// environment). `--sites=N` (N frames) is reserved: only N=1 is recorded so far.
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "1", require_equals = true,
+          value_parser = clap::value_parser!(u32).range(1..=1))]
+    pub(crate) sites: Option<u32>,
     /// Print nothing but errors.
     #[arg(long, short)]
     pub(crate) quiet: bool,

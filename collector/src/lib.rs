@@ -187,6 +187,9 @@ impl Collector {
         if args.all_syscalls {
             extra_env.push(("MLPROF_ALL_SYSCALLS", "1".into()));
         }
+        if let Some(frames) = args.sites {
+            extra_env.push(("MLPROF_SITES", frames.to_string().into()));
+        }
         if args.no_gpu_timeline {
             extra_env.push(("MLPROF_CUPTI", "off".into()));
         } else if args.gpu_timeline

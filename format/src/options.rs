@@ -81,6 +81,12 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         meaning: "an ITT collector (VTune's) to forward every ITT call to; the launcher moves a user's INTEL_LIBITTNOTIFY64 here",
     },
     EnvOption {
+        name: "MLPROF_SITES",
+        read_by: ReadBy::Preload,
+        default: "0",
+        meaning: "1 (--sites): each recorded call made while Python runs on its thread carries its Python line",
+    },
+    EnvOption {
         name: "MLPROF_CUPTI",
         read_by: ReadBy::Preload,
         default: "(unset: off)",

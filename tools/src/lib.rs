@@ -44,6 +44,10 @@ enum Command {
         /// the system calls glibc makes for them).
         #[arg(long)]
         syscalls: bool,
+        /// The calls by call site (runs recorded with `mlprof-collect --sites`): which Python
+        /// line made how many of which calls, for how long (the JSON always has `sites`).
+        #[arg(long, conflicts_with = "syscalls")]
+        sites: bool,
     },
     /// Energy per device, per process and per span name (the recorded calls), with
     /// uncertainties and coverage; `--ops` for the operator table.
@@ -168,7 +172,9 @@ pub fn main() -> ExitCode {
     // Safety: restoring the default disposition of SIGPIPE before any output.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let result = match Cli::parse().command {
-        Command::Summary { run, json, top, syscalls } => summary_command(&run, json, top, syscalls),
+        Command::Summary { run, json, top, syscalls, sites } => {
+            summary_command(&run, json, top, syscalls, sites)
+        }
         Command::Energy { run, json, ops, csv, append, top } => {
             energy_command(&run, EnergyOutput::from_flags(json, ops, csv, append), top)
         }
@@ -191,13 +197,15 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// `mlprof summary`: tables, or JSON; the system call view with `--syscalls`.
-fn summary_command(run: &Path, json: bool, top: usize, syscalls: bool) -> Result<(), String> {
+/// `mlprof summary`: tables, or JSON; the system call view with `--syscalls`, the call sites
+/// with `--sites`.
+fn summary_command(run: &Path, json: bool, top: usize, syscalls: bool, sites: bool) -> Result<(), String> {
     let summary = summary::Summary::compute(run)?;
     let mut out = std::io::stdout().lock();
     match (json, syscalls) {
         (true, false) => writeln!(out, "{}", summary::json::render(&summary)).map_err(stdout_error),
         (true, true) => writeln!(out, "{}", summary::json::render_syscalls(&summary)).map_err(stdout_error),
+        (false, false) if sites => summary::sites::write(&summary, top, &mut out).map_err(stdout_error),
         (false, false) => summary::text::write(&summary, top, &mut out).map_err(stdout_error),
         (false, true) => summary::text::write_syscalls(&summary, &mut out).map_err(stdout_error),
     }

@@ -12,13 +12,41 @@ use super::{DrainedRing, Drainer};
 /// next GPU frame (CUPTI delivers them in its own order, late: they are not sorted in).
 pub(super) struct Batch {
     pub(super) events: Vec<Event>,
-    pub(super) waiting_for_path: Vec<Event>,
+    /// The run-wide site of each event (`--sites`): empty while none of the batch has one, else
+    /// as long as `events` (see [`Batch::push`]).
+    pub(super) sites: Vec<u32>,
+    /// Events held aside for their path, with their sites (0: none).
+    pub(super) waiting_for_path: Vec<(Event, u32)>,
     pub(super) gpu: Vec<GpuActivity>,
 }
 
 impl Batch {
     pub(super) fn new() -> Batch {
-        Batch { events: Vec::with_capacity(1 << 16), waiting_for_path: Vec::new(), gpu: Vec::new() }
+        Batch {
+            events: Vec::with_capacity(1 << 16),
+            sites: Vec::new(),
+            waiting_for_path: Vec::new(),
+            gpu: Vec::new(),
+        }
+    }
+
+    /// Adds an event made at `site` (0: none); `sites` is filled in only once some event has one.
+    #[inline]
+    pub(super) fn push(&mut self, event: Event, site: u32) {
+        if site != 0 && self.sites.len() < self.events.len() {
+            self.sites.resize(self.events.len(), 0);
+        }
+        self.events.push(event);
+        if !self.sites.is_empty() || site != 0 {
+            self.sites.push(site);
+        }
+    }
+
+    /// Moves every held event into the batch (the run's end: their paths will never come).
+    pub(super) fn release_all(&mut self) {
+        for (event, site) in std::mem::take(&mut self.waiting_for_path) {
+            self.push(event, site);
+        }
     }
 }
 
@@ -39,23 +67,38 @@ impl<R: DrainedRing> Drainer<R> {
             self.totals.gpu_activities += self.batch.gpu.len() as u64;
             self.batch.gpu.clear();
         }
-        let events = &mut self.batch.events;
+        let Batch { events, sites, .. } = &mut self.batch;
         if events.is_empty() {
             return Ok(());
         }
-        events.sort_by_key(|e| e.start.saturating_add(e.dur));
-        self.writer.write_events(events)?;
+        if sites.is_empty() {
+            events.sort_by_key(|e| e.start.saturating_add(e.dur));
+            self.writer.write_events(events)?;
+        } else {
+            sites.resize(events.len(), 0);
+            let mut order: Vec<u32> = (0..events.len() as u32).collect();
+            order.sort_by_key(|&i| events[i as usize].start.saturating_add(events[i as usize].dur));
+            let sorted: Vec<Event> = order.iter().map(|&i| events[i as usize]).collect();
+            let sorted_sites: Vec<u32> = order.iter().map(|&i| sites[i as usize]).collect();
+            self.writer.write_events_with_sites(&sorted, &sorted_sites)?;
+            sites.clear();
+        }
         self.totals.events += events.len() as u64;
         events.clear();
         Ok(())
     }
 
-    /// Moves the events held aside for their path into the batch, those whose path is known,
-    /// in place (this runs every round of a pass; a partition into two new vectors allocated
-    /// each time while anything waited).
+    /// Moves the events held aside for their path into the batch, those whose path is known
+    /// (this runs every round of a pass: nothing is allocated while nothing waits).
     pub(super) fn release_waiting(&mut self) {
+        if self.batch.waiting_for_path.is_empty() {
+            return;
+        }
         let strings = &self.metadata.strings;
-        let Batch { events, waiting_for_path, .. } = &mut self.batch;
-        events.extend(waiting_for_path.extract_if(.., |e| strings.is_known(e.arg2)));
+        let known: Vec<(Event, u32)> =
+            self.batch.waiting_for_path.extract_if(.., |(e, _)| strings.is_known(e.arg2)).collect();
+        for (event, site) in known {
+            self.batch.push(event, site);
+        }
     }
 }

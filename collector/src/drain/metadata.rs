@@ -1,6 +1,6 @@
 //! What the run file is told besides events, kept between records: the strings (each written
 //! once), the processes waiting for their command line, the rank records waiting for their
-//! process, and the processes whose exit is written.
+//! process, the processes whose exit is written, and the call sites met.
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::io;
@@ -8,6 +8,7 @@ use std::io;
 use mlprof_format::rank::RankInfo;
 use mlprof_format::runfile::{ProcessInfo, RunWriter};
 
+use super::sites::Sites;
 use super::strings::{Strings, split_argv};
 
 /// The metadata a drain keeps for the run file.
@@ -21,6 +22,8 @@ pub(super) struct Metadata {
     pub(super) pending_ranks: HashMap<u32, RankInfo>,
     /// Pids whose exit is recorded.
     pub(super) exits: HashSet<u32>,
+    /// The call sites met.
+    pub(super) sites: Sites,
 }
 
 impl Metadata {

@@ -21,6 +21,7 @@ mod metadata;
 mod pass;
 mod procfs;
 mod ring;
+mod sites;
 mod step;
 mod streams;
 mod strings;
@@ -196,8 +197,7 @@ impl<R: DrainedRing> Drainer<R> {
             }
         }
         self.metadata.write_processes(&mut self.writer, true)?;
-        let held = std::mem::take(&mut self.batch.waiting_for_path);
-        self.batch.events.extend(held);
+        self.batch.release_all();
         self.write_batch()?;
         self.snapshot_all()?;
         self.totals.aggregated_calls = self.streams.final_aggregates;

@@ -16,6 +16,7 @@ use mlprof_format::record::{
 };
 use mlprof_format::ring::{Drained, LaneItem};
 use mlprof_format::runfile::{ProcessExit, ProcessInfo, RunWriter, SymbolInfo};
+use mlprof_format::site::{FLAG_SITE, KIND_SITE_DEF};
 
 use super::batch::Batch;
 use super::liveness::Images;
@@ -113,8 +114,8 @@ impl RecordHandler<'_> {
         self.event(event)
     }
 
-    /// A control record: a process's rank, start, symbol or exit, a GPU activity; other kinds are
-    /// skipped.
+    /// A control record: a process's rank, start, symbol, site or exit, a GPU activity; other
+    /// kinds are skipped.
     #[inline]
     fn control_record(&mut self, event: &Event) -> io::Result<()> {
         let (pid, timebase) = (self.pid, self.timebase);
@@ -155,6 +156,7 @@ impl RecordHandler<'_> {
             KIND_SYMBOL_DEF => {
                 self.writer.write_symbol(&SymbolInfo { pid, handle: event.arg, name: event.arg2 })?;
             }
+            KIND_SITE_DEF => self.metadata.sites.define(self.writer, pid, event)?,
             KIND_PROCESS_EXIT => {
                 self.metadata.exits.insert(pid);
                 self.writer.write_process_exit(&ProcessExit {
@@ -187,6 +189,14 @@ impl RecordHandler<'_> {
         if event.flags & FLAG_CORRELATED != 0 {
             self.link(&event);
         }
+        // The site's number rides in the pid slot (`--sites`); the run file keeps the run-wide id
+        // beside the event.
+        let site = if event.flags & FLAG_SITE != 0 {
+            event.flags &= !FLAG_SITE;
+            self.metadata.sites.id(self.pid, event.pid)
+        } else {
+            0
+        };
         event.pid = self.pid;
         event.tid = self.tid;
         let needs_path = event.arg2 != 0 && Func::kind_has_path(event.kind);
@@ -194,9 +204,9 @@ impl RecordHandler<'_> {
             if hold {
                 return Err(Stop::NeedsString);
             }
-            self.batch.waiting_for_path.push(event);
+            self.batch.waiting_for_path.push((event, site));
         } else {
-            self.batch.events.push(event);
+            self.batch.push(event, site);
         }
         Ok(())
     }

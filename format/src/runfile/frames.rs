@@ -296,4 +296,9 @@ pub enum Frame<'a> {
     EnergySamples(Vec<EnergySample>),
     /// [`FRAME_ENERGY_NOTE`].
     EnergyNote(EnergyNote),
+    /// [`crate::site::FRAME_SITE`] (since 1.6).
+    Site(crate::site::SiteInfo),
+    /// [`crate::site::FRAME_EVENT_SITES`] (since 1.6): the site id of each event of the events
+    /// frame returned just before.
+    EventSites(Vec<u32>),
 }

@@ -38,7 +38,8 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// 1.3: `DropSample::interrupted` (drops by reason).
 /// 1.4: `ProcessInfo::rank` and `ProcessInfo::node`; [`NodeInfo`] frames (merged runs).
 /// 1.5: [`FRAME_GPU_ACTIVITY`] frames (CUPTI activity records, [`crate::gpu`]).
-pub const FORMAT_MINOR: u16 = 5;
+/// 1.6: call sites ([`crate::site`]): `FRAME_SITE` and `FRAME_EVENT_SITES` frames.
+pub const FORMAT_MINOR: u16 = 6;
 /// Size of the header this version writes; readers skip the extra bytes of a larger one.
 const FILE_HEADER_BYTES: u32 = 16;
 
@@ -95,6 +96,59 @@ mod tests {
         }
         assert_eq!(saw, ["info h", "str 42 /tmp/x", "proc 10", "events 100 last 99", "end 100"]);
         assert!(r.complete() && !r.truncated());
+    }
+
+    /// Sites round-trip beside their events, read copied or in place; a sites frame with no
+    /// events frame before it, or with another count, is corruption at its offset.
+    #[test]
+    fn event_sites_follow_their_events() {
+        use crate::site::{FRAME_EVENT_SITES, SiteInfo, encode_event_sites};
+        let info = RunInfo::default();
+        let mut w = RunWriter::new(Vec::new(), &info).unwrap();
+        let site = SiteInfo { id: 3, file: 1, function: 2, line: 42, ..Default::default() };
+        w.write_site(&site).unwrap();
+        let events: Vec<Event> = (0..4).map(|i| Event { kind: 20, arg: i, ..Default::default() }).collect();
+        w.write_events_with_sites(&events, &[0, 3, 0, 3]).unwrap();
+        // No site at all: no sites frame.
+        w.write_events_with_sites(&events, &[0; 4]).unwrap();
+        let bytes = w.finish(&RunEnd::default()).unwrap();
+        for in_place in [false, true] {
+            let mut r = RunReader::new(&bytes[..]).unwrap();
+            let mut saw = Vec::new();
+            loop {
+                let frame = if in_place {
+                    match r.next_frame_in_place().unwrap() {
+                        Some(InPlace::Events(e)) => Some(Frame::Events(e)),
+                        Some(InPlace::Frame(f)) => Some(f),
+                        None => None,
+                    }
+                } else {
+                    r.next_frame().unwrap()
+                };
+                match frame {
+                    None => break,
+                    Some(Frame::Site(s)) => saw.push(format!("site {} line {}", s.id, s.line)),
+                    Some(Frame::Events(e)) => saw.push(format!("events {}", e.len())),
+                    Some(Frame::EventSites(s)) => saw.push(format!("sites {s:?}")),
+                    Some(_) => {}
+                }
+            }
+            assert_eq!(saw, ["site 3 line 42", "events 4", "sites [0, 3, 0, 3]", "events 4"], "{in_place}");
+        }
+        // A sites frame after a metadata frame.
+        let mut w = RunWriter::new(Vec::new(), &info).unwrap();
+        w.write_site(&site).unwrap();
+        w.write_frame(FRAME_EVENT_SITES, &encode_event_sites(&[1])).unwrap();
+        let bytes = w.finish(&RunEnd::default()).unwrap();
+        let mut r = RunReader::new(&bytes[..]).unwrap();
+        let err = loop {
+            match r.next_frame() {
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("read without error"),
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(err, Error::Corrupt { offset, .. } if offset > 16), "{err:?}");
     }
 
     /// Every frame and event, read in place from `bytes` (and how many events were in place).

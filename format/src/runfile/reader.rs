@@ -16,6 +16,7 @@ use super::frames::{
 use super::{FILE_HEADER_BYTES, FILE_MAGIC, FORMAT_MAJOR, padding_for};
 use crate::gpu::GpuActivity;
 use crate::record::{Event, RECORD_BYTES};
+use crate::site::{FRAME_EVENT_SITES, FRAME_SITE, decode_event_sites};
 
 /// Why a run file cannot be read (further).
 #[derive(Debug)]
@@ -77,6 +78,9 @@ pub struct RunReader<R: Read = BufReader<File>> {
     ended: bool,
     skipped_frames: u64,
     skip_events: bool,
+    /// The number of events of the frame just returned when it was an events frame (the
+    /// [`FRAME_EVENT_SITES`] frame that may follow it has one site per event).
+    last_events: Option<usize>,
     /// Moves the input forward without reading (where it can seek), and the input's length.
     seek_over: Option<(SeekOver<R>, u64)>,
 }
@@ -162,6 +166,7 @@ impl<R: Read> RunReader<R> {
             ended: false,
             skipped_frames: 0,
             skip_events: false,
+            last_events: None,
             seek_over: None,
         })
     }
@@ -243,7 +248,8 @@ impl<R: Read> RunReader<R> {
                 });
             }
             let padded = len as usize + padding_for(len);
-            if kind == FRAME_EVENTS && self.skip_events {
+            let previous_events = self.last_events.take();
+            if (kind == FRAME_EVENTS || kind == FRAME_EVENT_SITES) && self.skip_events {
                 if let Some((seek, input_len)) = self.seek_over {
                     let end = self.offset + 8 + len as u64;
                     if end > input_len {
@@ -310,6 +316,13 @@ impl<R: Read> RunReader<R> {
                 FRAME_ENERGY_SAMPLES => Frame::EnergySamples(decode(payload).map_err(corrupt)?),
                 FRAME_ENERGY_NOTE => Frame::EnergyNote(decode(payload).map_err(corrupt)?),
                 FRAME_GPU_ACTIVITY => Frame::GpuActivity(gpu_records(payload).map_err(corrupt)?),
+                FRAME_SITE => Frame::Site(decode(payload).map_err(corrupt)?),
+                FRAME_EVENT_SITES => {
+                    let Some(events) = previous_events else {
+                        return Err(corrupt("event sites without the events frame they belong to".into()));
+                    };
+                    Frame::EventSites(decode_event_sites(payload, events).map_err(corrupt)?)
+                }
                 FRAME_END => {
                     self.ended = true;
                     Frame::End(decode(payload).map_err(corrupt)?)
@@ -365,6 +378,7 @@ impl<R: Read> RunReader<R> {
         self.events.truncate(filled);
         // A multiple of 64 bytes needs no padding.
         self.offset += 8 + len as u64;
+        self.last_events = Some(self.events.len());
         Ok(Some(Frame::Events(&self.events)))
     }
 }
@@ -399,6 +413,7 @@ impl<'a> RunReader<&'a [u8]> {
                 // A multiple of 64 bytes needs no padding.
                 self.input = &input[8 + len as usize..];
                 self.offset += 8 + len as u64;
+                self.last_events = Some(events.len());
                 return Ok(Some(InPlace::Events(events)));
             }
         }

@@ -115,6 +115,11 @@ impl<W: Write> RunWriter<W> {
         self.write_meta(FRAME_SYMBOL, symbol)
     }
 
+    /// Writes a [`crate::site::FRAME_SITE`].
+    pub fn write_site(&mut self, site: &crate::site::SiteInfo) -> io::Result<()> {
+        self.write_meta(crate::site::FRAME_SITE, site)
+    }
+
     /// Writes a [`FRAME_NODE`] (merged runs).
     pub fn write_node(&mut self, node: &NodeInfo) -> io::Result<()> {
         self.write_meta(FRAME_NODE, node)
@@ -127,8 +132,24 @@ impl<W: Write> RunWriter<W> {
 
     /// Writes events (times already in CLOCK_MONOTONIC ns) in frames of at most 64 Ki records.
     pub fn write_events(&mut self, events: &[Event]) -> io::Result<()> {
-        for chunk in events.chunks(65536) {
+        self.write_events_with_sites(events, &[])
+    }
+
+    /// [`RunWriter::write_events`], each frame followed by a
+    /// [`crate::site::FRAME_EVENT_SITES`] frame of its events' sites (`sites[i]` is event
+    /// `i`'s; 0: none) when one of them has a site. `sites` is empty, or as long as `events`.
+    pub fn write_events_with_sites(&mut self, events: &[Event], sites: &[u32]) -> io::Result<()> {
+        let sites = if sites.len() == events.len() { sites } else { &[] };
+        for (at, chunk) in events.chunks(65536).enumerate() {
             self.write_frame(FRAME_EVENTS, chunk.as_bytes())?;
+            let chunk_sites =
+                sites.get(at * 65536..).map_or(&[][..], |rest| &rest[..chunk.len().min(rest.len())]);
+            if chunk_sites.iter().any(|&site| site != 0) {
+                self.write_frame(
+                    crate::site::FRAME_EVENT_SITES,
+                    &crate::site::encode_event_sites(chunk_sites),
+                )?;
+            }
         }
         Ok(())
     }

@@ -9,6 +9,8 @@
 //!    [`guard`] (the per-thread state: reentrancy guard, errno), [`user_memory`] (reading the
 //!    application's pointers without faulting), [`library`] (where our own code lies);
 //! 2. [`real`]: the next definition of each hooked symbol, and glibc's own `dlsym`;
+//!    [`python`]: the calling thread's Python frames (a recorded call's site), its
+//!    interpreter found through the loader;
 //! 3. [`recorder`]: joining the collector's ring, the process lifecycle (fork, exec, exit,
 //!    vfork, thread exit), lanes, strings and the record API the hooks use ([`recorder::Span`],
 //!    [`recorder::AggregateCall`]); ITT stamping is injected into it ([`recorder::stamp`]), not
@@ -32,6 +34,7 @@ pub mod gpu;
 pub mod guard;
 pub mod itt;
 pub mod library;
+pub mod python;
 pub mod real;
 pub mod recorder;
 pub mod sys;

@@ -147,6 +147,8 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
     pub(super) fn item(&mut self, item: Item<'_>) -> io::Result<()> {
         match item {
             Item::Events(_) | Item::Gpu(_) => unreachable!("events and GPU work have their own"),
+            // Not asked for: the stream attaches sites to their batch anyway.
+            Item::EventSites(_) => {}
             Item::Aggregates(samples) => self.aggregates(&samples)?,
             Item::Drops(samples) => self.drops(&samples)?,
             Item::EnergyDevice(device) => {

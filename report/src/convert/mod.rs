@@ -122,6 +122,7 @@ fn convert_looking_ahead<W: TraceWriter>(
             drops: true,
             energy: options.only.energy,
             gpu: options.only.gpu,
+            sites: false,
         },
         strict: false,
         lookahead,

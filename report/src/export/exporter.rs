@@ -61,6 +61,8 @@ pub(super) struct Exporter<'a> {
     /// GPU work whose link was not met yet, with its (kind, name) symbols and partition: written
     /// at the end, linked if its link came later (most are work no recorded call issued).
     unlinked: Vec<(GpuActivity, (u32, u32), usize)>,
+    /// The `site_*` columns of each call site met, by run-wide id.
+    sites: FxHashMap<u32, Option<rows::SiteColumns>>,
     /// The `kind` column's values: kernel, memcpy, memset, sync, overhead.
     activity_kinds: [u32; 5],
     /// `task`, `frame`, `marker`, `pause`, `resume`.
@@ -117,6 +119,7 @@ impl<'a> Exporter<'a> {
             kernel_names: FxHashMap::default(),
             launch_tids: FxHashMap::default(),
             unlinked: Vec::new(),
+            sites: FxHashMap::default(),
             activity_kinds,
             span_kinds,
             devices: HashMap::new(),
@@ -129,12 +132,15 @@ impl<'a> Exporter<'a> {
     /// stream learned, which name the files of the calls.
     pub(super) fn events(&mut self, batch: &Batch<'_>, learned: &mut Learned) -> io::Result<()> {
         let mut paths = batch.paths();
-        for event in batch.records() {
+        for (at, event) in batch.records().iter().enumerate() {
             let Some(kind) = kind_of(event.kind) else { continue };
             let noted = paths.next(kind, event);
             let parts = self.parts(event.pid, event.start);
             match kind.api {
-                Api::Libc => self.call(kind, event, noted, parts.0, learned)?,
+                Api::Libc => {
+                    let site = self.site(batch.site(at));
+                    self.call(kind, event, (noted, site), parts.0, learned)?
+                }
                 Api::Itt => self.span(kind.func, event, parts.1)?,
                 Api::CudaRuntime | Api::CudaDriver | Api::Nccl => self.gpu_call(kind, event, parts.2)?,
             }
@@ -206,13 +212,31 @@ impl<'a> Exporter<'a> {
         symbol
     }
 
-    /// A libc call: its row in `events`, its file's totals.
+    /// The columns of run-wide site `id` (0 or unknown: none), made once per site.
+    #[inline]
+    fn site(&mut self, id: u32) -> Option<rows::SiteColumns> {
+        if id == 0 {
+            return None;
+        }
+        if let Some(columns) = self.sites.get(&id) {
+            return *columns;
+        }
+        let columns = self.meta.sites.get(&id).map(|site| rows::SiteColumns {
+            file: text(&mut self.symbols, &self.meta.string(site.file)),
+            line: site.line as i32,
+            function: text(&mut self.symbols, &self.meta.string(site.function)),
+        });
+        self.sites.insert(id, columns);
+        columns
+    }
+
+    /// A libc call made at `site`: its row in `events`, its file's totals.
     #[inline]
     fn call(
         &mut self,
         kind: Kind,
         event: &Event,
-        noted: Option<PathIndex>,
+        (noted, site): (Option<PathIndex>, Option<rows::SiteColumns>),
         part: usize,
         learned: &mut Learned,
     ) -> io::Result<()> {
@@ -239,7 +263,7 @@ impl<'a> Exporter<'a> {
             symbol
         });
         let name = self.names[event.kind as usize];
-        self.events.push(&self.symbols, part, |row| rows::call(row, name, event, bytes, path))
+        self.events.push(&self.symbols, part, |row| rows::call(row, name, event, bytes, path, site))
     }
 
     /// An ITT task, frame or marker: its row in `spans`.

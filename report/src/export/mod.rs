@@ -119,7 +119,7 @@ fn export_looking_ahead(
     // export (whose tables are encoded on threads of theirs too).
     let spec = StreamSpec {
         read_by: ReadBy::Thread,
-        wants: Wants { energy: true, gpu: true, ..Wants::default() },
+        wants: Wants { energy: true, gpu: true, sites: true, ..Wants::default() },
         strict: true,
         lookahead,
     };
@@ -152,7 +152,7 @@ fn export_pass(
             Item::EnergyDevice(device) => exporter.energy_device(&device),
             Item::EnergySamples(samples) => exporter.energy_samples(&samples).map_err(io_err)?,
             Item::Gpu(records) => exporter.gpu_activity(&records).map_err(io_err)?,
-            Item::Aggregates(_) | Item::Drops(_) => {}
+            Item::Aggregates(_) | Item::Drops(_) | Item::EventSites(_) => {}
         }
     }
     let end = stream.end();

@@ -26,11 +26,29 @@ pub(super) const EVENTS: &[Spec] = &[
     dictionary("ret"),
     col("errno", Kind::I32),
     opt("path", Kind::Str),
+    opt("site_file", Kind::Str),
+    opt("site_line", Kind::I32),
+    opt("site_function", Kind::Str),
 ];
 
-/// A libc call named `name` that moved `bytes` on the file `path` (symbols).
+/// A call site's columns: file and function (symbols), line (`mlprof-collect --sites`).
+#[derive(Clone, Copy)]
+pub(super) struct SiteColumns {
+    pub(super) file: u32,
+    pub(super) line: i32,
+    pub(super) function: u32,
+}
+
+/// A libc call named `name` that moved `bytes` on the file `path` (symbols), made at `site`.
 #[inline]
-pub(super) fn call(row: &mut Row<'_>, name: u32, event: &Event, bytes: u64, path: Option<u32>) {
+pub(super) fn call(
+    row: &mut Row<'_>,
+    name: u32,
+    event: &Event,
+    bytes: u64,
+    path: Option<u32>,
+    site: Option<SiteColumns>,
+) {
     row.str(name)
         .i32(event.pid as i32)
         .i32(event.tid as i32)
@@ -40,7 +58,10 @@ pub(super) fn call(row: &mut Row<'_>, name: u32, event: &Event, bytes: u64, path
         .i64(i64_of(bytes))
         .i64(event.ret)
         .i32(event.errno)
-        .opt_str(path);
+        .opt_str(path)
+        .opt_str(site.map(|s| s.file))
+        .opt_i32(site.map(|s| s.line))
+        .opt_str(site.map(|s| s.function));
 }
 
 /// `spans`: ITT tasks, frames, markers (ops, phases, DataLoader).

@@ -234,6 +234,9 @@ fn write_metadata(
     match frame {
         // The merged run has its own description; events and ends are the caller's.
         Frame::RunInfo(_) | Frame::Node(_) | Frame::Events(_) | Frame::End(_) => {}
+        // Not merged yet: each node numbers its sites from 1, and the merged events would need
+        // their ids renumbered beside them.
+        Frame::Site(_) | Frame::EventSites(_) => {}
         Frame::String { id, bytes } => {
             if strings.insert(id) {
                 out.write_string(id, bytes)?;

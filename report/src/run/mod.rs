@@ -54,6 +54,8 @@ pub struct RunMeta {
     pub(crate) threads: HashMap<(u32, u32), String>,
     /// Kernel names: (pid, function handle) → name string id.
     pub(crate) symbols: HashMap<(u32, u64), u64>,
+    /// Call sites (`--sites`), by run-wide id.
+    pub(crate) sites: HashMap<u32, mlprof_format::site::SiteInfo>,
     /// Last cumulative sample per (stream, func, clock id).
     pub(crate) aggregates: HashMap<(u64, u16, Option<i32>), AggregateSample>,
     /// Last cumulative drop count per stream.
@@ -145,6 +147,10 @@ impl RunMeta {
                 Frame::Symbol(symbol) => {
                     meta.symbols.insert((symbol.pid, symbol.handle), symbol.name);
                 }
+                Frame::Site(site) => {
+                    meta.sites.insert(site.id, site);
+                }
+                Frame::EventSites(_) => {}
                 Frame::End(end) => meta.end = Some(end),
                 Frame::Node(node) => meta.nodes.push(node),
                 Frame::Events(events) => {

@@ -37,6 +37,8 @@ pub(crate) struct Wants {
     pub(crate) energy: bool,
     /// GPU activity records (the GPU timeline).
     pub(crate) gpu: bool,
+    /// The call sites of the events (`--sites`), attached to their batches.
+    pub(crate) sites: bool,
 }
 
 impl Wants {
@@ -48,6 +50,7 @@ impl Wants {
             Frame::EnergyDevice(device) if self.energy => Some(Item::EnergyDevice(device)),
             Frame::EnergySamples(samples) if self.energy => Some(Item::EnergySamples(samples)),
             Frame::GpuActivity(records) if self.gpu => Some(Item::Gpu(records)),
+            Frame::EventSites(sites) if self.sites => Some(Item::EventSites(sites)),
             _ => None,
         }
     }

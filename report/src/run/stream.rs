@@ -63,6 +63,9 @@ pub(crate) enum Item<'m> {
     EnergySamples(Vec<EnergySample>),
     /// What the GPUs did (CUPTI records, links), as CUPTI delivered it.
     Gpu(Vec<mlprof_format::gpu::GpuActivity>),
+    /// The sites of the events frame before it: never handed to a client (the stream attaches
+    /// them to that frame's batch, [`Batch::site`]).
+    EventSites(Vec<u32>),
 }
 
 /// An events frame read ahead, and what noting it found.
@@ -75,6 +78,8 @@ pub(crate) struct Batch<'m> {
     /// The path index of each call naming a path of its own, in order (`None`: no fd ever
     /// named it; and none noted at all when the fd history was complete beforehand).
     paths: Vec<Option<PathIndex>>,
+    /// The run-wide call site of each record (`--sites`; empty: none has one).
+    sites: Vec<u32>,
 }
 
 impl Batch<'_> {
@@ -82,6 +87,12 @@ impl Batch<'_> {
     #[inline]
     pub(crate) fn records(&self) -> &[Event] {
         self.in_place.unwrap_or(&self.events)
+    }
+
+    /// The call site of record `at` (0: none), when the pass asked for sites.
+    #[inline]
+    pub(crate) fn site(&self, at: usize) -> u32 {
+        self.sites.get(at).copied().unwrap_or(0)
     }
 
     /// The path indexes noted, to be taken in record order ([`Paths::next`]).
@@ -381,6 +392,13 @@ impl<'m> EventStream<'m> {
                 batch.events = events;
                 Item::Events(batch)
             }
+            Read::Other(Item::EventSites(sites)) => {
+                // The sites frame follows its events frame (the reader checked the count).
+                if let Some(Item::Events(batch)) = self.window.back_mut() {
+                    batch.sites = sites;
+                }
+                return Ok(());
+            }
             Read::Other(item) => item,
         };
         self.window.push_back(item);
@@ -391,6 +409,7 @@ impl<'m> EventStream<'m> {
     fn note(&mut self, records: &[Event]) -> Batch<'m> {
         let mut batch = self.spare.pop().unwrap_or_default();
         batch.paths.clear();
+        batch.sites.clear();
         batch.in_place = None;
         if self.lookahead.is_some() {
             self.learned.observe(self.meta, records, &mut batch.paths);

@@ -28,6 +28,7 @@ pub fn render(summary: &Summary) -> Value {
         "ranks": summary.ranks.as_ref().map_or(Value::Null, ranks),
         "nodes": summary.nodes.iter().map(node).collect::<Vec<_>>(),
         "startup": summary.startup.iter().map(startup).collect::<Vec<_>>(),
+        "sites": summary.sites,
     })
 }
 

@@ -6,6 +6,7 @@
 mod gpu;
 pub mod json;
 pub(crate) mod ranks;
+pub mod sites;
 pub(crate) mod startup;
 pub(crate) mod syscalls;
 pub mod text;
@@ -87,6 +88,8 @@ pub struct Summary {
     pub(crate) startup: Vec<StartupRow>,
     /// The calls as the system calls they make (`mlprof summary --syscalls`).
     pub(crate) syscalls: SyscallView,
+    /// Call sites (`mlprof-collect --sites`), most total time first; empty without.
+    pub(crate) sites: Vec<sites::SiteRow>,
 }
 
 /// One process image: a process, or a program it exec'd into.
@@ -141,7 +144,9 @@ impl Summary {
                     for event in events {
                         tally.add(&meta, event);
                     }
+                    tally.sites.events(&meta, events);
                 }
+                Frame::EventSites(sites) => tally.sites.sites(&sites),
                 Frame::GpuActivity(records) => tally.timeline.add(&records),
                 _ => {}
             }
@@ -169,6 +174,7 @@ struct Tally {
     ranks: ranks::RankTally,
     syscalls: syscalls::SyscallTally,
     startup: startup::StartupTally,
+    sites: sites::SiteTally,
 }
 
 impl Default for Tally {
@@ -187,6 +193,7 @@ impl Default for Tally {
             ranks: Default::default(),
             syscalls: Default::default(),
             startup: Default::default(),
+            sites: Default::default(),
         }
     }
 }
@@ -353,6 +360,7 @@ impl Tally {
             nodes: meta.nodes.clone(),
             startup: std::mem::take(&mut self.startup).finish(&meta, start_ns, end_ns),
             syscalls: std::mem::take(&mut self.syscalls).finish(),
+            sites: std::mem::take(&mut self.sites).finish(&meta),
             command: meta.info.command,
             host: meta.info.host,
             clock_source: meta.info.clock_source,

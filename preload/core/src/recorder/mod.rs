@@ -20,6 +20,7 @@
 pub mod lane;
 pub mod lifecycle;
 pub mod session;
+pub mod sites;
 pub mod stamp;
 pub mod strings;
 
@@ -277,6 +278,15 @@ impl Span {
         event.kind = func as u16;
         event.pid = session::pid();
         event.tid = tid.unwrap_or_else(|| state.tid.get());
+        // `--sites`: the Python line of the call, by number, in the pid slot. Not for a trapped
+        // system call: its handler may have interrupted the interpreter mid-update.
+        if sites::enabled() && func != Func::TrappedSyscall {
+            let site = sites::current(self.ring, self.lane, &state);
+            if site != 0 {
+                event.pid = site;
+                event.flags |= mlprof_format::site::FLAG_SITE;
+            }
+        }
         event.start = self.start;
         event.dur = end.wrapping_sub(self.start);
         if failed {

@@ -199,6 +199,7 @@ fn try_join(first: bool, back: BackFn) -> Joined {
     let not_now = if config.launcher { Joined::Never } else { Joined::Later };
     CLOCK_EVENTS.store(config.clock_events, Ordering::Relaxed);
     TIMING_MASK.store(config.clock_timing_every as u64 - 1, Ordering::Relaxed);
+    super::sites::configure();
     // Said once, at the first try: a process waiting for its session's next collector is quiet.
     let say = |why: &[u8]| {
         if first && !config.quiet {

@@ -17,7 +17,7 @@ const BOTH: [ReadBy; 2] = [ReadBy::Mapping, ReadBy::Thread];
 fn spec(read_by: ReadBy, lookahead: usize) -> StreamSpec {
     StreamSpec {
         read_by,
-        wants: Wants { aggregates: true, drops: true, energy: true, gpu: true },
+        wants: Wants { aggregates: true, drops: true, energy: true, gpu: true, sites: true },
         strict: true,
         lookahead,
     }
@@ -46,9 +46,50 @@ fn pass_log(stream: &mut EventStream<'_>) -> Result<Vec<String>, PassError<Strin
             Item::Drops(_) => log.push("D".into()),
             Item::EnergyDevice(_) | Item::EnergySamples(_) => log.push("energy".into()),
             Item::Gpu(records) => log.push(format!("G{}", records.len())),
+            // Attached to their batch by the stream, never handed out.
+            Item::EventSites(_) => log.push("S".into()),
         }
     }
     Ok(log)
+}
+
+/// The sites frame after an events frame is the sites of that batch's records, by either
+/// way of reading; a batch without one has none.
+#[test]
+fn sites_come_with_their_batch() {
+    use mlprof_format::site::SiteInfo;
+    let path = std::env::temp_dir().join(format!("mlprof-report-stream-sites-{}.bin", std::process::id()));
+    let run = TempRun::new(path.clone());
+    let mut w = RunWriter::create(&path, &RunInfo { start_mono_ns: START, ..Default::default() }).unwrap();
+    w.write_process(&ProcessInfo { pid: 7, start_ns: START, ..Default::default() }).unwrap();
+    w.write_site(&SiteInfo { id: 4, line: 12, ..Default::default() }).unwrap();
+    let event = |at| Event {
+        kind: Func::Write as u16,
+        pid: 7,
+        tid: 7,
+        fd: -1,
+        start: START + at,
+        ..Default::default()
+    };
+    w.write_events_with_sites(&[event(1), event(2), event(3)], &[4, 0, 4]).unwrap();
+    w.write_events(&[event(4)]).unwrap();
+    w.finish(&RunEnd::default()).unwrap();
+    for read_by in BOTH {
+        let meta = RunMeta::load_metadata(run.path()).unwrap();
+        assert_eq!(meta.sites[&4].line, 12);
+        let sites = read_exactly(run.path(), &meta, &spec(read_by, LOOKAHEAD_EVENTS), |stream| {
+            let mut sites = Vec::new();
+            while let Some(item) = stream.next()? {
+                if let Item::Events(batch) = item {
+                    sites.push((0..batch.records().len()).map(|at| batch.site(at)).collect::<Vec<_>>());
+                    stream.recycle(batch);
+                }
+            }
+            Ok::<_, PassError<String>>(sites)
+        })
+        .unwrap();
+        assert_eq!(sites.value, [vec![4, 0, 4], vec![0]], "{read_by:?}");
+    }
 }
 
 fn read(path: &Path, spec: &StreamSpec) -> Result<Exact<Vec<String>>, String> {

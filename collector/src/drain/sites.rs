@@ -1,0 +1,93 @@
+//! Call sites (`--sites`): each process numbers its own sites and defines them once
+//! ([`mlprof_format::site`]); the run file gives each distinct (file, function, line) one
+//! run-wide id, so that the same line run by several processes (DataLoader workers) is one site.
+
+use rustc_hash::FxHashMap as HashMap;
+use std::io;
+
+use mlprof_format::record::Event;
+use mlprof_format::runfile::RunWriter;
+use mlprof_format::site::{SITE_NATIVE, SiteInfo};
+
+/// The sites met so far.
+#[derive(Default)]
+pub(super) struct Sites {
+    /// Run-wide id of each process's site number.
+    by_process: HashMap<(u32, u32), u32>,
+    /// Run-wide id of each distinct site.
+    by_content: HashMap<(u64, u64, u32, bool), u32>,
+    /// Records whose process named a site it had not defined (counted, left without one).
+    pub(super) undefined: u64,
+}
+
+impl Sites {
+    /// A [`mlprof_format::site::KIND_SITE_DEF`] of process `pid`: its number now stands for a
+    /// run-wide site, written to the run file the first time it is met.
+    pub(super) fn define(
+        &mut self,
+        writer: &mut RunWriter<impl io::Write>,
+        pid: u32,
+        record: &Event,
+    ) -> io::Result<()> {
+        let number = record.fd as u32;
+        if number == 0 {
+            return Ok(());
+        }
+        let native = record.flags & SITE_NATIVE != 0;
+        let key = (record.arg, record.arg2, record.extra, native);
+        let next = self.by_content.len() as u32 + 1;
+        let id = *self.by_content.entry(key).or_insert(next);
+        if id == next {
+            let address = if native { record.ret as u64 } else { 0 };
+            let site =
+                SiteInfo { id, file: record.arg, function: record.arg2, line: record.extra, native, address };
+            writer.write_site(&site)?;
+        }
+        self.by_process.insert((pid, number), id);
+        Ok(())
+    }
+
+    /// The run-wide id of process `pid`'s site `number` (0: none, or one it never defined).
+    #[inline]
+    pub(super) fn id(&mut self, pid: u32, number: u32) -> u32 {
+        match self.by_process.get(&(pid, number)) {
+            Some(&id) => id,
+            None => {
+                self.undefined += 1;
+                0
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mlprof_format::runfile::{Frame, RunEnd, RunInfo, RunReader};
+    use mlprof_format::site::KIND_SITE_DEF;
+
+    fn definition(number: i32, file: u64, line: u32) -> Event {
+        Event { kind: KIND_SITE_DEF, fd: number, arg: file, arg2: 9, extra: line, ..Event::default() }
+    }
+
+    #[test]
+    fn the_same_line_in_two_processes_is_one_site_written_once() {
+        let mut writer = RunWriter::new(Vec::new(), &RunInfo::default()).unwrap();
+        let mut sites = Sites::default();
+        // Two workers number the same line differently; a third line is a new site.
+        sites.define(&mut writer, 10, &definition(1, 100, 42)).unwrap();
+        sites.define(&mut writer, 11, &definition(5, 100, 42)).unwrap();
+        sites.define(&mut writer, 11, &definition(6, 100, 43)).unwrap();
+        assert_eq!((sites.id(10, 1), sites.id(11, 5), sites.id(11, 6)), (1, 1, 2));
+        assert_eq!((sites.id(10, 2), sites.undefined), (0, 1));
+        let bytes = writer.finish(&RunEnd::default()).unwrap();
+        let mut reader = RunReader::new(&bytes[..]).unwrap();
+        let mut written = Vec::new();
+        while let Some(frame) = reader.next_frame().unwrap() {
+            if let Frame::Site(site) = frame {
+                written.push((site.id, site.line));
+            }
+        }
+        assert_eq!(written, [(1, 42), (2, 43)]);
+    }
+}

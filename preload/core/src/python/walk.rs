@@ -1,0 +1,112 @@
+//! The hot path: from a thread state to its innermost Python frames, as (code object,
+//! instruction offset) pairs. A handful of dependent loads a frame; everything decoded later,
+//! once per code object and offset ([`super::code`]).
+
+use super::Frame;
+use super::layout::{FRAME_OWNED_BY_CSTACK, FrameKind, Layout, NONE, OB_TYPE};
+use super::memory::{Memory, plausible};
+
+/// What a walk found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Walked {
+    /// Frames written to the start of `out`.
+    pub count: usize,
+    /// The chain was cut short by something that cannot be a live frame (a pointer out of
+    /// range, a code object of another type, a loop): the frames before it are kept.
+    pub broken: bool,
+}
+
+/// The most frames one walk visits per frame asked for: C-owned frames (one per entry into
+/// the interpreter from C) are skipped, so a walk may visit more frames than it returns, but
+/// a loop in a damaged chain must end.
+const VISITS_PER_FRAME: usize = 4;
+/// A code offset beyond this is a damaged pointer, not bytecode (a code object of 256 MiB).
+const MAX_OFFSET: usize = 1 << 28;
+
+/// The innermost frames of the thread whose `PyThreadState` is at `tstate`, into `out`.
+/// `code_type` is the address of `PyCode_Type`: a frame's code object must have it, which
+/// both skips frames that run no Python code (3.13's `f_executable` may be another object)
+/// and keeps a damaged chain from being believed.
+#[inline]
+pub fn frames_of<M: Memory + ?Sized>(
+    mem: &M,
+    layout: &Layout,
+    code_type: usize,
+    tstate: usize,
+    out: &mut [Frame],
+) -> Walked {
+    let mut walked = Walked { count: 0, broken: false };
+    let Some(mut frame) = mem.u64(tstate.wrapping_add(layout.tstate_frame as usize)) else {
+        walked.broken = true;
+        return walked;
+    };
+    if layout.cframe_current != NONE && frame != 0 {
+        match mem.u64((frame as usize).wrapping_add(layout.cframe_current as usize)) {
+            Some(current) => frame = current,
+            None => {
+                walked.broken = true;
+                return walked;
+            }
+        }
+    }
+    let mut visits = out.len().saturating_mul(VISITS_PER_FRAME);
+    let mut frame = frame as usize;
+    while frame != 0 && walked.count < out.len() {
+        let step = visit(mem, layout, code_type, frame);
+        let Some((found, previous)) = step.filter(|_| visits > 0) else {
+            walked.broken = true;
+            break;
+        };
+        visits -= 1;
+        if let Some(found) = found
+            && let Some(slot) = out.get_mut(walked.count)
+        {
+            *slot = found;
+            walked.count += 1;
+        }
+        frame = previous;
+    }
+    walked
+}
+
+/// One frame: what it holds (`None` for a frame to skip) and its caller's address; `None`
+/// when it cannot be a live frame.
+#[inline(always)]
+fn visit<M: Memory + ?Sized>(
+    mem: &M,
+    layout: &Layout,
+    code_type: usize,
+    frame: usize,
+) -> Option<(Option<Frame>, usize)> {
+    if !plausible(frame) {
+        return None;
+    }
+    let at = |offset: u32| frame.wrapping_add(offset as usize);
+    let previous = mem.u64(at(layout.frame_previous))? as usize;
+    if layout.frame_owner != NONE && mem.u8(at(layout.frame_owner))? == FRAME_OWNED_BY_CSTACK {
+        // A frame C code pushed to call into the interpreter: no Python of its own.
+        return Some((None, previous));
+    }
+    let code = mem.pointer(at(layout.frame_code));
+    let is_code = code.and_then(|code| mem.u64(code.wrapping_add(OB_TYPE))) == Some(code_type as u64);
+    let code = match (code, is_code) {
+        (Some(code), true) => code,
+        // 3.13: the executable of a frame that runs no Python code (None, or a non-code
+        // object) is not a damaged chain.
+        _ if layout.minor >= 13 => return Some((None, previous)),
+        _ => return None,
+    };
+    let offset = match layout.kind {
+        // An index in 2-byte code units; -1 before the first instruction.
+        FrameKind::Object => (mem.u32(at(layout.frame_instr))? as i32).max(0) as usize * 2,
+        FrameKind::Interpreter => {
+            let instr = mem.u64(at(layout.frame_instr))? as usize;
+            // 3.11/3.12 point one unit before the code while the frame has not started.
+            instr.saturating_sub(code.wrapping_add(layout.code_start as usize))
+        }
+    };
+    if offset > MAX_OFFSET {
+        return None;
+    }
+    Some((Some(Frame { code, offset: offset as u32 }), previous))
+}

@@ -1,0 +1,190 @@
+//! Call sites (`mlprof-collect --sites`, `MLPROF_SITES=1`): each recorded call made while its
+//! thread runs Python carries the number of its innermost Python line ([`mlprof_format::site`]).
+//!
+//! A process numbers its sites itself: a fixed, lock-free table maps (code object, instruction
+//! offset) to the number, so a call from a line met before costs the frame reads and one probe;
+//! the first call from a line names it ([`crate::python::describe`]), sends its file and function
+//! strings once, and defines the number with a `KIND_SITE_DEF` record before the call's own.
+//! Entries are keyed by process and collector epoch too: a fork child, or a process that joined
+//! a new collector, defines its sites again (the collector maps each process's numbers to
+//! run-wide sites).
+//!
+//! Failure behaviour: no Python on the thread, a frame that does not look like one, a full
+//! table or a full lane → the call has no site (counted as [`missed`]); nothing here faults on
+//! a bad pointer (the reader checks before it follows one) or changes what the call returns.
+
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use mlprof_format::record::Event;
+use mlprof_format::ring::RingView;
+use mlprof_format::site::KIND_SITE_DEF;
+
+use super::{lane, session};
+use crate::guard::ThreadState;
+use crate::python;
+
+const TABLE_SLOTS: usize = 1 << 14;
+const MAX_PROBES: usize = 16;
+
+/// One (code object, offset) of one process in one collector epoch, and its number.
+struct Slot {
+    /// The code object's address (0: a free slot).
+    code: AtomicU64,
+    /// `offset << 32 | pid`.
+    offset_pid: AtomicU64,
+    /// What tells the code object at `code` is still the one named ([`python::identity`]): an
+    /// address can be reused once a code object is freed.
+    identity: AtomicU64,
+    /// `epoch << 32 | number` (number 0: being defined).
+    epoch_number: AtomicU64,
+}
+
+static TABLE: [Slot; TABLE_SLOTS] = [const {
+    Slot {
+        code: AtomicU64::new(0),
+        offset_pid: AtomicU64::new(0),
+        identity: AtomicU64::new(0),
+        epoch_number: AtomicU64::new(0),
+    }
+}; TABLE_SLOTS];
+
+/// The next number a process gives a site (a fork child goes on from its parent's: numbers
+/// only need to be distinct within a process).
+static NEXT_NUMBER: AtomicU32 = AtomicU32::new(1);
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+/// Calls made while sites were on that got none (no Python frame, a full table or lane).
+static MISSED: AtomicU64 = AtomicU64::new(0);
+
+/// Reads `MLPROF_SITES` (at join time).
+pub fn configure() {
+    let on =
+        crate::config::getenv(c"MLPROF_SITES").is_some_and(|v| !matches!(v, b"" | b"0" | b"off" | b"no"));
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Whether calls carry sites (one relaxed load on every recorded call).
+#[inline(always)]
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Calls that got no site while sites were on.
+pub fn missed() -> u64 {
+    MISSED.load(Ordering::Relaxed)
+}
+
+/// The site number of the calling thread's innermost Python line, defined on `lane` first when
+/// new; 0 when there is none. With the guard held (`in_hook`).
+#[inline]
+pub(super) fn current(ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
+    let mut frames = [python::Frame::default()];
+    if python::frames(&mut frames) == 0 {
+        MISSED.fetch_add(1, Ordering::Relaxed);
+        look_for_python();
+        return 0;
+    }
+    let frame = frames[0];
+    let (pid, epoch) = (session::pid(), session::epoch());
+    let offset_pid = (u64::from(frame.offset) << 32) | u64::from(pid);
+    let start = hash(frame.code, offset_pid) % TABLE_SLOTS;
+    for probe in 0..MAX_PROBES {
+        let Some(slot) = TABLE.get((start + probe) % TABLE_SLOTS) else { break };
+        let code = slot.code.load(Ordering::Acquire);
+        if code == 0 {
+            return define(slot, frame, offset_pid, ring, lane, state);
+        }
+        if code == frame.code as u64 && slot.offset_pid.load(Ordering::Acquire) == offset_pid {
+            let epoch_number = slot.epoch_number.load(Ordering::Acquire);
+            let number = epoch_number as u32;
+            if number != 0
+                && (epoch_number >> 32) as u32 == epoch
+                && slot.identity.load(Ordering::Relaxed) == python::identity(frame.code)
+            {
+                return number;
+            }
+            // Another epoch, a reused address, or a definition under way: define it again.
+            return redefine(slot, frame, ring, lane, state);
+        }
+    }
+    MISSED.fetch_add(1, Ordering::Relaxed);
+    0
+}
+
+/// Recorded calls, while no interpreter is found, before the next look for one.
+const CALLS_BETWEEN_LOOKS: u32 = 1 << 16;
+static CALLS_UNTIL_LOOK: AtomicU32 = AtomicU32::new(0);
+
+/// Looks for the interpreter (through the loader: `dlsym`, `dlopen(RTLD_NOLOAD)`) on the first
+/// call without frames, then once every [`CALLS_BETWEEN_LOOKS`] such calls while none is found
+/// (an embedding application may load Python late); never again once one is found or known
+/// unreadable. With the guard held: the loader's calls pass through our hooks.
+#[inline]
+fn look_for_python() {
+    if !matches!(python::status(), python::Status::NotFound) {
+        return;
+    }
+    if CALLS_UNTIL_LOOK.fetch_sub(1, Ordering::Relaxed) == 0 {
+        CALLS_UNTIL_LOOK.store(CALLS_BETWEEN_LOOKS, Ordering::Relaxed);
+        python::discover();
+    }
+}
+
+fn hash(code: usize, offset_pid: u64) -> usize {
+    let mixed = (code as u64 ^ offset_pid.rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (mixed >> 32) as usize
+}
+
+/// Claims a free slot for `frame` and defines its site (a thread that loses the race for the
+/// slot probes on next time; this call goes without a site).
+#[cold]
+fn define(
+    slot: &Slot,
+    frame: python::Frame,
+    offset_pid: u64,
+    ring: &RingView,
+    lane: u32,
+    state: &ThreadState,
+) -> u32 {
+    if slot.code.compare_exchange(0, frame.code as u64, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        MISSED.fetch_add(1, Ordering::Relaxed);
+        return 0;
+    }
+    slot.offset_pid.store(offset_pid, Ordering::Release);
+    redefine(slot, frame, ring, lane, state)
+}
+
+/// Names `frame`'s site on the lane under a new number and stores it in `slot` (claimed).
+#[cold]
+fn redefine(slot: &Slot, frame: python::Frame, ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
+    let (mut file, mut function) = ([0u8; 1024], [0u8; 256]);
+    let Some(described) = python::describe(frame, &mut file, &mut function) else {
+        MISSED.fetch_add(1, Ordering::Relaxed);
+        return 0;
+    };
+    let (pid, tid) = (session::pid(), state.tid.get());
+    let file = file.get(..described.file_len).unwrap_or_default();
+    let function = function.get(..described.func_len).unwrap_or_default();
+    let (file_id, function_id) = (mlprof_format::string_id(file), mlprof_format::string_id(function));
+    let number = NEXT_NUMBER.fetch_add(1, Ordering::Relaxed);
+    let definition = Event {
+        kind: KIND_SITE_DEF,
+        pid,
+        tid,
+        fd: number as i32,
+        arg: file_id,
+        arg2: function_id,
+        extra: described.line,
+        ..Event::default()
+    };
+    let sent = lane::send_string(ring, lane, pid, tid, file_id, file)
+        && lane::send_string(ring, lane, pid, tid, function_id, function)
+        && ring.push(lane, &definition);
+    if !sent {
+        MISSED.fetch_add(1, Ordering::Relaxed);
+        return 0;
+    }
+    slot.identity.store(python::identity(frame.code), Ordering::Relaxed);
+    slot.epoch_number.store((u64::from(session::epoch()) << 32) | u64::from(number), Ordering::Release);
+    number
+}

@@ -1,0 +1,100 @@
+//! Call sites (`mlprof-collect --sites`): the Python line of every recorded call, read from
+//! the calling thread's own frames by the real library under the real CPython of the test
+//! environment (tests/scripts/sites.py: known numbers of calls at marked lines, from a
+//! function, a method, a generator, a comprehension, a thread, and fork and spawn workers).
+
+use mlprof_tests::*;
+use serde_json::Value;
+
+/// The line of each `# site: NAME` mark in `script`.
+fn marks(script: &std::path::Path) -> std::collections::HashMap<String, u64> {
+    let text = std::fs::read_to_string(script).unwrap();
+    text.lines()
+        .enumerate()
+        .filter_map(|(at, line)| {
+            line.split("# site: ").nth(1).map(|name| (name.trim().to_string(), at as u64 + 1))
+        })
+        .collect()
+}
+
+/// Every call made at `line` of the script, from `function`, all functions together.
+fn calls_at(sites: &[Value], file: &str, line: u64, function: &str) -> Option<u64> {
+    let site = sites.iter().find(|s| s["file"] == file && s["line"] == line && s["function"] == function)?;
+    Some(site["calls"].as_object()?.values().map(|c| c["count"].as_u64().unwrap_or(0)).sum())
+}
+
+#[test]
+fn every_call_names_the_python_line_that_made_it() {
+    const N: u64 = 7;
+    let dir = TempDir::new("sites");
+    let script = script("sites.py");
+    let out = dir.join("run.bin");
+    let cmd = [python().display().to_string(), script.display().to_string(), dir.str(), N.to_string()];
+    let o = run_collect(&out, &["--sites"], &cmd);
+    assert!(o.status.success(), "mlprof-collect --sites failed\n{}", describe(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let comprehension = stdout.split("comprehension_function=").nth(1).and_then(|s| s.split(' ').next());
+    let comprehension = comprehension.expect("the script's report line").to_string();
+    let summary = clean_summary(&out);
+    let sites = summary.json["sites"].as_array().cloned().unwrap_or_default();
+    let file = script.display().to_string();
+    let mark = marks(&script);
+    let mut e = summary.expect();
+    // (mark, function, calls): each line's stat or read calls, exactly; the worker line ran in a
+    // fork child and in a spawned interpreter, one site for both.
+    let want = [
+        ("function", "stat_loop", N + 1),
+        ("method", "Reader.read_bytes", N + 2),
+        ("generator", "sizes", N),
+        ("comprehension", comprehension.as_str(), N),
+        ("thread", "in_thread", N + 4),
+        ("worker", "worker", 2 * (N + 3)),
+    ];
+    for (name, function, count) in want {
+        let line = mark[name];
+        let got = calls_at(&sites, &file, line, function);
+        e.that(
+            format_args!("{name}: {file}:{line} {function}: {got:?} calls, want {count}"),
+            got == Some(count),
+        );
+    }
+    // Interpreter start-up is Python too (frozen importlib), and it ran before the script.
+    e.that(
+        format_args!("start-up sites {}", sites.len()),
+        sites.iter().any(|s| s["file"].as_str().is_some_and(|f| f.starts_with("<frozen importlib"))),
+    );
+    e.finish();
+
+    // The text view names the lines; the Parquet export carries them per call.
+    let mut c = std::process::Command::new(&bins().mlprof);
+    c.args(["summary", "--sites", "--top", "200", &out.display().to_string()]);
+    let o = output_with_timeout(c, default_timeout());
+    let text = String::from_utf8_lossy(&o.stdout);
+    let stat_line = format!("{file}:{} stat_loop — ", mark["function"]);
+    assert!(o.status.success() && text.contains(&stat_line), "no {stat_line:?} in\n{text}");
+    if !require_python_modules(&["duckdb"]) {
+        return;
+    }
+    let parquet = dir.join("parquet");
+    let mut c = std::process::Command::new(&bins().mlprof);
+    c.args(["export", "--parquet", &parquet.display().to_string(), &out.display().to_string()]);
+    let o = output_with_timeout(c, default_timeout());
+    assert!(o.status.success(), "mlprof export failed\n{}", describe(&o));
+    let query = format!(
+        "import duckdb, json\n\
+         rows = duckdb.sql(\"select site_function, site_line, count(*) \
+         from read_parquet('{}/events/**/*.parquet', hive_partitioning=true) \
+         where site_file = '{file}' and site_function in ('stat_loop', 'worker') \
+         group by all order by 1\").fetchall()\n\
+         print(json.dumps(rows))",
+        parquet.display()
+    );
+    let mut c = std::process::Command::new(python());
+    c.args(["-c", &query]);
+    let o = output_with_timeout(c, default_timeout());
+    assert!(o.status.success(), "duckdb query failed\n{}", describe(&o));
+    let rows: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let want =
+        serde_json::json!([["stat_loop", mark["function"], N + 1], ["worker", mark["worker"], 2 * (N + 3)]]);
+    assert_eq!(rows, want);
+}
