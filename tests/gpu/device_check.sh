@@ -16,7 +16,7 @@ mkdir -p "$out"
 export MLPROF_GPU_KEEP="$out"
 log="$out/device_check.log"
 status=0
-parts=",${DEVICE_CHECK_PARTS:-timeline_check,nvml_cost,cuda_check,cuda_check_all_syscalls,energy_check,torch_step_cost,torch_cuda_overhead},"
+parts=",${DEVICE_CHECK_PARTS:-timeline_check,sites_check,nvml_cost,cuda_check,cuda_check_all_syscalls,energy_check,torch_step_cost,torch_cuda_overhead},"
 part() {  # part NAME TIMEOUT_S CMD...
   local name="$1" limit="$2"; shift 2
   case "$parts" in *",$name,"*) ;; *) echo "===== $name: not asked for (DEVICE_CHECK_PARTS)"; return;; esac
@@ -33,6 +33,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv
 "$MLPROF_BIN_DIR/mlprof-collect" --version
 # The GPU timeline (issue 35) first: never run on a GPU yet (about 6 minutes).
 part timeline_check 420 tests/gpu/timeline_check.sh
+# Call sites (issue 36) under the machine's CPython (3.12 on the H200 image): a few seconds.
+part sites_check 60 "$PYTHON" tests/gpu/sites_check.py --bin-dir "$MLPROF_BIN_DIR" "$PYTHON"
 part nvml_cost 60 "$PYTHON" tests/gpu/nvml_cost.py --calls 60
 part cuda_check 150 tests/gpu/cuda_check.sh
 MLPROF_COLLECT_ARGS=--all-syscalls part cuda_check_all_syscalls 150 tests/gpu/cuda_check.sh

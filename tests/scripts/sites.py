@@ -60,9 +60,13 @@ def main():
         process.start()
         process.join()
         assert process.exitcode == 0, (method, process.exitcode)
-    # Comprehensions are code objects of their own before 3.12 (PEP 709 inlined them).
+    # Comprehensions are code objects of their own before 3.12 (PEP 709 inlined them); code
+    # objects have qualified names from 3.11 (before, the bare name).
+    qualified = sys.version_info >= (3, 11)
     comprehension = "main" if sys.version_info >= (3, 12) else "main.<locals>.<listcomp>"
-    print(f"comprehension_function={comprehension} files={len(stats)} bytes={total}")
+    comprehension = comprehension if qualified else "<listcomp>"
+    method = "Reader.read_bytes" if qualified else "read_bytes"
+    print(f"comprehension_function={comprehension} method_function={method} files={len(stats)} bytes={total}")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,8 @@ fn every_call_names_the_python_line_that_made_it() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     let comprehension = stdout.split("comprehension_function=").nth(1).and_then(|s| s.split(' ').next());
     let comprehension = comprehension.expect("the script's report line").to_string();
+    let method = stdout.split("method_function=").nth(1).and_then(|s| s.split(' ').next());
+    let method = method.expect("the script's report line").to_string();
     let summary = clean_summary(&out);
     let sites = summary.json["sites"].as_array().cloned().unwrap_or_default();
     let file = script.display().to_string();
@@ -44,7 +46,7 @@ fn every_call_names_the_python_line_that_made_it() {
     // fork child and in a spawned interpreter, one site for both.
     let want = [
         ("function", "stat_loop", N + 1),
-        ("method", "Reader.read_bytes", N + 2),
+        ("method", method.as_str(), N + 2),
         ("generator", "sizes", N),
         ("comprehension", comprehension.as_str(), N),
         ("thread", "in_thread", N + 4),
