@@ -74,6 +74,20 @@ fn every_call_names_the_python_line_that_made_it() {
     let text = String::from_utf8_lossy(&o.stdout);
     let stat_line = format!("{file}:{} stat_loop — ", mark["function"]);
     assert!(o.status.success() && text.contains(&stat_line), "no {stat_line:?} in\n{text}");
+    // Each call's slice in the trace carries its site as arguments.
+    let trace = dir.join("trace.json");
+    let mut c = std::process::Command::new(&bins().mlprof);
+    c.args(["convert", "-o", &trace.display().to_string(), &out.display().to_string()]);
+    let o = output_with_timeout(c, default_timeout());
+    assert!(o.status.success(), "mlprof convert failed\n{}", describe(&o));
+    let trace: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().cloned().unwrap_or_default();
+    let at_stat_loop = events
+        .iter()
+        .filter(|e| e["args"]["site_function"] == "stat_loop" && e["args"]["site_line"] == mark["function"])
+        .filter(|e| e["args"]["site_file"] == file.as_str())
+        .count() as u64;
+    assert_eq!(at_stat_loop, N + 1, "slices carrying stat_loop's site");
     if !require_python_modules(&["duckdb"]) {
         return;
     }

@@ -22,7 +22,7 @@ pub(super) fn write<W: TraceWriter>(
     kind: Kind,
     event: &Event,
     thread: ThreadState,
-    path: Option<PathIndex>,
+    (path, site): (Option<PathIndex>, u32),
 ) -> io::Result<()> {
     let Kind { func, api, .. } = kind;
     let (name, category) = match c.function_texts.get(event.kind as usize).copied().flatten() {
@@ -39,6 +39,9 @@ pub(super) fn write<W: TraceWriter>(
     let mut shape = ArgShape::NONE;
     if api == Api::Libc {
         shape = libc_args(c, learned, kind, event, path, &mut args);
+        if site != 0 {
+            shape = site_args(c, site, shape, &mut args);
+        }
     } else {
         let call = GpuCall::from_event(event);
         dimensions = [call.grid(), call.block()].map(|(x, y, z)| [x, y, z].map(u64::from));
@@ -160,6 +163,22 @@ fn libc_args<W: TraceWriter>(
         args.push("path", ArgValue::Interned(path));
     }
     shape(path.is_some())
+}
+
+/// The call site's arguments (`--sites`): `site_file`, `site_line`, `site_function`; the shape
+/// with its site bit set (the keys then include them).
+fn site_args<W: TraceWriter>(
+    c: &mut Converter<'_, W>,
+    site: u32,
+    shape: ArgShape,
+    args: &mut ArgList<'_, MAX_ARGS>,
+) -> ArgShape {
+    let Some(info) = c.meta.sites.get(&site) else { return shape };
+    let (file, function, line) = (info.file, info.function, info.line);
+    args.push("site_file", ArgValue::Interned(c.text(Text::Run(file))));
+    args.push("site_line", ArgValue::UInt(line.into()));
+    args.push("site_function", ArgValue::Interned(c.text(Text::Run(function))));
+    ArgShape(shape.0 | 1 << 30)
 }
 
 /// Arguments of a CUDA/NCCL call (see `GpuCall` for where each field lives).

@@ -163,11 +163,11 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         Ok(())
     }
 
-    /// Writes a batch of events; `paths`: the path indexes the stream noted for it; `learned`:
-    /// the fds it learned.
+    /// Writes a batch of events (with their call sites, if any); `paths`: the path indexes the
+    /// stream noted for it; `learned`: the fds it learned.
     pub(super) fn events(
         &mut self,
-        batch: &[Event],
+        (batch, sites): (&[Event], &[u32]),
         mut paths: Paths<'_>,
         learned: &mut Learned,
         outcome: &mut Outcome,
@@ -175,7 +175,7 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         close: &mut dyn FnMut(usize, W) -> io::Result<()>,
     ) -> Result<(), PassError<ConvertError>> {
         let options = self.options;
-        for event in batch {
+        for (at, event) in batch.iter().enumerate() {
             let Some(kind) = kind_of(event.kind) else {
                 continue;
             };
@@ -199,7 +199,8 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
             if kind.api == Api::Itt {
                 itt::write(self, kind.func, event, thread.handle)?;
             } else {
-                calls::write(self, learned, kind, event, thread, path)?;
+                let site = sites.get(at).copied().unwrap_or(0);
+                calls::write(self, learned, kind, event, thread, (path, site))?;
             }
             self.in_part += 1;
             outcome.events += 1;

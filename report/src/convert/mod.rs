@@ -122,7 +122,7 @@ fn convert_looking_ahead<W: TraceWriter>(
             drops: true,
             energy: options.only.energy,
             gpu: options.only.gpu,
-            sites: false,
+            sites: true,
         },
         strict: false,
         lookahead,
@@ -160,7 +160,7 @@ fn convert_pass<W: TraceWriter>(
         match item {
             Item::Events(batch) => {
                 converter.events(
-                    batch.records(),
+                    (batch.records(), batch.sites()),
                     batch.paths(),
                     stream.learned(),
                     &mut outcome,

@@ -89,6 +89,11 @@ impl Batch<'_> {
         self.in_place.unwrap_or(&self.events)
     }
 
+    /// The call sites of the records, by index (empty: none has one, or the pass did not ask).
+    pub(crate) fn sites(&self) -> &[u32] {
+        &self.sites
+    }
+
     /// The call site of record `at` (0: none), when the pass asked for sites.
     #[inline]
     pub(crate) fn site(&self, at: usize) -> u32 {
