@@ -74,6 +74,28 @@ fn every_call_names_the_python_line_that_made_it() {
     let text = String::from_utf8_lossy(&o.stdout);
     let stat_line = format!("{file}:{} stat_loop — ", mark["function"]);
     assert!(o.status.success() && text.contains(&stat_line), "no {stat_line:?} in\n{text}");
+    // The file table names the lines that spent most time on each file: f3.txt only saw the
+    // worker's stats (and its creation in main).
+    let f3 = dir.file("f3.txt");
+    let row =
+        summary.json["files"].as_array().and_then(|files| files.iter().find(|f| f["path"] == f3.as_str()));
+    let named: Vec<(String, u64)> = row
+        .and_then(|f| f["sites"].as_array())
+        .map(|sites| {
+            sites
+                .iter()
+                .map(|s| (s["function"].as_str().unwrap_or("").to_string(), s["calls"].as_u64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(named.contains(&("worker".to_string(), 2 * (N + 3))), "f3.txt's sites: {named:?}");
+    // The report's Calls section lists the sites.
+    let page = dir.join("report.html");
+    let mut c = std::process::Command::new(&bins().mlprof);
+    c.args(["report", &out.display().to_string(), "-o", &page.display().to_string()]);
+    let o = output_with_timeout(c, default_timeout());
+    let html = std::fs::read_to_string(&page).unwrap_or_default();
+    assert!(o.status.success() && html.contains("By call site (--sites)"), "no call sites in the report");
     // Each call's slice in the trace carries its site as arguments.
     let trace = dir.join("trace.json");
     let mut c = std::process::Command::new(&bins().mlprof);

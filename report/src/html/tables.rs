@@ -43,7 +43,7 @@ impl Page {
                 (path, cells)
             })
             .collect();
-        let headers = [
+        let mut headers = vec![
             ("path", false),
             ("opens", true),
             ("calls", true),
@@ -51,6 +51,14 @@ impl Page {
             ("written", true),
             ("time", true),
         ];
+        // With call sites (`--sites`): the Python line that spent most time on each file.
+        let mut rows = rows;
+        if files.iter().take(TOP).any(|f| f["sites"].as_array().is_some_and(|s| !s.is_empty())) {
+            headers.push(("made most by", false));
+            for ((_, cells), f) in rows.iter_mut().zip(files) {
+                cells.push(text_cell(&site_label(&f["sites"][0])));
+            }
+        }
         self.table("files-table", &headers, &rows);
         self.end_section();
     }
@@ -178,7 +186,46 @@ impl Page {
         let headers =
             [("function", false), ("calls", true), ("errors", true), ("time", true), ("bytes", true)];
         self.table("calls-table", &headers, &rows);
+        self.call_sites(s);
         self.end_section();
+    }
+
+    /// The top call sites (`mlprof-collect --sites`), if the run has them.
+    fn call_sites(&mut self, s: &Value) {
+        let empty = Vec::new();
+        let sites = s["sites"].as_array().unwrap_or(&empty);
+        if sites.is_empty() {
+            return;
+        }
+        let _ = write!(
+            self.out,
+            r#"<h3>By call site (--sites)</h3><p class="note">{} Python lines made calls; most time first, each with its mix of calls.</p>"#,
+            sites.len()
+        );
+        let rows: Vec<(String, Vec<String>)> = sites
+            .iter()
+            .take(TOP)
+            .map(|site| {
+                let calls = site["calls"].as_object();
+                let total = |key: &str| calls.map_or(0, |c| c.values().map(|v| u(&v[key])).sum::<u64>());
+                let mut mix: Vec<(&String, u64)> =
+                    calls.map(|c| c.iter().map(|(n, v)| (n, u(&v["count"]))).collect()).unwrap_or_default();
+                mix.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+                let mix: Vec<String> = mix.iter().map(|(n, count)| format!("{count} {n}")).collect();
+                let label = site_label(site);
+                let cells = vec![
+                    text_cell(&label),
+                    text_cell(&mix.join(", ")),
+                    num("count", total("count"), &total("count").to_string()),
+                    num("total_ns", total("total_ns"), &format_ns(total("total_ns"))),
+                    num("bytes", total("bytes"), &format_bytes(total("bytes"))),
+                ];
+                (label, cells)
+            })
+            .collect();
+        let headers =
+            [("site", false), ("calls made", false), ("calls", true), ("time", true), ("bytes", true)];
+        self.table("sites-table", &headers, &rows);
     }
 
     pub(super) fn gpu(&mut self, s: &Value) {
@@ -382,5 +429,13 @@ pub(super) fn truncate_left(text: &str, max: usize) -> String {
         text.to_string()
     } else {
         format!("…{}", text.chars().skip(count - max + 1).collect::<String>())
+    }
+}
+
+/// `file:line function` of a site object of the summary JSON (empty for null).
+fn site_label(site: &Value) -> String {
+    match site["file"].as_str() {
+        Some(file) => format!("{file}:{} {}", u(&site["line"]), site["function"].as_str().unwrap_or("")),
+        None => String::new(),
     }
 }

@@ -128,6 +128,7 @@ fn file(f: &FileRow) -> Value {
         "bytes_written": f.bytes_written,
         "total_ns": f.total_ns,
         "by_call": f.by_call,
+        "sites": f.sites,
     })
 }
 

@@ -124,6 +124,9 @@ pub(crate) struct FileRow {
     pub(crate) bytes_written: u64,
     pub(crate) total_ns: u64,
     pub(crate) by_call: BTreeMap<&'static str, u64>,
+    /// The sites that made the most of its calls' time (`--sites`), at most
+    /// [`sites::SITES_PER_FILE`].
+    pub(crate) sites: Vec<sites::FileSite>,
 }
 
 use crate::gpu_timeline::TimelineTally;
@@ -141,10 +144,10 @@ impl Summary {
         while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
             match frame {
                 Frame::Events(events) => {
+                    tally.sites.events_frame();
                     for event in events {
                         tally.add(&meta, event);
                     }
-                    tally.sites.events(&meta, events);
                 }
                 Frame::EventSites(sites) => tally.sites.sites(&sites),
                 Frame::GpuActivity(records) => tally.timeline.add(&records),
@@ -202,6 +205,7 @@ impl Tally {
     fn add(&mut self, meta: &RunMeta, event: &mlprof_format::record::Event) {
         let Some(func) = Func::from_id(event.kind) else {
             self.unknown_events += 1;
+            self.sites.note_unknown(meta, event);
             return;
         };
         self.events += 1;
@@ -226,8 +230,9 @@ impl Tally {
         let image = meta.image_at(event.pid, event.start).unwrap_or(0);
         self.ranks.add(meta, func, event, image);
         self.by_image_and_func.entry((event.pid, image, event.kind)).or_default().add(&stats);
+        let path = path.map(|path_id| self.absolute(meta, func, event, path_id));
+        self.sites.note(meta, event, &stats, path.unwrap_or(0));
         if let Some(path_id) = path {
-            let path_id = self.absolute(meta, func, event, path_id);
             let file = self.files.entry(path_id).or_default();
             file.calls += 1;
             file.total_ns += event.dur;
@@ -326,10 +331,12 @@ impl Tally {
         });
 
         let joined = std::mem::take(&mut self.joined);
+        let mut file_sites = self.sites.file_sites(&meta);
         let mut files: Vec<FileRow> = std::mem::take(&mut self.files)
             .into_iter()
             .map(|(id, row)| FileRow {
                 path: joined.get(&id).cloned().unwrap_or_else(|| meta.string(id)),
+                sites: file_sites.remove(&id).unwrap_or_default(),
                 ..row
             })
             .collect();
@@ -360,7 +367,7 @@ impl Tally {
             nodes: meta.nodes.clone(),
             startup: std::mem::take(&mut self.startup).finish(&meta, start_ns, end_ns),
             syscalls: std::mem::take(&mut self.syscalls).finish(),
-            sites: std::mem::take(&mut self.sites).finish(&meta),
+            sites: self.sites.finish(&meta),
             command: meta.info.command,
             host: meta.info.host,
             clock_source: meta.info.clock_source,

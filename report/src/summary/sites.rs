@@ -25,47 +25,88 @@ pub(crate) struct SiteRow {
     pub(crate) total: CallStats,
 }
 
+/// A site that made calls on one file.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct FileSite {
+    pub(crate) file: String,
+    pub(crate) line: u32,
+    pub(crate) function: String,
+    pub(crate) calls: u64,
+    pub(crate) total_ns: u64,
+}
+
 /// The calls of an events frame waiting for the sites frame after it, and the sites' tallies.
 #[derive(Default)]
 pub(super) struct SiteTally {
-    /// (function id, stats) of each event of the last events frame (only while the run has
-    /// sites).
-    pending: Vec<(u16, CallStats)>,
+    /// (function id, stats, file's path id or 0) of each event of the events frame being read
+    /// (only while the run has sites).
+    pending: Vec<(u16, CallStats, u64)>,
     by_site: HashMap<(u32, u16), CallStats>,
+    /// Per (file's path id, site): the calls on that file made there.
+    by_file: HashMap<(u64, u32), CallStats>,
 }
 
+/// Sites named per file in the file table.
+pub(crate) const SITES_PER_FILE: usize = 3;
+
 impl SiteTally {
-    /// A new events frame: its calls wait for their sites.
-    pub(super) fn events(&mut self, meta: &RunMeta, events: &[Event]) {
+    /// A new events frame begins: the calls noted for the last one had no sites frame.
+    pub(super) fn events_frame(&mut self) {
         self.pending.clear();
-        if meta.sites.is_empty() {
-            return;
-        }
-        self.pending.extend(events.iter().map(|event| {
-            let stats = Func::from_id(event.kind).map_or_else(CallStats::default, |func| CallStats {
-                count: 1,
-                errors: event.is_error() as u64,
-                total_ns: event.dur,
-                bytes: crate::run::bytes_moved(func, event),
-            });
-            (event.kind, stats)
-        }));
     }
 
-    /// The sites of the last events frame's calls.
+    /// One event of the frame being read (in order), on file `path` (0: none).
+    #[inline]
+    pub(super) fn note(&mut self, meta: &RunMeta, event: &Event, stats: &CallStats, path: u64) {
+        if !meta.sites.is_empty() {
+            self.pending.push((event.kind, *stats, path));
+        }
+    }
+
+    /// An event of unknown function (kept in step with the frame).
+    pub(super) fn note_unknown(&mut self, meta: &RunMeta, event: &Event) {
+        if !meta.sites.is_empty() {
+            self.pending.push((event.kind, CallStats::default(), 0));
+        }
+    }
+
+    /// The sites of the events frame just read.
     pub(super) fn sites(&mut self, sites: &[u32]) {
-        for (&(kind, stats), &site) in self.pending.iter().zip(sites) {
+        for (&(kind, stats, path), &site) in self.pending.iter().zip(sites) {
             if site != 0 && stats.count > 0 {
                 self.by_site.entry((site, kind)).or_default().add(&stats);
+                if path != 0 {
+                    self.by_file.entry((path, site)).or_default().add(&stats);
+                }
             }
         }
         self.pending.clear();
     }
 
+    /// The top sites of each file (by path id), most time first.
+    pub(super) fn file_sites(&self, meta: &RunMeta) -> HashMap<u64, Vec<FileSite>> {
+        let mut out: HashMap<u64, Vec<FileSite>> = HashMap::default();
+        for (&(path, site), stats) in &self.by_file {
+            let Some(info) = meta.sites.get(&site) else { continue };
+            out.entry(path).or_default().push(FileSite {
+                file: meta.string(info.file),
+                line: info.line,
+                function: if info.function == 0 { String::new() } else { meta.string(info.function) },
+                calls: stats.count,
+                total_ns: stats.total_ns,
+            });
+        }
+        for sites in out.values_mut() {
+            sites.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then((&a.file, a.line).cmp(&(&b.file, b.line))));
+            sites.truncate(SITES_PER_FILE);
+        }
+        out
+    }
+
     /// The sites, most total time first.
-    pub(super) fn finish(self, meta: &RunMeta) -> Vec<SiteRow> {
+    pub(super) fn finish(&mut self, meta: &RunMeta) -> Vec<SiteRow> {
         let mut rows: HashMap<u32, SiteRow> = HashMap::default();
-        for ((site, kind), stats) in self.by_site {
+        for ((site, kind), stats) in std::mem::take(&mut self.by_site) {
             let (Some(info), Some(func)) = (meta.sites.get(&site), Func::from_id(kind)) else { continue };
             let row = rows.entry(site).or_insert_with(|| SiteRow {
                 file: meta.string(info.file),
