@@ -136,3 +136,33 @@ fn every_call_names_the_python_line_that_made_it() {
         serde_json::json!([["stat_loop", mark["function"], N + 1], ["worker", mark["worker"], 2 * (N + 3)]]);
     assert_eq!(rows, want);
 }
+
+/// `mlprof diff` compares two runs site by site: the same line with more calls in B.
+#[test]
+fn diff_compares_runs_by_call_site() {
+    let dir = TempDir::new("sites-diff");
+    let script = script("sites.py");
+    let run_with = |n: u64| {
+        let out = dir.join(format!("run{n}.bin"));
+        let folder = dir.join(format!("files{n}"));
+        std::fs::create_dir_all(&folder).unwrap();
+        let cmd = [
+            python().display().to_string(),
+            script.display().to_string(),
+            folder.display().to_string(),
+            n.to_string(),
+        ];
+        let o = run_collect(&out, &["--sites"], &cmd);
+        assert!(o.status.success(), "mlprof-collect --sites failed\n{}", describe(&o));
+        out
+    };
+    let (a, b) = (run_with(5), run_with(7));
+    let mut c = std::process::Command::new(&bins().mlprof);
+    c.args(["diff", "--json", &a.display().to_string(), &b.display().to_string()]);
+    let o = output_with_timeout(c, default_timeout());
+    assert!(o.status.success(), "mlprof diff failed\n{}", describe(&o));
+    let diff: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let key = format!("{}:{} stat_loop", script.display(), marks(&script)["function"]);
+    let row = &diff["sites"][&key];
+    assert_eq!((row["a"]["count"].as_u64(), row["b"]["count"].as_u64()), (Some(6), Some(8)), "{key}: {row}");
+}

@@ -1,6 +1,6 @@
 //! `mlprof diff --json`: `{"runs": {"a", "b"}, "calls": {"<function>": {"a": {"count",
 //! "total_ns", "bytes"}, "b": {…}}}, "spans": {"<name>": {"a": {"count", "total_ns"}, "b"}},
-//! "files": {"<path>": …}, "ranks": {"<rank or main index>": …}, "data_pipeline": {"a", "b"},
+//! "files": {"<path>": …}, "sites": {"<file>:<line> <function>": …}, "ranks": {"<rank or main index>": …}, "data_pipeline": {"a", "b"},
 //! "energy": {"a", "b"}}`; a side missing from one run has zeros (`null` for the pipeline and
 //! energy of a run without them).
 
@@ -42,6 +42,7 @@ pub fn render(diff: &Diff) -> Value {
         "calls": table(&diff.calls, true),
         "spans": table(&diff.spans, false),
         "files": table(&diff.files, true),
+        "sites": table(&diff.sites, true),
         "ranks": ranks,
         "data_pipeline": {"a": pipeline(&diff.a.pipeline), "b": pipeline(&diff.b.pipeline)},
         "energy": {"a": energy(&diff.a.energy), "b": energy(&diff.b.energy)},

@@ -106,6 +106,8 @@ pub struct Diff {
     pub(crate) calls: Vec<Row>,
     pub(crate) spans: Vec<Row>,
     pub(crate) files: Vec<Row>,
+    /// Call sites (`--sites`) by `file:line function`; empty when neither run has sites.
+    pub(crate) sites: Vec<Row>,
     pub(crate) ranks: Vec<RankRow>,
 }
 
@@ -189,7 +191,8 @@ fn rank_key(index: usize, main: &MainActivity) -> String {
 
 impl Diff {
     pub fn compute(a: &RunFigures, b: &RunFigures) -> Diff {
-        let (mut calls, mut spans, mut files) = (Sides::new(), Sides::new(), Sides::new());
+        let (mut calls, mut spans, mut files, mut sites) =
+            (Sides::new(), Sides::new(), Sides::new(), Sides::new());
         let mut ranks: BTreeMap<String, (Option<MainActivity>, Option<MainActivity>)> = BTreeMap::new();
         for (is_b, run) in [(false, a), (true, b)] {
             let s = &run.summary;
@@ -217,6 +220,16 @@ impl Diff {
                     Side { count: f.calls, total_ns: f.total_ns, bytes: f.bytes_read + f.bytes_written };
                 add(&mut files, f.path.clone(), is_b, side);
             }
+            for site in &s.sites {
+                let label = format!("{}:{} {}", site.file, site.line, site.function);
+                let total = &site.total;
+                add(
+                    &mut sites,
+                    label,
+                    is_b,
+                    Side { count: total.count, total_ns: total.total_ns, bytes: total.bytes },
+                );
+            }
             for (index, main) in run.activity.mains.iter().enumerate() {
                 let entry = ranks.entry(rank_key(index, main)).or_default();
                 *(if is_b { &mut entry.1 } else { &mut entry.0 }) = Some(main.clone());
@@ -235,7 +248,15 @@ impl Diff {
             .collect();
         // Ranks in numeric order: a run's ranks are few and their order means something.
         ranks.sort_by_key(|r| (r.row.name.parse::<u64>().unwrap_or(u64::MAX), r.row.name.clone()));
-        Diff { a: a.side(), b: b.side(), calls: rows(calls), spans: rows(spans), files: rows(files), ranks }
+        Diff {
+            a: a.side(),
+            b: b.side(),
+            calls: rows(calls),
+            spans: rows(spans),
+            files: rows(files),
+            sites: rows(sites),
+            ranks,
+        }
     }
 }
 

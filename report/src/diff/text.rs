@@ -69,6 +69,9 @@ pub fn write(diff: &Diff, top: usize, out: &mut dyn Write) -> io::Result<()> {
     table("Calls", "function", &diff.calls, true, top, out)?;
     table("Spans (ops, phases, DataLoader, transforms)", "name", &diff.spans, false, top, out)?;
     table("Files", "path", &diff.files, true, top, out)?;
+    if !diff.sites.is_empty() {
+        table("Call sites (--sites)", "site", &diff.sites, true, top, out)?;
+    }
     Ok(())
 }
 
