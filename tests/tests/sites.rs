@@ -166,3 +166,53 @@ fn diff_compares_runs_by_call_site() {
     let row = &diff["sites"][&key];
     assert_eq!((row["a"]["count"].as_u64(), row["b"]["count"].as_u64()), (Some(6), Some(8)), "{key}: {row}");
 }
+
+/// The count of `call` at `line` of `file`, over every function there (a comprehension's calls
+/// are its own code object's before 3.12).
+fn call_count_at(sites: &[Value], file: &str, line: u64, call: &str) -> u64 {
+    sites
+        .iter()
+        .filter(|s| s["file"] == file && s["line"] == line)
+        .filter_map(|s| s["calls"][call]["count"].as_u64())
+        .sum()
+}
+
+/// A directory scan, an `open().read()` loop and PIL image opens in DataLoader workers started
+/// with fork and with spawn (tests/scripts/sites_data.py, real PyTorch and PIL): exact calls at
+/// each line, the workers' opens at PIL's own line (the innermost Python frame).
+#[test]
+fn a_scan_a_read_loop_and_dataloader_workers_name_their_lines() {
+    if !require_torch() || !require_python_modules(&["PIL"]) {
+        return;
+    }
+    const N: u64 = 6;
+    let dir = TempDir::new("sites-data");
+    let script = script("sites_data.py");
+    let out = dir.join("run.bin");
+    let cmd = [
+        python().display().to_string(),
+        script.display().to_string(),
+        dir.join("data").display().to_string(),
+        N.to_string(),
+    ];
+    let o = run_collect(&out, &["--sites"], &cmd);
+    assert!(o.status.success(), "mlprof-collect --sites failed\n{}", describe(&o));
+    let summary = clean_summary(&out);
+    let sites = summary.json["sites"].as_array().cloned().unwrap_or_default();
+    let (file, mark) = (script.display().to_string(), marks(&script));
+    let mut e = summary.expect();
+    // One opendir; a readdir per entry, for `.` and `..`, and the last one that finds none.
+    e.eq("opendir at the scan", call_count_at(&sites, &file, mark["scandir"], "opendir"), 1);
+    e.eq("readdir64 at the scan", call_count_at(&sites, &file, mark["scandir"], "readdir64"), N + 3);
+    e.eq("open64 at the read loop", call_count_at(&sites, &file, mark["read"], "open64"), N);
+    // Each image opened once by a worker of each loader, at PIL's `open`.
+    let pil: u64 = sites
+        .iter()
+        .filter(|s| {
+            s["file"].as_str().is_some_and(|f| f.ends_with("PIL/Image.py")) && s["function"] == "open"
+        })
+        .filter_map(|s| s["calls"]["open64"]["count"].as_u64())
+        .sum();
+    e.eq("open64 in PIL's Image.open, fork and spawn workers", pil, 2 * N);
+    e.finish();
+}

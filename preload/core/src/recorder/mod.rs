@@ -128,6 +128,17 @@ fn thread_lane(state: &ThreadRef) -> Option<(&'static RingView, u32, LaneWriter)
     Some((ring, claimed?, state.lane_writer.get()))
 }
 
+/// The site number of a call about to be made on `thread` (see [`sites`]), with the guard
+/// held and errno kept (the call has not run yet: the caller's errno must reach it unchanged).
+#[cold]
+#[inline(never)]
+fn site_of(thread: &ThreadState, ring: &'static RingView, lane: u32) -> u32 {
+    thread.in_hook.set(true);
+    let site = guard::keeping_errno(|| sites::current(ring, lane, thread));
+    thread.in_hook.set(false);
+    site
+}
+
 /// An intercepted call in progress.
 pub struct Span {
     thread: ThreadRef,
@@ -139,6 +150,8 @@ pub struct Span {
     start: u64,
     /// An ITT task was opened for this call (see [`stamp`]).
     stamped: bool,
+    /// The call's site number (`--sites`; 0: none).
+    site: u32,
 }
 
 impl Span {
@@ -151,8 +164,12 @@ impl Span {
         let (ring, lane, writer) = thread_lane(&thread)?;
         // Our ITT calls (and whatever a chained collector does in them) are not recorded.
         let stamped = stamp::enabled() && thread.internal(|| guard::keeping_errno(|| stamp::begin(func)));
+        // `--sites`: the Python line, read before the real call, while everything the frames
+        // point to is still there (a call can free the frame it is made from: CPython unmaps a
+        // data-stack chunk while its last frame is still the thread's current one).
+        let site = if sites::enabled() { site_of(&thread, ring, lane) } else { 0 };
         thread.in_flight.set(true);
-        Some(Span { thread, ring, lane, writer, start: clock::now(), stamped })
+        Some(Span { thread, ring, lane, writer, start: clock::now(), stamped, site })
     }
 
     /// Ends the call and writes its record. `event` carries the function's own fields; pid, tid,
@@ -203,7 +220,7 @@ impl Span {
         // trapping on in it), so this is the parent, and the call may be the vfork itself,
         // after which the mark must still be there for the child's hooked calls.
         let (ring, lane, writer) = thread_lane(&thread)?;
-        Some(Span { thread, ring, lane, writer, start: clock::now(), stamped: false })
+        Some(Span { thread, ring, lane, writer, start: clock::now(), stamped: false, site: 0 })
     }
 
     /// Ends a trapped system call: `number` (kept in `extra`), its first two arguments (`fd`
@@ -278,14 +295,11 @@ impl Span {
         event.kind = func as u16;
         event.pid = session::pid();
         event.tid = tid.unwrap_or_else(|| state.tid.get());
-        // `--sites`: the Python line of the call, by number, in the pid slot. Not for a trapped
-        // system call: its handler may have interrupted the interpreter mid-update.
-        if sites::enabled() && func != Func::TrappedSyscall {
-            let site = sites::current(self.ring, self.lane, &state);
-            if site != 0 {
-                event.pid = site;
-                event.flags |= mlprof_format::site::FLAG_SITE;
-            }
+        // `--sites`: the Python line of the call, by number, in the pid slot (a trapped system
+        // call has none: its handler may have interrupted the interpreter mid-update).
+        if self.site != 0 {
+            event.pid = self.site;
+            event.flags |= mlprof_format::site::FLAG_SITE;
         }
         event.start = self.start;
         event.dur = end.wrapping_sub(self.start);
