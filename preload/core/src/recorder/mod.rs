@@ -129,12 +129,11 @@ fn thread_lane(state: &ThreadRef) -> Option<(&'static RingView, u32, LaneWriter)
 }
 
 /// The site number of a call about to be made on `thread` (see [`sites`]), with the guard
-/// held and errno kept (the call has not run yet: the caller's errno must reach it unchanged).
-#[cold]
+/// held (what may touch errno keeps it: the call has not run yet).
 #[inline(never)]
 fn site_of(thread: &ThreadState, ring: &'static RingView, lane: u32) -> u32 {
     thread.in_hook.set(true);
-    let site = guard::keeping_errno(|| sites::current(ring, lane, thread));
+    let site = sites::current(ring, lane, thread);
     thread.in_hook.set(false);
     site
 }

@@ -126,7 +126,7 @@ fn look_for_python() {
     }
     if CALLS_UNTIL_LOOK.fetch_sub(1, Ordering::Relaxed) == 0 {
         CALLS_UNTIL_LOOK.store(CALLS_BETWEEN_LOOKS, Ordering::Relaxed);
-        python::discover();
+        crate::guard::keeping_errno(python::discover);
     }
 }
 
@@ -154,9 +154,14 @@ fn define(
     redefine(slot, frame, ring, lane, state)
 }
 
-/// Names `frame`'s site on the lane under a new number and stores it in `slot` (claimed).
+/// Names `frame`'s site on the lane under a new number and stores it in `slot` (claimed); errno
+/// kept (the reads that cannot fault are system calls).
 #[cold]
 fn redefine(slot: &Slot, frame: python::Frame, ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
+    crate::guard::keeping_errno(|| redefine_now(slot, frame, ring, lane, state))
+}
+
+fn redefine_now(slot: &Slot, frame: python::Frame, ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
     let (mut file, mut function) = ([0u8; 1024], [0u8; 256]);
     let Some(described) = python::describe(frame, &mut file, &mut function) else {
         MISSED.fetch_add(1, Ordering::Relaxed);
