@@ -52,6 +52,7 @@ def check(python, bin_dir):
         ("generator", "sizes", N),
         ("comprehension", comprehension, N),
         ("thread", "in_thread", N + 4),
+        ("missing", "missing", N + 5),
         ("worker", "worker", 2 * (N + 3)),
     ]
     failures = []

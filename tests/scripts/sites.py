@@ -6,6 +6,7 @@ finds the lines by their marks.
     sites.py DIR N
 """
 
+import errno
 import multiprocessing
 import os
 import sys
@@ -33,6 +34,16 @@ def in_thread(path, n):
         os.stat(path)  # site: thread
 
 
+def missing(path, n):
+    # The first failed call at this line names the site (system calls of our own), the others
+    # find it named: the errno each call left must reach Python unchanged either way.
+    for _ in range(n):
+        try:
+            os.stat(path)  # site: missing
+        except FileNotFoundError as e:
+            assert e.errno == errno.ENOENT, e
+
+
 def worker(path, n):
     for _ in range(n):
         os.stat(path)  # site: worker
@@ -47,6 +58,7 @@ def main():
             f.write("x" * 10)
         files.append(path)
     stat_loop(files[0], n + 1)
+    missing(os.path.join(folder, "missing"), n + 5)
     fd = os.open(files[1], os.O_RDONLY)
     Reader().read_bytes(fd, n + 2)
     os.close(fd)

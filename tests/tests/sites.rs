@@ -50,6 +50,7 @@ fn every_call_names_the_python_line_that_made_it() {
         ("generator", "sizes", N),
         ("comprehension", comprehension.as_str(), N),
         ("thread", "in_thread", N + 4),
+        ("missing", "missing", N + 5),
         ("worker", "worker", 2 * (N + 3)),
     ];
     for (name, function, count) in want {
