@@ -217,3 +217,61 @@ fn a_scan_a_read_loop_and_dataloader_workers_name_their_lines() {
     e.eq("open64 in PIL's Image.open, fork and spawn workers", pil, 2 * N);
     e.finish();
 }
+
+/// The line of `script` that holds `text` (1-based).
+fn line_of(script: &std::path::Path, text: &str) -> u64 {
+    let source = std::fs::read_to_string(script).unwrap();
+    source.lines().position(|l| l.contains(text)).expect("the line") as u64 + 1
+}
+
+/// Under `--torch`, each op's span names the Python line that made it, apart from the calls
+/// (tests/scripts/torch_hook_train.py: `torch.zeros` once per sample in the DataLoader
+/// workers, 64 samples twice; `torch.from_file` once, which opens its file from that line).
+#[test]
+fn op_spans_name_the_python_line_that_made_them() {
+    if !require_torch() || !require_python_modules(&["torchvision"]) {
+        return;
+    }
+    let dir = TempDir::new("sites-torch");
+    let script = script("torch_hook_train.py");
+    let out = dir.join("run.bin");
+    let cmd = [python().display().to_string(), script.display().to_string(), dir.str()];
+    let o = run_collect(&out, &["--sites", "--torch"], &cmd);
+    assert!(o.status.success(), "mlprof-collect --sites --torch failed\n{}", describe(&o));
+    let summary = clean_summary(&out);
+    let sites = summary.json["sites"].as_array().cloned().unwrap_or_default();
+    let file = script.display().to_string();
+    let at = |line: u64| sites.iter().find(|s| s["file"] == file.as_str() && s["line"] == line).cloned();
+    let zeros = at(line_of(&script, "x = torch.zeros(3, 16, 16)")).unwrap_or_default();
+    let mut e = summary.expect();
+    e.that(format_args!("zeros line: {zeros}"), zeros["function"] == "Squares.__getitem__");
+    e.eq(
+        "aten::zeros spans at their line",
+        zeros["spans"]["aten::zeros"]["count"].as_u64().unwrap_or(0),
+        128,
+    );
+    let from_file = at(line_of(&script, "torch.from_file(raw")).unwrap_or_default();
+    e.eq(
+        "aten::from_file at its line",
+        from_file["spans"]["aten::from_file"]["count"].as_u64().unwrap_or(0),
+        1,
+    );
+    e.that(
+        format_args!("the file from_file opens, from its line: {from_file}"),
+        from_file["calls"]["open64"]["count"].as_u64().unwrap_or(0) >= 1,
+    );
+    e.finish();
+    // The trace's op slices carry it too (read without looking ahead, as a second pass does,
+    // each batch must still find its sites).
+    let trace = dir.join("trace.json");
+    let mut c = std::process::Command::new(&bins().mlprof);
+    c.args(["convert", "-o", &trace.display().to_string(), &out.display().to_string()]);
+    let o = output_with_timeout(c, default_timeout());
+    assert!(o.status.success(), "mlprof convert failed\n{}", describe(&o));
+    let trace: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let zeros_line = line_of(&script, "x = torch.zeros(3, 16, 16)");
+    let slices = trace["traceEvents"].as_array().map_or(0, |events| {
+        events.iter().filter(|e| e["name"] == "aten::zeros" && e["args"]["site_line"] == zeros_line).count()
+    });
+    assert_eq!(slices, 128, "aten::zeros slices carrying their line");
+}

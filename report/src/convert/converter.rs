@@ -196,10 +196,10 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
                 self.new_part(&learned.span_threads)?;
             }
             let thread = self.thread(event.pid, event.tid, &learned.span_threads)?;
+            let site = sites.get(at).copied().unwrap_or(0);
             if kind.api == Api::Itt {
-                itt::write(self, kind.func, event, thread.handle)?;
+                itt::write(self, kind.func, event, thread.handle, site)?;
             } else {
-                let site = sites.get(at).copied().unwrap_or(0);
                 calls::write(self, learned, kind, event, thread, (path, site))?;
             }
             self.in_part += 1;

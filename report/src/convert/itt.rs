@@ -7,7 +7,7 @@ use std::io;
 
 use mlprof_format::func::{Class, Func};
 use mlprof_format::record::{Event, IttSpan};
-use mlprof_trace::{ArgShape, ArgValue, Flow, Instant, Slice, ThreadHandle, TraceWriter};
+use mlprof_trace::{ArgList, ArgShape, ArgValue, Flow, Instant, Slice, ThreadHandle, TraceWriter};
 
 use super::converter::{Converter, Text};
 use crate::pipeline::{DATA, FETCH, WAIT, flow_id};
@@ -17,6 +17,7 @@ pub(super) fn write<W: TraceWriter>(
     func: Func,
     event: &Event,
     thread: ThreadHandle,
+    site: u32,
 ) -> io::Result<()> {
     let span = IttSpan::from_event(event);
     let name = c.text(match (func, span.name) {
@@ -28,11 +29,17 @@ pub(super) fn write<W: TraceWriter>(
     let domain = c.text(if span.domain == 0 { Text::Literal("") } else { Text::Run(span.domain) });
     let category = c.text(Text::IttCategory(span.domain));
     if func.class() == Class::Span {
-        let args = [
-            ("domain", ArgValue::Interned(domain)),
-            ("id", ArgValue::UInt(span.id)),
-            ("depth", ArgValue::Int(span.depth.into())),
-        ];
+        let mut args = ArgList::<6>::new();
+        args.push("domain", ArgValue::Interned(domain));
+        args.push("id", ArgValue::UInt(span.id));
+        args.push("depth", ArgValue::Int(span.depth.into()));
+        // `--sites`: the Python line that made the op.
+        if let Some(info) = c.meta.sites.get(&site) {
+            let (file, function, line) = (info.file, info.function, info.line);
+            args.push("site_file", ArgValue::Interned(c.text(Text::Run(file))));
+            args.push("site_line", ArgValue::UInt(line.into()));
+            args.push("site_function", ArgValue::Interned(c.text(Text::Run(function))));
+        }
         // A task at depth 0 had no open task around it; frames come with depth 0 but do not
         // nest with tasks, so they prove nothing.
         let outermost = func == Func::IttTask && span.depth == 0;
@@ -41,7 +48,7 @@ pub(super) fn write<W: TraceWriter>(
             dur_ns: span.dur,
             name,
             category,
-            args: &args,
+            args: args.as_slice(),
             shape: ArgShape::NONE,
             outermost,
         };

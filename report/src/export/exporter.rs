@@ -141,7 +141,10 @@ impl<'a> Exporter<'a> {
                     let site = self.site(batch.site(at));
                     self.call(kind, event, (noted, site), parts.0, learned)?
                 }
-                Api::Itt => self.span(kind.func, event, parts.1)?,
+                Api::Itt => {
+                    let site = self.site(batch.site(at));
+                    self.span(kind.func, event, parts.1, site)?
+                }
                 Api::CudaRuntime | Api::CudaDriver | Api::Nccl => self.gpu_call(kind, event, parts.2)?,
             }
         }
@@ -266,9 +269,15 @@ impl<'a> Exporter<'a> {
         self.events.push(&self.symbols, part, |row| rows::call(row, name, event, bytes, path, site))
     }
 
-    /// An ITT task, frame or marker: its row in `spans`.
+    /// An ITT task, frame or marker made at `site`: its row in `spans`.
     #[inline]
-    fn span(&mut self, func: Func, event: &Event, part: usize) -> io::Result<()> {
+    fn span(
+        &mut self,
+        func: Func,
+        event: &Event,
+        part: usize,
+        site: Option<rows::SiteColumns>,
+    ) -> io::Result<()> {
         let span = IttSpan::from_event(event);
         let task = self.string(span.name);
         let domain = self.string(span.domain);
@@ -279,7 +288,7 @@ impl<'a> Exporter<'a> {
             Func::IttPause => 3,
             _ => 4,
         }];
-        self.spans.push(&self.symbols, part, |row| rows::span(row, &span, task, domain, kind))
+        self.spans.push(&self.symbols, part, |row| rows::span(row, &span, (task, domain, kind), site))
     }
 
     /// A CUDA runtime or driver call or an NCCL call: its row in `gpu_calls`.

@@ -76,11 +76,19 @@ pub(super) const SPANS: &[Spec] = &[
     col("depth", Kind::I32),
     plain("id", Kind::I64),
     plain("parent", Kind::I64),
+    opt("site_file", Kind::Str),
+    opt("site_line", Kind::I32),
+    opt("site_function", Kind::Str),
 ];
 
-/// An ITT span: task, domain and kind as symbols.
+/// An ITT span: task, domain and kind as symbols; `site`: the Python line that made it.
 #[inline]
-pub(super) fn span(row: &mut Row<'_>, span: &IttSpan, task: u32, domain: u32, kind: u32) {
+pub(super) fn span(
+    row: &mut Row<'_>,
+    span: &IttSpan,
+    (task, domain, kind): (u32, u32, u32),
+    site: Option<SiteColumns>,
+) {
     row.str(task)
         .str(domain)
         .str(kind)
@@ -90,7 +98,10 @@ pub(super) fn span(row: &mut Row<'_>, span: &IttSpan, task: u32, domain: u32, ki
         .i64(i64_of(span.dur))
         .i32(span.depth)
         .i64(span.id as i64)
-        .i64(span.parent as i64);
+        .i64(span.parent as i64)
+        .opt_str(site.map(|s| s.file))
+        .opt_i32(site.map(|s| s.line))
+        .opt_str(site.map(|s| s.function));
 }
 
 /// `gpu_calls`: CUDA runtime, driver and NCCL calls.

@@ -309,8 +309,11 @@ impl<'m> EventStream<'m> {
     pub(crate) fn next(&mut self) -> Result<Option<Item<'m>>, Stop> {
         self.learned.new_span_threads.clear();
         self.exact()?;
+        // In a run with call sites, two frames at least: the one after an events frame may be
+        // its sites, which must be attached before the batch is handed out.
+        let least = if self.meta.sites.is_empty() { 1 } else { 2 };
         while !self.done_reading
-            && (self.window.is_empty() || self.lookahead.is_some_and(|n| self.ahead <= n))
+            && (self.window.len() < least || self.lookahead.is_some_and(|n| self.ahead <= n))
         {
             self.read_ahead()?;
         }

@@ -21,8 +21,19 @@ pub(crate) struct SiteRow {
     pub(crate) native: bool,
     /// Function name → its calls from here.
     pub(crate) calls: BTreeMap<&'static str, CallStats>,
+    /// ITT spans (ops under `--torch`) that ended here, by name: apart from the calls, which
+    /// they may enclose.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) spans: BTreeMap<String, SpanStats>,
     #[serde(skip)]
     pub(crate) total: CallStats,
+}
+
+/// The spans of one name at one site.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub(crate) struct SpanStats {
+    pub(crate) count: u64,
+    pub(crate) total_ns: u64,
 }
 
 /// A site that made calls on one file.
@@ -42,6 +53,8 @@ pub(super) struct SiteTally {
     /// (only while the run has sites).
     pending: Vec<(u16, CallStats, u64)>,
     by_site: HashMap<(u32, u16), CallStats>,
+    /// Per (site, span name's string id): the ITT spans that ended there.
+    spans_by_site: HashMap<(u32, u64), SpanStats>,
     /// Per (file's path id, site): the calls on that file made there.
     by_file: HashMap<(u64, u32), CallStats>,
 }
@@ -55,10 +68,16 @@ impl SiteTally {
         self.pending.clear();
     }
 
-    /// One event of the frame being read (in order), on file `path` (0: none).
+    /// One event of the frame being read (in order), on file `path` (0: none; an ITT span's
+    /// name in its place).
     #[inline]
     pub(super) fn note(&mut self, meta: &RunMeta, event: &Event, stats: &CallStats, path: u64) {
         if !meta.sites.is_empty() {
+            let path = if is_span(event.kind) {
+                mlprof_format::record::IttSpan::from_event(event).name
+            } else {
+                path
+            };
             self.pending.push((event.kind, *stats, path));
         }
     }
@@ -73,7 +92,11 @@ impl SiteTally {
     /// The sites of the events frame just read.
     pub(super) fn sites(&mut self, sites: &[u32]) {
         for (&(kind, stats, path), &site) in self.pending.iter().zip(sites) {
-            if site != 0 && stats.count > 0 {
+            if site != 0 && stats.count > 0 && is_span(kind) {
+                let spans = self.spans_by_site.entry((site, path)).or_default();
+                spans.count += 1;
+                spans.total_ns += stats.total_ns;
+            } else if site != 0 && stats.count > 0 {
                 self.by_site.entry((site, kind)).or_default().add(&stats);
                 if path != 0 {
                     self.by_file.entry((path, site)).or_default().add(&stats);
@@ -108,16 +131,16 @@ impl SiteTally {
         let mut rows: HashMap<u32, SiteRow> = HashMap::default();
         for ((site, kind), stats) in std::mem::take(&mut self.by_site) {
             let (Some(info), Some(func)) = (meta.sites.get(&site), Func::from_id(kind)) else { continue };
-            let row = rows.entry(site).or_insert_with(|| SiteRow {
-                file: meta.string(info.file),
-                line: info.line,
-                function: if info.function == 0 { String::new() } else { meta.string(info.function) },
-                native: info.native,
-                calls: BTreeMap::new(),
-                total: CallStats::default(),
-            });
+            let row = row_of(&mut rows, meta, site, info);
             row.calls.entry(func.name()).or_default().add(&stats);
             row.total.add(&stats);
+        }
+        for ((site, name), stats) in std::mem::take(&mut self.spans_by_site) {
+            let Some(info) = meta.sites.get(&site) else { continue };
+            let name = if name == 0 { "(unnamed)".to_string() } else { meta.string(name) };
+            let spans = row_of(&mut rows, meta, site, info).spans.entry(name).or_default();
+            spans.count += stats.count;
+            spans.total_ns += stats.total_ns;
         }
         let mut rows: Vec<SiteRow> = rows.into_values().collect();
         rows.sort_by(|a, b| {
@@ -125,6 +148,29 @@ impl SiteTally {
         });
         rows
     }
+}
+
+/// Whether records of function id `kind` are ITT spans (tasks, frames, markers).
+fn is_span(kind: u16) -> bool {
+    Func::from_id(kind).is_some_and(|func| func.api() == mlprof_format::func::Api::Itt)
+}
+
+/// The row of `site`, made on first use.
+fn row_of<'r>(
+    rows: &'r mut HashMap<u32, SiteRow>,
+    meta: &RunMeta,
+    site: u32,
+    info: &mlprof_format::site::SiteInfo,
+) -> &'r mut SiteRow {
+    rows.entry(site).or_insert_with(|| SiteRow {
+        file: meta.string(info.file),
+        line: info.line,
+        function: if info.function == 0 { String::new() } else { meta.string(info.function) },
+        native: info.native,
+        calls: BTreeMap::new(),
+        spans: BTreeMap::new(),
+        total: CallStats::default(),
+    })
 }
 
 /// `mlprof summary --sites`: the top `top` sites by time, each with its mix of calls
@@ -158,9 +204,14 @@ pub fn write(summary: &super::Summary, top: usize, out: &mut dyn std::io::Write)
             String::new()
         };
         let place = if site.native { site.file.clone() } else { format!("{}:{}", site.file, site.line) };
+        let mut spans: Vec<(&String, &SpanStats)> = site.spans.iter().collect();
+        spans.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
+        let spans: Vec<String> =
+            spans.iter().take(4).map(|(name, s)| format!("{} {name}", group(s.count))).collect();
+        let spans = if spans.is_empty() { String::new() } else { format!("; spans: {}", spans.join(", ")) };
         writeln!(
             out,
-            "  {place} {} — {}, {}{bytes}{errors}",
+            "  {place} {} — {}, {}{bytes}{errors}{spans}",
             site.function,
             mix.join(", "),
             format_ns(site.total.total_ns)

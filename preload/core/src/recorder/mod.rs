@@ -496,8 +496,16 @@ pub fn push_timed(state: ThreadRef, make: impl FnOnce(u32, u32) -> Event) -> boo
     let recording = if session::is_active_quick() { recording_now(state) } else { thread_that_may_join() };
     let Some(state) = recording else { return false };
     let Some((ring, lane, writer)) = thread_lane(&state) else { return false };
+    // `--sites`: an op's span ends in the C++ code its Python line called (the line that made
+    // the op).
+    let site = if sites::enabled() { site_of(&state, ring, lane) } else { 0 };
     state.in_hook.set(true);
-    let pushed = push_record(&state, ring, lane, &writer, &make(session::pid(), state.tid.get()));
+    let mut event = make(session::pid(), state.tid.get());
+    if site != 0 {
+        event.pid = site;
+        event.flags |= mlprof_format::site::FLAG_SITE;
+    }
+    let pushed = push_record(&state, ring, lane, &writer, &event);
     state.in_hook.set(false);
     pushed != Pushed::Dropped
 }

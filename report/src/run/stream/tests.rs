@@ -74,10 +74,11 @@ fn sites_come_with_their_batch() {
     w.write_events_with_sites(&[event(1), event(2), event(3)], &[4, 0, 4]).unwrap();
     w.write_events(&[event(4)]).unwrap();
     w.finish(&RunEnd::default()).unwrap();
-    for read_by in BOTH {
+    // Read far ahead, and not at all (a second pass reads none ahead).
+    for (read_by, lookahead) in BOTH.into_iter().flat_map(|r| [(r, LOOKAHEAD_EVENTS), (r, 0)]) {
         let meta = RunMeta::load_metadata(run.path()).unwrap();
         assert_eq!(meta.sites[&4].line, 12);
-        let sites = read_exactly(run.path(), &meta, &spec(read_by, LOOKAHEAD_EVENTS), |stream| {
+        let sites = read_exactly(run.path(), &meta, &spec(read_by, lookahead), |stream| {
             let mut sites = Vec::new();
             while let Some(item) = stream.next()? {
                 if let Item::Events(batch) = item {
@@ -88,7 +89,7 @@ fn sites_come_with_their_batch() {
             Ok::<_, PassError<String>>(sites)
         })
         .unwrap();
-        assert_eq!(sites.value, [vec![4, 0, 4], vec![0]], "{read_by:?}");
+        assert_eq!(sites.value, [vec![4, 0, 4], vec![0]], "{read_by:?} {lookahead}");
     }
 }
 
