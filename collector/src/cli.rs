@@ -96,10 +96,12 @@ pub(crate) struct Args {
     /// Call sites: each recorded call made while its thread runs Python carries the innermost
     /// Python line that made it (file, function, line), read from the thread's own frames at the
     /// call (CPython 3.10-3.13), so that `mlprof summary --sites` can say which line made which
-    /// calls. Sets MLPROF_SITES=1 for the library (attach mode: set it in the processes'
-    /// environment). `--sites=N` (N frames) is reserved: only N=1 is recorded so far.
+    /// calls. `--sites=N` (2 to 8) also records the N − 1 lines that called it, so that a
+    /// call made inside a library (torch.save's open in torch/serialization.py) shows the
+    /// script's line that led to it. Sets MLPROF_SITES=N for the library (attach mode: set it in
+    /// the processes' environment).
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "1", require_equals = true,
-          value_parser = clap::value_parser!(u32).range(1..=1))]
+          value_parser = clap::value_parser!(u32).range(1..=8))]
     pub(crate) sites: Option<u32>,
     /// Print nothing but errors.
     #[arg(long, short)]

@@ -84,7 +84,7 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         name: "MLPROF_SITES",
         read_by: ReadBy::Preload,
         default: "0",
-        meaning: "1 (--sites): each recorded call made while Python runs on its thread carries its Python line",
+        meaning: "1 (--sites): each recorded call made while Python runs on its thread carries its Python line; N (--sites=N, up to 8): and the N - 1 lines that called it",
     },
     EnvOption {
         name: "MLPROF_CUPTI",

@@ -4,9 +4,10 @@
 //! **In the ring.** A process numbers its sites itself (1, 2, …; 0: none) and defines each once,
 //! before the first record that uses it, with a [`KIND_SITE_DEF`] control record: `fd` = the
 //! number, `arg` = file string id, `arg2` = function string id (both sent before, as
-//! [`crate::record::KIND_STRING_DEF`]s), `extra` = line, `flags` [`SITE_NATIVE`] for a native
-//! caller (then `ret` = its address, file = its module, function = its symbol when known). A
-//! record made at a site is flagged [`FLAG_SITE`] and carries the number in its `pid` slot,
+//! [`crate::record::KIND_STRING_DEF`]s), `extra` = line, `start` = the number of the site
+//! whose function called this one's (`--sites=N`; 0: none), `flags` [`SITE_NATIVE`] for a
+//! native caller (then `ret` = its address, file = its module, function = its symbol when
+//! known). A record made at a site is flagged [`FLAG_SITE`] and carries the number in its `pid` slot,
 //! which the collector overwrites with the lane owner's pid anyway. A fork child numbers its
 //! own sites again.
 //!
@@ -52,6 +53,9 @@ pub struct SiteInfo {
     pub native: bool,
     /// A native caller's return address in the process that first met it (0 for Python).
     pub address: u64,
+    /// The run-wide id of the site whose function called this one's (`--sites=N`: the next
+    /// frame out; 0: none recorded).
+    pub parent: u32,
 }
 
 /// The [`FRAME_EVENT_SITES`] payload for `sites`.

@@ -275,3 +275,44 @@ fn op_spans_name_the_python_line_that_made_them() {
     });
     assert_eq!(slices, 128, "aten::zeros slices carrying their line");
 }
+
+/// `--sites=3`: a site also names the lines that called its function, innermost first; the
+/// innermost line's counts are those of `--sites` (one row per chain of callers).
+#[test]
+fn sites_with_three_frames_name_the_callers() {
+    const N: u64 = 7;
+    let dir = TempDir::new("sites-frames");
+    let script = script("sites.py");
+    let out = dir.join("run.bin");
+    let cmd = [python().display().to_string(), script.display().to_string(), dir.str(), N.to_string()];
+    let o = run_collect(&out, &["--sites=3"], &cmd);
+    assert!(o.status.success(), "mlprof-collect --sites=3 failed\n{}", describe(&o));
+    let summary = clean_summary(&out);
+    let sites = summary.json["sites"].as_array().cloned().unwrap_or_default();
+    let file = script.display().to_string();
+    let mark = marks(&script);
+    let row = sites
+        .iter()
+        .find(|s| s["file"] == file.as_str() && s["line"] == mark["function"] && s["function"] == "stat_loop")
+        .cloned()
+        .unwrap_or_default();
+    let callers: Vec<(String, u64, String)> = row["callers"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .map(|c| {
+                    let name = |k: &str| c[k].as_str().unwrap_or("").to_string();
+                    (name("file"), c["line"].as_u64().unwrap_or(0), name("function"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let want = vec![
+        (file.clone(), line_of(&script, "stat_loop(files[0], n + 1)"), "main".to_string()),
+        (file.clone(), line_of(&script, "    main()"), "<module>".to_string()),
+    ];
+    assert_eq!(callers, want, "stat_loop's callers: {row}");
+    let calls: u64 =
+        row["calls"].as_object().map_or(0, |c| c.values().map(|v| v["count"].as_u64().unwrap_or(0)).sum());
+    assert_eq!(calls, N + 1, "stat_loop's calls: {row}");
+}

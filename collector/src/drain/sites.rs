@@ -14,8 +14,8 @@ use mlprof_format::site::{SITE_NATIVE, SiteInfo};
 pub(super) struct Sites {
     /// Run-wide id of each process's site number.
     by_process: HashMap<(u32, u32), u32>,
-    /// Run-wide id of each distinct site.
-    by_content: HashMap<(u64, u64, u32, bool), u32>,
+    /// Run-wide id of each distinct site (file, function, line, native, parent's id).
+    by_content: HashMap<(u64, u64, u32, bool, u32), u32>,
     /// Records whose process named a site it had not defined (counted, left without one).
     pub(super) undefined: u64,
 }
@@ -34,13 +34,25 @@ impl Sites {
             return Ok(());
         }
         let native = record.flags & SITE_NATIVE != 0;
-        let key = (record.arg, record.arg2, record.extra, native);
+        // The caller's site, defined before it by the same process (`--sites=N`).
+        let parent = match record.start as u32 {
+            0 => 0,
+            number => self.by_process.get(&(pid, number)).copied().unwrap_or(0),
+        };
+        let key = (record.arg, record.arg2, record.extra, native, parent);
         let next = self.by_content.len() as u32 + 1;
         let id = *self.by_content.entry(key).or_insert(next);
         if id == next {
             let address = if native { record.ret as u64 } else { 0 };
-            let site =
-                SiteInfo { id, file: record.arg, function: record.arg2, line: record.extra, native, address };
+            let site = SiteInfo {
+                id,
+                file: record.arg,
+                function: record.arg2,
+                line: record.extra,
+                native,
+                address,
+                parent,
+            };
             writer.write_site(&site)?;
         }
         self.by_process.insert((pid, number), id);

@@ -25,8 +25,37 @@ pub(crate) struct SiteRow {
     /// they may enclose.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) spans: BTreeMap<String, SpanStats>,
+    /// The lines that called this one's function, innermost first (`--sites=N`: N − 1 of them
+    /// at most); a site of the same line called from elsewhere is another row.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) callers: Vec<Caller>,
     #[serde(skip)]
     pub(crate) total: CallStats,
+}
+
+/// A line that called a site's function.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Caller {
+    pub(crate) file: String,
+    pub(crate) line: u32,
+    pub(crate) function: String,
+}
+
+/// The callers of `info`'s site, innermost first, by following parents (at most 16: a chain is
+/// no longer than the frames recorded).
+fn callers(meta: &RunMeta, info: &mlprof_format::site::SiteInfo) -> Vec<Caller> {
+    let mut out = Vec::new();
+    let mut parent = info.parent;
+    while parent != 0 && out.len() < 16 {
+        let Some(up) = meta.sites.get(&parent) else { break };
+        out.push(Caller { file: meta.string(up.file), line: up.line, function: name_of(meta, up.function) });
+        parent = up.parent;
+    }
+    out
+}
+
+fn name_of(meta: &RunMeta, id: u64) -> String {
+    if id == 0 { String::new() } else { meta.string(id) }
 }
 
 /// The spans of one name at one site.
@@ -165,10 +194,11 @@ fn row_of<'r>(
     rows.entry(site).or_insert_with(|| SiteRow {
         file: meta.string(info.file),
         line: info.line,
-        function: if info.function == 0 { String::new() } else { meta.string(info.function) },
+        function: name_of(meta, info.function),
         native: info.native,
         calls: BTreeMap::new(),
         spans: BTreeMap::new(),
+        callers: callers(meta, info),
         total: CallStats::default(),
     })
 }
@@ -209,9 +239,11 @@ pub fn write(summary: &super::Summary, top: usize, out: &mut dyn std::io::Write)
         let spans: Vec<String> =
             spans.iter().take(4).map(|(name, s)| format!("{} {name}", group(s.count))).collect();
         let spans = if spans.is_empty() { String::new() } else { format!("; spans: {}", spans.join(", ")) };
+        let called_from: String =
+            site.callers.iter().map(|c| format!("\n      ← {}:{} {}", c.file, c.line, c.function)).collect();
         writeln!(
             out,
-            "  {place} {} — {}, {}{bytes}{errors}{spans}",
+            "  {place} {} — {}, {}{bytes}{errors}{spans}{called_from}",
             site.function,
             mix.join(", "),
             format_ns(site.total.total_ns)

@@ -37,6 +37,8 @@ struct Slot {
     identity: AtomicU64,
     /// `epoch << 32 | number` (number 0: being defined).
     epoch_number: AtomicU64,
+    /// The number of the site whose function called this one's (`--sites=N`; 0: none).
+    parent: AtomicU64,
 }
 
 static TABLE: [Slot; TABLE_SLOTS] = [const {
@@ -45,6 +47,7 @@ static TABLE: [Slot; TABLE_SLOTS] = [const {
         offset_pid: AtomicU64::new(0),
         identity: AtomicU64::new(0),
         epoch_number: AtomicU64::new(0),
+        parent: AtomicU64::new(0),
     }
 }; TABLE_SLOTS];
 
@@ -53,13 +56,23 @@ static TABLE: [Slot; TABLE_SLOTS] = [const {
 static NEXT_NUMBER: AtomicU32 = AtomicU32::new(1);
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
+/// Frames a call's site holds (`MLPROF_SITES=N`, 1 to [`MAX_FRAMES`]): the innermost line and
+/// the lines that called its function, each a site of its own whose parent is its caller's.
+static FRAMES: AtomicU32 = AtomicU32::new(1);
+/// The most frames a site holds.
+pub const MAX_FRAMES: usize = 8;
 /// Calls made while sites were on that got none (no Python frame, a full table or lane).
 static MISSED: AtomicU64 = AtomicU64::new(0);
 
 /// Reads `MLPROF_SITES` (at join time).
 pub fn configure() {
-    let on =
-        crate::config::getenv(c"MLPROF_SITES").is_some_and(|v| !matches!(v, b"" | b"0" | b"off" | b"no"));
+    let value = crate::config::getenv(c"MLPROF_SITES");
+    let on = value.is_some_and(|v| !matches!(v, b"" | b"0" | b"off" | b"no"));
+    // A number of frames, else 1 (`on`, `yes`); at most MAX_FRAMES.
+    let number = value.and_then(|v| {
+        v.iter().try_fold(0u32, |n, d| d.is_ascii_digit().then(|| n.saturating_mul(10) + u32::from(d - b'0')))
+    });
+    FRAMES.store(number.unwrap_or(1).clamp(1, MAX_FRAMES as u32), Ordering::Relaxed);
     ENABLED.store(on, Ordering::Relaxed);
 }
 
@@ -78,23 +91,56 @@ pub fn missed() -> u64 {
 /// new; 0 when there is none. With the guard held (`in_hook`).
 #[inline]
 pub(super) fn current(ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
+    let depth = FRAMES.load(Ordering::Relaxed) as usize;
+    if depth > 1 {
+        return chain(depth, ring, lane, state);
+    }
     let mut frames = [python::Frame::default()];
     if python::frames(&mut frames) == 0 {
         MISSED.fetch_add(1, Ordering::Relaxed);
         look_for_python();
         return 0;
     }
-    let frame = frames[0];
+    number_of(frames[0], 0, ring, lane, state)
+}
+
+/// `--sites=N`: the innermost `depth` frames, numbered from the outermost in: each frame's site
+/// has its caller's as parent; the innermost's number is the call's.
+#[cold]
+fn chain(depth: usize, ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
+    let mut frames = [python::Frame::default(); MAX_FRAMES];
+    let found = python::frames(frames.get_mut(..depth).unwrap_or_default());
+    if found == 0 {
+        MISSED.fetch_add(1, Ordering::Relaxed);
+        look_for_python();
+        return 0;
+    }
+    let mut parent = 0;
+    for frame in frames.get(..found).unwrap_or_default().iter().rev() {
+        parent = number_of(*frame, parent, ring, lane, state);
+        if parent == 0 {
+            return 0;
+        }
+    }
+    parent
+}
+
+/// The number of `frame` called from site `parent` (0: none), defined on `lane` when new.
+#[inline]
+fn number_of(frame: python::Frame, parent: u32, ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
     let (pid, epoch) = (session::pid(), session::epoch());
     let offset_pid = (u64::from(frame.offset) << 32) | u64::from(pid);
-    let start = hash(frame.code, offset_pid) % TABLE_SLOTS;
+    let start = hash(frame.code, offset_pid ^ u64::from(parent).rotate_left(40)) % TABLE_SLOTS;
     for probe in 0..MAX_PROBES {
         let Some(slot) = TABLE.get((start + probe) % TABLE_SLOTS) else { break };
         let code = slot.code.load(Ordering::Acquire);
         if code == 0 {
-            return define(slot, frame, offset_pid, ring, lane, state);
+            return define(slot, (frame, parent), offset_pid, ring, lane, state);
         }
-        if code == frame.code as u64 && slot.offset_pid.load(Ordering::Acquire) == offset_pid {
+        if code == frame.code as u64
+            && slot.offset_pid.load(Ordering::Acquire) == offset_pid
+            && slot.parent.load(Ordering::Acquire) == u64::from(parent)
+        {
             let epoch_number = slot.epoch_number.load(Ordering::Acquire);
             let number = epoch_number as u32;
             if number != 0
@@ -104,7 +150,7 @@ pub(super) fn current(ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
                 return number;
             }
             // Another epoch, a reused address, or a definition under way: define it again.
-            return redefine(slot, frame, ring, lane, state);
+            return redefine(slot, (frame, parent), ring, lane, state);
         }
     }
     MISSED.fetch_add(1, Ordering::Relaxed);
@@ -140,7 +186,7 @@ fn hash(code: usize, offset_pid: u64) -> usize {
 #[cold]
 fn define(
     slot: &Slot,
-    frame: python::Frame,
+    (frame, parent): (python::Frame, u32),
     offset_pid: u64,
     ring: &RingView,
     lane: u32,
@@ -150,18 +196,25 @@ fn define(
         MISSED.fetch_add(1, Ordering::Relaxed);
         return 0;
     }
+    slot.parent.store(u64::from(parent), Ordering::Release);
     slot.offset_pid.store(offset_pid, Ordering::Release);
-    redefine(slot, frame, ring, lane, state)
+    redefine(slot, (frame, parent), ring, lane, state)
 }
 
 /// Names `frame`'s site on the lane under a new number and stores it in `slot` (claimed); errno
 /// kept (the reads that cannot fault are system calls).
 #[cold]
-fn redefine(slot: &Slot, frame: python::Frame, ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
-    crate::guard::keeping_errno(|| redefine_now(slot, frame, ring, lane, state))
+fn redefine(slot: &Slot, site: (python::Frame, u32), ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
+    crate::guard::keeping_errno(|| redefine_now(slot, site, ring, lane, state))
 }
 
-fn redefine_now(slot: &Slot, frame: python::Frame, ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
+fn redefine_now(
+    slot: &Slot,
+    (frame, parent): (python::Frame, u32),
+    ring: &RingView,
+    lane: u32,
+    state: &ThreadState,
+) -> u32 {
     let (mut file, mut function) = ([0u8; 1024], [0u8; 256]);
     let Some(described) = python::describe(frame, &mut file, &mut function) else {
         MISSED.fetch_add(1, Ordering::Relaxed);
@@ -180,6 +233,7 @@ fn redefine_now(slot: &Slot, frame: python::Frame, ring: &RingView, lane: u32, s
         arg: file_id,
         arg2: function_id,
         extra: described.line,
+        start: u64::from(parent),
         ..Event::default()
     };
     let sent = lane::send_string(ring, lane, pid, tid, file_id, file)
