@@ -61,6 +61,9 @@ pub struct ThreadState {
     /// Rust thread-local in a shared library costs a `__tls_get_addr` call at every reach, two
     /// per ITT range, so it is reached through here.
     pub itt_tasks: Cell<usize>,
+    /// `--sites` in a process where no interpreter was found yet: calls until this thread looks
+    /// for one again (a per-thread countdown: no shared counter on the hook path).
+    pub site_looks: Cell<u32>,
 }
 
 unsafe extern "C" {
@@ -203,6 +206,7 @@ impl ThreadState {
             nested: core::sync::atomic::AtomicU32::new(0),
             trap_sigsys_blocked: Cell::new(false),
             itt_tasks: Cell::new(0),
+            site_looks: Cell::new(0),
         }
     }
 

@@ -138,6 +138,16 @@ fn site_of(thread: &ThreadState, ring: &'static RingView, lane: u32) -> u32 {
     site
 }
 
+/// `--sites`: the record carries the site's number (0: none) in its pid slot, flagged; the
+/// collector puts the lane owner's pid back.
+#[inline(always)]
+fn carry_site(event: &mut Event, site: u32) {
+    if site != 0 {
+        event.pid = site;
+        event.flags |= mlprof_format::site::FLAG_SITE;
+    }
+}
+
 /// An intercepted call in progress.
 pub struct Span {
     thread: ThreadRef,
@@ -294,12 +304,9 @@ impl Span {
         event.kind = func as u16;
         event.pid = session::pid();
         event.tid = tid.unwrap_or_else(|| state.tid.get());
-        // `--sites`: the Python line of the call, by number, in the pid slot (a trapped system
-        // call has none: its handler may have interrupted the interpreter mid-update).
-        if self.site != 0 {
-            event.pid = self.site;
-            event.flags |= mlprof_format::site::FLAG_SITE;
-        }
+        // A trapped system call has no site: its handler may have interrupted the interpreter
+        // mid-update.
+        carry_site(&mut event, self.site);
         event.start = self.start;
         event.dur = end.wrapping_sub(self.start);
         if failed {
@@ -501,10 +508,7 @@ pub fn push_timed(state: ThreadRef, make: impl FnOnce(u32, u32) -> Event) -> boo
     let site = if sites::enabled() { site_of(&state, ring, lane) } else { 0 };
     state.in_hook.set(true);
     let mut event = make(session::pid(), state.tid.get());
-    if site != 0 {
-        event.pid = site;
-        event.flags |= mlprof_format::site::FLAG_SITE;
-    }
+    carry_site(&mut event, site);
     let pushed = push_record(&state, ring, lane, &writer, &event);
     state.in_hook.set(false);
     pushed != Pushed::Dropped

@@ -10,8 +10,8 @@
 //! run-wide sites).
 //!
 //! Failure behaviour: no Python on the thread, a frame that does not look like one, a full
-//! table or a full lane → the call has no site (counted as [`missed`]); nothing here faults on
-//! a bad pointer (the reader checks before it follows one) or changes what the call returns.
+//! table or a full lane → the call has no site (not counted yet); nothing here faults on a bad
+//! pointer (the reader checks before it follows one) or changes what the call returns.
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -61,8 +61,6 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 static FRAMES: AtomicU32 = AtomicU32::new(1);
 /// The most frames a site holds.
 pub const MAX_FRAMES: usize = 8;
-/// Calls made while sites were on that got none (no Python frame, a full table or lane).
-static MISSED: AtomicU64 = AtomicU64::new(0);
 
 /// Reads `MLPROF_SITES` (at join time).
 pub fn configure() {
@@ -82,37 +80,28 @@ pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
-/// Calls that got no site while sites were on.
-pub fn missed() -> u64 {
-    MISSED.load(Ordering::Relaxed)
-}
-
-/// The site number of the calling thread's innermost Python line, defined on `lane` first when
-/// new; 0 when there is none. With the guard held (`in_hook`).
+/// The site number of the calling thread's innermost Python line (with `--sites=N`, of the
+/// chain of its N innermost lines), defined on `lane` first when new; 0 when the thread runs no
+/// Python. With the guard held (`in_hook`).
 #[inline]
 pub(super) fn current(ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
     let depth = FRAMES.load(Ordering::Relaxed) as usize;
     if depth > 1 {
-        return chain(depth, ring, lane, state);
+        let mut frames = [python::Frame::default(); MAX_FRAMES];
+        numbered(frames.get_mut(..depth).unwrap_or_default(), ring, lane, state)
+    } else {
+        // One frame, the usual case: no larger buffer to clear on every call.
+        numbered(&mut [python::Frame::default()], ring, lane, state)
     }
-    let mut frames = [python::Frame::default()];
-    if python::frames(&mut frames) == 0 {
-        MISSED.fetch_add(1, Ordering::Relaxed);
-        look_for_python();
-        return 0;
-    }
-    number_of(frames[0], 0, ring, lane, state)
 }
 
-/// `--sites=N`: the innermost `depth` frames, numbered from the outermost in: each frame's site
-/// has its caller's as parent; the innermost's number is the call's.
-#[cold]
-fn chain(depth: usize, ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
-    let mut frames = [python::Frame::default(); MAX_FRAMES];
-    let found = python::frames(frames.get_mut(..depth).unwrap_or_default());
+/// The innermost frames into `frames`, numbered from the outermost in (each frame's site has
+/// its caller's as parent); the innermost's number.
+#[inline(always)]
+fn numbered(frames: &mut [python::Frame], ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
+    let found = python::frames(frames);
     if found == 0 {
-        MISSED.fetch_add(1, Ordering::Relaxed);
-        look_for_python();
+        look_for_python(state);
         return 0;
     }
     let mut parent = 0;
@@ -153,25 +142,25 @@ fn number_of(frame: python::Frame, parent: u32, ring: &RingView, lane: u32, stat
             return redefine(slot, (frame, parent), ring, lane, state);
         }
     }
-    MISSED.fetch_add(1, Ordering::Relaxed);
     0
 }
 
-/// Recorded calls, while no interpreter is found, before the next look for one.
+/// A thread's recorded calls, while no interpreter is found, before it looks for one again.
 const CALLS_BETWEEN_LOOKS: u32 = 1 << 16;
-static CALLS_UNTIL_LOOK: AtomicU32 = AtomicU32::new(0);
 
-/// Looks for the interpreter (through the loader: `dlsym`, `dlopen(RTLD_NOLOAD)`) on the first
-/// call without frames, then once every [`CALLS_BETWEEN_LOOKS`] such calls while none is found
-/// (an embedding application may load Python late); never again once one is found or known
-/// unreadable. With the guard held: the loader's calls pass through our hooks.
+/// Looks for the interpreter (through the loader: `dlsym`, `dlopen(RTLD_NOLOAD)`) on a
+/// thread's first call without frames, then once every [`CALLS_BETWEEN_LOOKS`] such calls of
+/// that thread while none is found (an embedding application may load Python late); never
+/// again once one is found or known unreadable. With the guard held: the loader's calls pass
+/// through our hooks.
 #[inline]
-fn look_for_python() {
+fn look_for_python(state: &ThreadState) {
     if !matches!(python::status(), python::Status::NotFound) {
         return;
     }
-    if CALLS_UNTIL_LOOK.fetch_sub(1, Ordering::Relaxed) == 0 {
-        CALLS_UNTIL_LOOK.store(CALLS_BETWEEN_LOOKS, Ordering::Relaxed);
+    let left = state.site_looks.get();
+    state.site_looks.set(left.checked_sub(1).unwrap_or(CALLS_BETWEEN_LOOKS));
+    if left == 0 {
         crate::guard::keeping_errno(python::discover);
     }
 }
@@ -193,7 +182,6 @@ fn define(
     state: &ThreadState,
 ) -> u32 {
     if slot.code.compare_exchange(0, frame.code as u64, Ordering::AcqRel, Ordering::Acquire).is_err() {
-        MISSED.fetch_add(1, Ordering::Relaxed);
         return 0;
     }
     slot.parent.store(u64::from(parent), Ordering::Release);
@@ -217,7 +205,6 @@ fn redefine_now(
 ) -> u32 {
     let (mut file, mut function) = ([0u8; 1024], [0u8; 256]);
     let Some(described) = python::describe(frame, &mut file, &mut function) else {
-        MISSED.fetch_add(1, Ordering::Relaxed);
         return 0;
     };
     let (pid, tid) = (session::pid(), state.tid.get());
@@ -240,7 +227,6 @@ fn redefine_now(
         && lane::send_string(ring, lane, pid, tid, function_id, function)
         && ring.push(lane, &definition);
     if !sent {
-        MISSED.fetch_add(1, Ordering::Relaxed);
         return 0;
     }
     slot.identity.store(python::identity(frame.code), Ordering::Relaxed);
