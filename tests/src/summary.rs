@@ -23,6 +23,16 @@ pub fn summary_json(run_bin: &Path) -> Value {
     })
 }
 
+/// Runs `mlprof ARGS...` and returns its output; it must succeed.
+pub fn mlprof_ok(args: &[&str]) -> std::process::Output {
+    let mut c = Command::new(&bins().mlprof);
+    clean_env(&mut c);
+    c.args(args);
+    let out = output_with_timeout(c, default_timeout());
+    assert!(out.status.success(), "mlprof {} failed\n{}", args.join(" "), describe(&out));
+    out
+}
+
 /// Runs `mlprof convert RUN -o RUN.trace.json` and returns the parsed trace.
 pub fn convert_trace(run_bin: &Path) -> Value {
     let trace = run_bin.with_extension("trace.json");

@@ -5,6 +5,7 @@
 
 use mlprof_tests::*;
 use serde_json::Value;
+use std::process::Output;
 
 /// The line of each `# site: NAME` mark in `script`.
 fn marks(script: &std::path::Path) -> std::collections::HashMap<String, u64> {
@@ -15,6 +16,22 @@ fn marks(script: &std::path::Path) -> std::collections::HashMap<String, u64> {
             line.split("# site: ").nth(1).map(|name| (name.trim().to_string(), at as u64 + 1))
         })
         .collect()
+}
+
+/// Runs `script ARGS` under `mlprof-collect FLAGS` into `out`; its output (it must succeed), its
+/// clean summary and the summary's sites.
+fn run_script(
+    out: &std::path::Path,
+    flags: &[&str],
+    script: &std::path::Path,
+    args: &[String],
+) -> (Output, Summary, Vec<Value>) {
+    let cmd = [&[python().display().to_string(), script.display().to_string()][..], args].concat();
+    let o = run_collect(out, flags, &cmd);
+    assert!(o.status.success(), "mlprof-collect {} failed\n{}", flags.join(" "), describe(&o));
+    let summary = clean_summary(out);
+    let sites = summary.json["sites"].as_array().cloned().unwrap_or_default();
+    (o, summary, sites)
 }
 
 /// Every call made at `line` of the script, from `function`, all functions together.
@@ -29,16 +46,12 @@ fn every_call_names_the_python_line_that_made_it() {
     let dir = TempDir::new("sites");
     let script = script("sites.py");
     let out = dir.join("run.bin");
-    let cmd = [python().display().to_string(), script.display().to_string(), dir.str(), N.to_string()];
-    let o = run_collect(&out, &["--sites"], &cmd);
-    assert!(o.status.success(), "mlprof-collect --sites failed\n{}", describe(&o));
+    let (o, summary, sites) = run_script(&out, &["--sites"], &script, &[dir.str(), N.to_string()]);
     let stdout = String::from_utf8_lossy(&o.stdout);
     let comprehension = stdout.split("comprehension_function=").nth(1).and_then(|s| s.split(' ').next());
     let comprehension = comprehension.expect("the script's report line").to_string();
     let method = stdout.split("method_function=").nth(1).and_then(|s| s.split(' ').next());
     let method = method.expect("the script's report line").to_string();
-    let summary = clean_summary(&out);
-    let sites = summary.json["sites"].as_array().cloned().unwrap_or_default();
     let file = script.display().to_string();
     let mark = marks(&script);
     let mut e = summary.expect();
@@ -69,12 +82,11 @@ fn every_call_names_the_python_line_that_made_it() {
     e.finish();
 
     // The text view names the lines; the Parquet export carries them per call.
-    let mut c = std::process::Command::new(&bins().mlprof);
-    c.args(["summary", "--sites", "--top", "200", &out.display().to_string()]);
-    let o = output_with_timeout(c, default_timeout());
+    let run = out.display().to_string();
+    let o = mlprof_ok(&["summary", "--sites", "--top", "200", &run]);
     let text = String::from_utf8_lossy(&o.stdout);
     let stat_line = format!("{file}:{} stat_loop — ", mark["function"]);
-    assert!(o.status.success() && text.contains(&stat_line), "no {stat_line:?} in\n{text}");
+    assert!(text.contains(&stat_line), "no {stat_line:?} in\n{text}");
     // The file table names the lines that spent most time on each file: f3.txt only saw the
     // worker's stats (and its creation in main).
     let f3 = dir.file("f3.txt");
@@ -92,18 +104,11 @@ fn every_call_names_the_python_line_that_made_it() {
     assert!(named.contains(&("worker".to_string(), 2 * (N + 3))), "f3.txt's sites: {named:?}");
     // The report's Calls section lists the sites.
     let page = dir.join("report.html");
-    let mut c = std::process::Command::new(&bins().mlprof);
-    c.args(["report", &out.display().to_string(), "-o", &page.display().to_string()]);
-    let o = output_with_timeout(c, default_timeout());
+    mlprof_ok(&["report", &run, "-o", &page.display().to_string()]);
     let html = std::fs::read_to_string(&page).unwrap_or_default();
-    assert!(o.status.success() && html.contains("By call site (--sites)"), "no call sites in the report");
+    assert!(html.contains("By call site (--sites)"), "no call sites in the report");
     // Each call's slice in the trace carries its site as arguments.
-    let trace = dir.join("trace.json");
-    let mut c = std::process::Command::new(&bins().mlprof);
-    c.args(["convert", "-o", &trace.display().to_string(), &out.display().to_string()]);
-    let o = output_with_timeout(c, default_timeout());
-    assert!(o.status.success(), "mlprof convert failed\n{}", describe(&o));
-    let trace: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let trace = convert_trace(&out);
     let events = trace["traceEvents"].as_array().cloned().unwrap_or_default();
     let at_stat_loop = events
         .iter()
@@ -115,10 +120,7 @@ fn every_call_names_the_python_line_that_made_it() {
         return;
     }
     let parquet = dir.join("parquet");
-    let mut c = std::process::Command::new(&bins().mlprof);
-    c.args(["export", "--parquet", &parquet.display().to_string(), &out.display().to_string()]);
-    let o = output_with_timeout(c, default_timeout());
-    assert!(o.status.success(), "mlprof export failed\n{}", describe(&o));
+    mlprof_ok(&["export", "--parquet", &parquet.display().to_string(), &run]);
     let query = format!(
         "import duckdb, json\n\
          rows = duckdb.sql(\"select site_function, site_line, count(*) \
@@ -147,21 +149,11 @@ fn diff_compares_runs_by_call_site() {
         let out = dir.join(format!("run{n}.bin"));
         let folder = dir.join(format!("files{n}"));
         std::fs::create_dir_all(&folder).unwrap();
-        let cmd = [
-            python().display().to_string(),
-            script.display().to_string(),
-            folder.display().to_string(),
-            n.to_string(),
-        ];
-        let o = run_collect(&out, &["--sites"], &cmd);
-        assert!(o.status.success(), "mlprof-collect --sites failed\n{}", describe(&o));
+        run_script(&out, &["--sites"], &script, &[folder.display().to_string(), n.to_string()]);
         out
     };
     let (a, b) = (run_with(5), run_with(7));
-    let mut c = std::process::Command::new(&bins().mlprof);
-    c.args(["diff", "--json", &a.display().to_string(), &b.display().to_string()]);
-    let o = output_with_timeout(c, default_timeout());
-    assert!(o.status.success(), "mlprof diff failed\n{}", describe(&o));
+    let o = mlprof_ok(&["diff", "--json", &a.display().to_string(), &b.display().to_string()]);
     let diff: Value = serde_json::from_slice(&o.stdout).unwrap();
     let key = format!("{}:{} stat_loop", script.display(), marks(&script)["function"]);
     let row = &diff["sites"][&key];
@@ -190,16 +182,8 @@ fn a_scan_a_read_loop_and_dataloader_workers_name_their_lines() {
     let dir = TempDir::new("sites-data");
     let script = script("sites_data.py");
     let out = dir.join("run.bin");
-    let cmd = [
-        python().display().to_string(),
-        script.display().to_string(),
-        dir.join("data").display().to_string(),
-        N.to_string(),
-    ];
-    let o = run_collect(&out, &["--sites"], &cmd);
-    assert!(o.status.success(), "mlprof-collect --sites failed\n{}", describe(&o));
-    let summary = clean_summary(&out);
-    let sites = summary.json["sites"].as_array().cloned().unwrap_or_default();
+    let data = dir.join("data").display().to_string();
+    let (_, summary, sites) = run_script(&out, &["--sites"], &script, &[data, N.to_string()]);
     let (file, mark) = (script.display().to_string(), marks(&script));
     let mut e = summary.expect();
     // One opendir; a readdir per entry, for `.` and `..`, and the last one that finds none.
@@ -235,11 +219,7 @@ fn op_spans_name_the_python_line_that_made_them() {
     let dir = TempDir::new("sites-torch");
     let script = script("torch_hook_train.py");
     let out = dir.join("run.bin");
-    let cmd = [python().display().to_string(), script.display().to_string(), dir.str()];
-    let o = run_collect(&out, &["--sites", "--torch"], &cmd);
-    assert!(o.status.success(), "mlprof-collect --sites --torch failed\n{}", describe(&o));
-    let summary = clean_summary(&out);
-    let sites = summary.json["sites"].as_array().cloned().unwrap_or_default();
+    let (_, summary, sites) = run_script(&out, &["--sites", "--torch"], &script, &[dir.str()]);
     let file = script.display().to_string();
     let at = |line: u64| sites.iter().find(|s| s["file"] == file.as_str() && s["line"] == line).cloned();
     let zeros = at(line_of(&script, "x = torch.zeros(3, 16, 16)")).unwrap_or_default();
@@ -263,12 +243,7 @@ fn op_spans_name_the_python_line_that_made_them() {
     e.finish();
     // The trace's op slices carry it too (read without looking ahead, as a second pass does,
     // each batch must still find its sites).
-    let trace = dir.join("trace.json");
-    let mut c = std::process::Command::new(&bins().mlprof);
-    c.args(["convert", "-o", &trace.display().to_string(), &out.display().to_string()]);
-    let o = output_with_timeout(c, default_timeout());
-    assert!(o.status.success(), "mlprof convert failed\n{}", describe(&o));
-    let trace: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let trace = convert_trace(&out);
     let zeros_line = line_of(&script, "x = torch.zeros(3, 16, 16)");
     let slices = trace["traceEvents"].as_array().map_or(0, |events| {
         events.iter().filter(|e| e["name"] == "aten::zeros" && e["args"]["site_line"] == zeros_line).count()
@@ -284,11 +259,7 @@ fn sites_with_three_frames_name_the_callers() {
     let dir = TempDir::new("sites-frames");
     let script = script("sites.py");
     let out = dir.join("run.bin");
-    let cmd = [python().display().to_string(), script.display().to_string(), dir.str(), N.to_string()];
-    let o = run_collect(&out, &["--sites=3"], &cmd);
-    assert!(o.status.success(), "mlprof-collect --sites=3 failed\n{}", describe(&o));
-    let summary = clean_summary(&out);
-    let sites = summary.json["sites"].as_array().cloned().unwrap_or_default();
+    let (_, _, sites) = run_script(&out, &["--sites=3"], &script, &[dir.str(), N.to_string()]);
     let file = script.display().to_string();
     let mark = marks(&script);
     let row = sites
