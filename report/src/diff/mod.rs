@@ -222,7 +222,7 @@ impl Diff {
             }
             for site in &s.sites {
                 let label = format!("{}:{} {}", site.file, site.line, site.function);
-                let total = &site.total;
+                let total = site.total();
                 add(
                     &mut sites,
                     label,

@@ -205,7 +205,7 @@ impl Tally {
     fn add(&mut self, meta: &RunMeta, event: &mlprof_format::record::Event) {
         let Some(func) = Func::from_id(event.kind) else {
             self.unknown_events += 1;
-            self.sites.note_unknown(meta, event);
+            self.sites.note(meta, event, None, &CallStats::default(), 0);
             return;
         };
         self.events += 1;
@@ -231,7 +231,7 @@ impl Tally {
         self.ranks.add(meta, func, event, image);
         self.by_image_and_func.entry((event.pid, image, event.kind)).or_default().add(&stats);
         let path = path.map(|path_id| self.absolute(meta, func, event, path_id));
-        self.sites.note(meta, event, &stats, path.unwrap_or(0));
+        self.sites.note(meta, event, Some(func), &stats, path.unwrap_or(0));
         if let Some(path_id) = path {
             let file = self.files.entry(path_id).or_default();
             file.calls += 1;

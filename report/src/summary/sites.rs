@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use mlprof_format::func::Func;
-use mlprof_format::record::Event;
+use mlprof_format::func::{Api, Func};
+use mlprof_format::record::{Event, IttSpan};
 use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 
@@ -29,8 +29,15 @@ pub(crate) struct SiteRow {
     /// at most); a site of the same line called from elsewhere is another row.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) callers: Vec<Caller>,
-    #[serde(skip)]
-    pub(crate) total: CallStats,
+}
+
+impl SiteRow {
+    /// All its calls together.
+    pub(crate) fn total(&self) -> CallStats {
+        let mut total = CallStats::default();
+        self.calls.values().for_each(|stats| total.add(stats));
+        total
+    }
 }
 
 /// A line that called a site's function.
@@ -78,14 +85,23 @@ pub(crate) struct FileSite {
 /// The calls of an events frame waiting for the sites frame after it, and the sites' tallies.
 #[derive(Default)]
 pub(super) struct SiteTally {
-    /// (function id, stats, file's path id or 0) of each event of the events frame being read
-    /// (only while the run has sites).
-    pending: Vec<(u16, CallStats, u64)>,
+    /// Each event of the events frame being read, in order (only while the run has sites).
+    pending: Vec<Noted>,
     by_site: HashMap<(u32, u16), CallStats>,
     /// Per (site, span name's string id): the ITT spans that ended there.
     spans_by_site: HashMap<(u32, u64), SpanStats>,
     /// Per (file's path id, site): the calls on that file made there.
     by_file: HashMap<(u64, u32), CallStats>,
+}
+
+/// An event of the frame being read, as the site tally needs it.
+enum Noted {
+    /// A call of function `kind` on file `path` (0: none).
+    Call { kind: u16, stats: CallStats, path: u64 },
+    /// An ITT span named `name`, `dur` long.
+    Span { name: u64, dur: u64 },
+    /// A record of a function this build does not know.
+    Unknown,
 }
 
 /// Sites named per file in the file table.
@@ -97,39 +113,45 @@ impl SiteTally {
         self.pending.clear();
     }
 
-    /// One event of the frame being read (in order), on file `path` (0: none; an ITT span's
-    /// name in its place).
+    /// One event of the frame being read (in order), of function `func` (`None`: unknown), on
+    /// file `path` (0: none).
     #[inline]
-    pub(super) fn note(&mut self, meta: &RunMeta, event: &Event, stats: &CallStats, path: u64) {
-        if !meta.sites.is_empty() {
-            let path = if is_span(event.kind) {
-                mlprof_format::record::IttSpan::from_event(event).name
-            } else {
-                path
-            };
-            self.pending.push((event.kind, *stats, path));
+    pub(super) fn note(
+        &mut self,
+        meta: &RunMeta,
+        event: &Event,
+        func: Option<Func>,
+        stats: &CallStats,
+        path: u64,
+    ) {
+        if meta.sites.is_empty() {
+            return;
         }
-    }
-
-    /// An event of unknown function (kept in step with the frame).
-    pub(super) fn note_unknown(&mut self, meta: &RunMeta, event: &Event) {
-        if !meta.sites.is_empty() {
-            self.pending.push((event.kind, CallStats::default(), 0));
-        }
+        self.pending.push(match func {
+            None => Noted::Unknown,
+            Some(func) if func.api() == Api::Itt => {
+                Noted::Span { name: IttSpan::from_event(event).name, dur: event.dur }
+            }
+            Some(_) => Noted::Call { kind: event.kind, stats: *stats, path },
+        });
     }
 
     /// The sites of the events frame just read.
     pub(super) fn sites(&mut self, sites: &[u32]) {
-        for (&(kind, stats, path), &site) in self.pending.iter().zip(sites) {
-            if site != 0 && stats.count > 0 && is_span(kind) {
-                let spans = self.spans_by_site.entry((site, path)).or_default();
-                spans.count += 1;
-                spans.total_ns += stats.total_ns;
-            } else if site != 0 && stats.count > 0 {
-                self.by_site.entry((site, kind)).or_default().add(&stats);
-                if path != 0 {
-                    self.by_file.entry((path, site)).or_default().add(&stats);
+        for (noted, &site) in self.pending.iter().zip(sites).filter(|(_, site)| **site != 0) {
+            match *noted {
+                Noted::Span { name, dur } => {
+                    let spans = self.spans_by_site.entry((site, name)).or_default();
+                    spans.count += 1;
+                    spans.total_ns += dur;
                 }
+                Noted::Call { kind, stats, path } => {
+                    self.by_site.entry((site, kind)).or_default().add(&stats);
+                    if path != 0 {
+                        self.by_file.entry((path, site)).or_default().add(&stats);
+                    }
+                }
+                Noted::Unknown => {}
             }
         }
         self.pending.clear();
@@ -143,7 +165,7 @@ impl SiteTally {
             out.entry(path).or_default().push(FileSite {
                 file: meta.string(info.file),
                 line: info.line,
-                function: if info.function == 0 { String::new() } else { meta.string(info.function) },
+                function: name_of(meta, info.function),
                 calls: stats.count,
                 total_ns: stats.total_ns,
             });
@@ -160,9 +182,7 @@ impl SiteTally {
         let mut rows: HashMap<u32, SiteRow> = HashMap::default();
         for ((site, kind), stats) in std::mem::take(&mut self.by_site) {
             let (Some(info), Some(func)) = (meta.sites.get(&site), Func::from_id(kind)) else { continue };
-            let row = row_of(&mut rows, meta, site, info);
-            row.calls.entry(func.name()).or_default().add(&stats);
-            row.total.add(&stats);
+            row_of(&mut rows, meta, site, info).calls.entry(func.name()).or_default().add(&stats);
         }
         for ((site, name), stats) in std::mem::take(&mut self.spans_by_site) {
             let Some(info) = meta.sites.get(&site) else { continue };
@@ -171,17 +191,11 @@ impl SiteTally {
             spans.count += stats.count;
             spans.total_ns += stats.total_ns;
         }
-        let mut rows: Vec<SiteRow> = rows.into_values().collect();
-        rows.sort_by(|a, b| {
-            b.total.total_ns.cmp(&a.total.total_ns).then((&a.file, a.line).cmp(&(&b.file, b.line)))
-        });
-        rows
+        let mut rows: Vec<(u64, SiteRow)> =
+            rows.into_values().map(|row| (row.total().total_ns, row)).collect();
+        rows.sort_by(|(a_ns, a), (b_ns, b)| b_ns.cmp(a_ns).then((&a.file, a.line).cmp(&(&b.file, b.line))));
+        rows.into_iter().map(|(_, row)| row).collect()
     }
-}
-
-/// Whether records of function id `kind` are ITT spans (tasks, frames, markers).
-fn is_span(kind: u16) -> bool {
-    Func::from_id(kind).is_some_and(|func| func.api() == mlprof_format::func::Api::Itt)
 }
 
 /// The row of `site`, made on first use.
@@ -199,7 +213,6 @@ fn row_of<'r>(
         calls: BTreeMap::new(),
         spans: BTreeMap::new(),
         callers: callers(meta, info),
-        total: CallStats::default(),
     })
 }
 
@@ -216,23 +229,17 @@ pub fn write(summary: &super::Summary, top: usize, out: &mut dyn std::io::Write)
         )?;
         return Ok(());
     }
-    let total: u64 = sites.iter().map(|s| s.total.total_ns).sum();
+    let total: u64 = sites.iter().map(|s| s.total().total_ns).sum();
     writeln!(out, "Top call sites by time ({} sites, {} in their calls):", sites.len(), format_ns(total))?;
     for site in sites.iter().take(top) {
+        let total = site.total();
         let mut mix: Vec<(&&str, &CallStats)> = site.calls.iter().collect();
         mix.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
         let mix: Vec<String> =
             mix.iter().map(|(name, stats)| format!("{} {name}", group(stats.count))).collect();
-        let bytes = if site.total.bytes > 0 {
-            format!(", {}", format_bytes(site.total.bytes))
-        } else {
-            String::new()
-        };
-        let errors = if site.total.errors > 0 {
-            format!(", {} failed", group(site.total.errors))
-        } else {
-            String::new()
-        };
+        let bytes = if total.bytes > 0 { format!(", {}", format_bytes(total.bytes)) } else { String::new() };
+        let errors =
+            if total.errors > 0 { format!(", {} failed", group(total.errors)) } else { String::new() };
         let place = if site.native { site.file.clone() } else { format!("{}:{}", site.file, site.line) };
         let mut spans: Vec<(&String, &SpanStats)> = site.spans.iter().collect();
         spans.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
@@ -246,7 +253,7 @@ pub fn write(summary: &super::Summary, top: usize, out: &mut dyn std::io::Write)
             "  {place} {} — {}, {}{bytes}{errors}{spans}{called_from}",
             site.function,
             mix.join(", "),
-            format_ns(site.total.total_ns)
+            format_ns(total.total_ns)
         )?;
     }
     if sites.len() > top {
