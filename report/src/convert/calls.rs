@@ -39,9 +39,7 @@ pub(super) fn write<W: TraceWriter>(
     let mut shape = ArgShape::NONE;
     if api == Api::Libc {
         shape = libc_args(c, learned, kind, event, path, &mut args);
-        if site != 0 {
-            shape = site_args(c, site, shape, &mut args);
-        }
+        shape = site_args(c, site, shape, &mut args);
     } else {
         let call = GpuCall::from_event(event);
         dimensions = [call.grid(), call.block()].map(|(x, y, z)| [x, y, z].map(u64::from));
@@ -165,13 +163,14 @@ fn libc_args<W: TraceWriter>(
     shape(path.is_some())
 }
 
-/// The call site's arguments (`--sites`): `site_file`, `site_line`, `site_function`; the shape
-/// with its site bit set (the keys then include them).
-fn site_args<W: TraceWriter>(
+/// The call site's arguments (`--sites`): `site_file`, `site_line`, `site_function`, for a
+/// call's slice and a span's; the shape with its site bit set when they were pushed (the keys
+/// then include them).
+pub(super) fn site_args<W: TraceWriter, const N: usize>(
     c: &mut Converter<'_, W>,
     site: u32,
     shape: ArgShape,
-    args: &mut ArgList<'_, MAX_ARGS>,
+    args: &mut ArgList<'_, N>,
 ) -> ArgShape {
     let Some(info) = c.meta.sites.get(&site) else { return shape };
     let (file, function, line) = (info.file, info.function, info.line);

@@ -33,13 +33,8 @@ pub(super) fn write<W: TraceWriter>(
         args.push("domain", ArgValue::Interned(domain));
         args.push("id", ArgValue::UInt(span.id));
         args.push("depth", ArgValue::Int(span.depth.into()));
-        // `--sites`: the Python line that made the op.
-        if let Some(info) = c.meta.sites.get(&site) {
-            let (file, function, line) = (info.file, info.function, info.line);
-            args.push("site_file", ArgValue::Interned(c.text(Text::Run(file))));
-            args.push("site_line", ArgValue::UInt(line.into()));
-            args.push("site_function", ArgValue::Interned(c.text(Text::Run(function))));
-        }
+        // `--sites`: the Python line that made the op (no shape: a span's keys are looked at).
+        super::calls::site_args(c, site, ArgShape::NONE, &mut args);
         // A task at depth 0 had no open task around it; frames come with depth 0 but do not
         // nest with tasks, so they prove nothing.
         let outermost = func == Func::IttTask && span.depth == 0;
