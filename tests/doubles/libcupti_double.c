@@ -42,13 +42,7 @@ typedef void (*CompleteV2Fn)(uint8_t *, size_t, size_t, void *);
 typedef uint64_t (*TimestampFn)(void);
 typedef void (*CallbackFn)(void *, int, uint32_t, const void *);
 
-typedef struct {
-    size_t structSize;
-    const char *subscriberName;
-    char *oldSubscriberName;
-    size_t oldSubscriberSize;
-    uint8_t allowMultipleSubscribers;
-} SubscriberParams;
+#include "cupti_params.h"
 
 enum { KIND_MEMCPY = 1, KIND_MEMSET = 2, KIND_KERNEL = 10, KIND_OVERHEAD = 17, KIND_SYNC = 38 };
 enum { KERNEL_BYTES = 224, MEMCPY_BYTES = 80, MEMSET_BYTES = 56 };

@@ -36,13 +36,7 @@ CUptiResult cuptiActivityEnable(int kind);
 CUptiResult cuptiActivityFlushAll(uint32_t flags);
 CUptiResult cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid, void **record);
 
-typedef struct {
-    size_t structSize;
-    const char *subscriberName;
-    char *oldSubscriberName;
-    size_t oldSubscriberSize;
-    uint8_t allowMultipleSubscribers;
-} SubscriberParams;
+#include "../doubles/cupti_params.h"
 CUptiResult cuptiSubscribe_v2(void **handle, void *callback, void *userdata, SubscriberParams *params);
 CUptiResult cuptiActivityRegisterCallbacks_v2(void *subscriber, void *requested, void *completed);
 CUptiResult cuptiActivityEnable_v2(void *subscriber, int kind, void *config);
