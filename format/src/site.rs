@@ -6,8 +6,9 @@
 //! number, `arg` = file string id, `arg2` = function string id (both sent before, as
 //! [`crate::record::KIND_STRING_DEF`]s), `extra` = line, `start` = the number of the site
 //! whose function called this one's (`--sites=N`; 0: none), `flags` [`SITE_NATIVE`] for a
-//! native caller (then `ret` = its address, file = its module, function = its symbol when
-//! known). A record made at a site is flagged [`FLAG_SITE`] and carries the number in its `pid` slot,
+//! native caller (then `ret` = its return address less its module's load bias, the same in
+//! every process that maps the module; file = the module's path; function 0: the reports name
+//! it from the module's symbol table). A record made at a site is flagged [`FLAG_SITE`] and carries the number in its `pid` slot,
 //! which the collector overwrites with the lane owner's pid anyway. A fork child numbers its
 //! own sites again.
 //!
@@ -44,14 +45,15 @@ pub struct SiteInfo {
     pub id: u32,
     /// String id of the file: the path as the code object names it, or the native module.
     pub file: u64,
-    /// String id of the function: the code object's qualified name, or the native symbol
-    /// (0: unknown).
+    /// String id of the function: the code object's qualified name (0 for a native caller:
+    /// the reports name it from the module's symbol table).
     pub function: u64,
     /// The line (1-based; 0: unknown, and always for native callers).
     pub line: u32,
     /// A native caller rather than a Python line.
     pub native: bool,
-    /// A native caller's return address in the process that first met it (0 for Python).
+    /// A native caller's return address less its module's load bias: the module's own
+    /// address, as in its ELF file (0 for Python).
     pub address: u64,
     /// The run-wide id of the site whose function called this one's (`--sites=N`: the next
     /// frame out; 0: none recorded).

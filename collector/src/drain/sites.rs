@@ -14,8 +14,10 @@ use mlprof_format::site::{SITE_NATIVE, SiteInfo};
 pub(super) struct Sites {
     /// Run-wide id of each process's site number.
     by_process: HashMap<(u32, u32), u32>,
-    /// Run-wide id of each distinct site (file, function, line, native, parent's id).
-    by_content: HashMap<(u64, u64, u32, bool, u32), u32>,
+    /// Run-wide id of each distinct site: (file, function, line, parent's id, native caller's
+    /// address in its module). A native caller is its module and address (the same in every
+    /// process that maps the module); the reports name its function.
+    by_content: HashMap<(u64, u64, u32, u32, Option<u64>), u32>,
     /// Records whose process named a site it had not defined (counted, left without one).
     pub(super) undefined: u64,
 }
@@ -39,11 +41,11 @@ impl Sites {
             0 => 0,
             number => self.by_process.get(&(pid, number)).copied().unwrap_or(0),
         };
-        let key = (record.arg, record.arg2, record.extra, native, parent);
+        let address = if native { record.ret as u64 } else { 0 };
+        let key = (record.arg, record.arg2, record.extra, parent, native.then_some(address));
         let next = self.by_content.len() as u32 + 1;
         let id = *self.by_content.entry(key).or_insert(next);
         if id == next {
-            let address = if native { record.ret as u64 } else { 0 };
             let site = SiteInfo {
                 id,
                 file: record.arg,

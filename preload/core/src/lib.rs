@@ -7,7 +7,8 @@
 //!
 //! 1. [`sys`] (raw system calls), [`clock`] (timestamps), [`config`] (`MLPROF_*` options),
 //!    [`guard`] (the per-thread state: reentrancy guard, errno), [`user_memory`] (reading the
-//!    application's pointers without faulting), [`library`] (where our own code lies);
+//!    application's pointers without faulting), [`library`] (where our own code lies), [`caller`] (the native code that called a
+//!    hook);
 //! 2. [`real`]: the next definition of each hooked symbol, and glibc's own `dlsym`;
 //!    [`python`]: the calling thread's Python frames (a recorded call's site), its
 //!    interpreter found through the loader;
@@ -27,6 +28,7 @@
 // Unit tests may index and unwrap: a panic there is a failed test, not a dead application.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic))]
 
+pub mod caller;
 pub mod clock;
 pub mod config;
 pub mod cupti;

@@ -49,6 +49,7 @@
 
 mod align;
 mod scan;
+mod sites;
 mod write;
 
 use std::collections::HashSet;

@@ -13,8 +13,10 @@ use mlprof_format::runfile::{
     AggregateSample, DropSample, Frame, NodeInfo, ProcessInfo, RunEnd, RunInfo, RunReader, RunWriter,
     create_run_file,
 };
+use mlprof_format::site::{FRAME_EVENT_SITES, encode_event_sites};
 
 use super::scan::Scan;
+use super::sites::{MergedSites, NodeSites};
 use crate::pipeline::DATA;
 
 /// Energy device ids of node n start at n × this (ids of one node stay below 512).
@@ -98,6 +100,8 @@ struct Input {
     rewrite: Rewrite,
     /// Its next events frame, rewritten, waiting for its turn.
     pending: Vec<Event>,
+    /// Its site ids → the merged run's.
+    sites: NodeSites,
     done: bool,
     events: u64,
     end: Option<RunEnd>,
@@ -160,6 +164,7 @@ fn open_inputs(nodes: &[NodeInfo], scans: &[Scan]) -> Result<Vec<Input>, String>
                     host: scan.info.host.clone(),
                 },
                 pending: Vec::new(),
+                sites: NodeSites::default(),
                 done: false,
                 events: 0,
                 end: None,
@@ -177,9 +182,9 @@ fn interleave(
     output: &Path,
 ) -> Result<(), String> {
     let write_err = |e: std::io::Error| format!("writing {}: {e}", output.display());
-    let mut strings = HashSet::new();
+    let mut shared = Shared::default();
     for (input, scan) in inputs.iter_mut().zip(scans) {
-        advance(input, out, &mut strings, &scan.path)?;
+        advance(input, out, &mut shared, &scan.path)?;
     }
     // Event frames in the order of their first event's end (each frame is sorted by end).
     loop {
@@ -191,17 +196,26 @@ fn interleave(
             .map(|(at, _)| at);
         let Some(at) = next else { break };
         out.write_events(&inputs[at].pending).map_err(write_err)?;
-        advance(&mut inputs[at], out, &mut strings, &scans[at].path)?;
+        advance(&mut inputs[at], out, &mut shared, &scans[at].path)?;
     }
     Ok(())
 }
 
+/// What the inputs share: the strings written, and the merged run's sites.
+#[derive(Default)]
+struct Shared {
+    strings: HashSet<u64>,
+    sites: MergedSites,
+}
+
 /// Writes what a frame of `input` holds (metadata at once, events into `pending`) until its
-/// next events frame or its end.
+/// next events frame or its end. Called right after `input`'s pending events were written (or
+/// before any were), so an event sites frame read here belongs to the events frame written
+/// last, and is written right after it, renumbered.
 fn advance(
     input: &mut Input,
     out: &mut RunWriter<BackgroundFile>,
-    strings: &mut HashSet<u64>,
+    shared: &mut Shared,
     path: &Path,
 ) -> Result<(), String> {
     let write_err = |e: std::io::Error| format!("writing the merged run: {e}");
@@ -215,7 +229,16 @@ fn advance(
                 return Ok(());
             }
             Frame::End(end) => input.end = Some(end),
-            frame => write_metadata(frame, rw, out, strings).map_err(write_err)?,
+            Frame::Site(site) => {
+                if let Some(merged) = shared.sites.add(&mut input.sites, site) {
+                    out.write_site(&merged).map_err(write_err)?;
+                }
+            }
+            Frame::EventSites(sites) => {
+                let sites = input.sites.renumber(&sites);
+                out.write_frame(FRAME_EVENT_SITES, &encode_event_sites(&sites)).map_err(write_err)?;
+            }
+            frame => write_metadata(frame, rw, out, &mut shared.strings).map_err(write_err)?,
         }
     }
     input.done = true;
@@ -234,8 +257,7 @@ fn write_metadata(
     match frame {
         // The merged run has its own description; events and ends are the caller's.
         Frame::RunInfo(_) | Frame::Node(_) | Frame::Events(_) | Frame::End(_) => {}
-        // Not merged yet: each node numbers its sites from 1, and the merged events would need
-        // their ids renumbered beside them.
+        // Renumbered by `advance`.
         Frame::Site(_) | Frame::EventSites(_) => {}
         Frame::String { id, bytes } => {
             if strings.insert(id) {

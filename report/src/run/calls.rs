@@ -66,11 +66,5 @@ pub(crate) fn nccl_op_name(op: u32) -> &'static str {
 
 /// A C++ name demangled for display; other names as they are.
 pub(crate) fn demangle(name: &str) -> String {
-    if name.starts_with("_Z")
-        && let Ok(symbol) = cpp_demangle::Symbol::new(name)
-        && let Ok(text) = symbol.demangle(&cpp_demangle::DemangleOptions::default())
-    {
-        return text;
-    }
-    name.to_string()
+    mlprof_symbols::demangle(name)
 }

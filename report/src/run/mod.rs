@@ -5,6 +5,7 @@ mod calls;
 mod fds;
 pub(crate) mod kinds;
 mod mapped;
+mod native_sites;
 mod path_table;
 mod ranks;
 pub(crate) mod source;
@@ -54,8 +55,11 @@ pub struct RunMeta {
     pub(crate) threads: HashMap<(u32, u32), String>,
     /// Kernel names: (pid, function handle) → name string id.
     pub(crate) symbols: HashMap<(u32, u64), u64>,
-    /// Call sites (`--sites`), by run-wide id.
+    /// Call sites (`--sites`), by run-wide id; native callers named ([`native_sites`]).
     pub(crate) sites: HashMap<u32, mlprof_format::site::SiteInfo>,
+    /// Native callers' sites folded into the first of the same function: id → that id (the
+    /// stream hands out the standing id).
+    pub(crate) folded_sites: HashMap<u32, u32>,
     /// Last cumulative sample per (stream, func, clock id).
     pub(crate) aggregates: HashMap<(u64, u16, Option<i32>), AggregateSample>,
     /// Last cumulative drop count per stream.
@@ -175,6 +179,7 @@ impl RunMeta {
         for images in meta.images.values_mut() {
             images.sort_by_key(|i| i.info.start_ns);
         }
+        meta.folded_sites = native_sites::name(&mut meta.sites, &mut meta.strings);
         meta.fds.seal(&meta.images);
         // An exit belongs to the last image that started before it; the launcher's own record
         // (with the signal, if any) completes what the exit hook saw.

@@ -404,6 +404,11 @@ impl<'m> EventStream<'m> {
                 // The sites frame follows its events frame (the reader checked the count).
                 if let Some(Item::Events(batch)) = self.window.back_mut() {
                     batch.sites = sites;
+                    if !self.meta.folded_sites.is_empty() {
+                        for site in &mut batch.sites {
+                            *site = self.meta.folded_sites.get(site).copied().unwrap_or(*site);
+                        }
+                    }
                 }
                 return Ok(());
             }

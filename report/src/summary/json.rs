@@ -29,6 +29,7 @@ pub fn render(summary: &Summary) -> Value {
         "nodes": summary.nodes.iter().map(node).collect::<Vec<_>>(),
         "startup": summary.startup.iter().map(startup).collect::<Vec<_>>(),
         "sites": summary.sites,
+        "sites_missing": summary.sites_missing,
     })
 }
 

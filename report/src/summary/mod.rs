@@ -90,6 +90,8 @@ pub struct Summary {
     pub(crate) syscalls: SyscallView,
     /// Call sites (`mlprof-collect --sites`), most total time first; empty without.
     pub(crate) sites: Vec<sites::SiteRow>,
+    /// Calls and spans of a run with sites that have none.
+    pub(crate) sites_missing: u64,
 }
 
 /// One process image: a process, or a program it exec'd into.
@@ -149,7 +151,7 @@ impl Summary {
                         tally.add(&meta, event);
                     }
                 }
-                Frame::EventSites(sites) => tally.sites.sites(&sites),
+                Frame::EventSites(sites) => tally.sites.sites(&meta, &sites),
                 Frame::GpuActivity(records) => tally.timeline.add(&records),
                 _ => {}
             }
@@ -367,6 +369,7 @@ impl Tally {
             nodes: meta.nodes.clone(),
             startup: std::mem::take(&mut self.startup).finish(&meta, start_ns, end_ns),
             syscalls: std::mem::take(&mut self.syscalls).finish(),
+            sites_missing: self.sites.without_site(),
             sites: self.sites.finish(&meta),
             command: meta.info.command,
             host: meta.info.host,

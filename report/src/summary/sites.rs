@@ -92,6 +92,8 @@ pub(super) struct SiteTally {
     spans_by_site: HashMap<(u32, u64), SpanStats>,
     /// Per (file's path id, site): the calls on that file made there.
     by_file: HashMap<(u64, u32), CallStats>,
+    /// Calls and spans of a run with sites that have none (see [`SiteTally::without_site`]).
+    without_site: u64,
 }
 
 /// An event of the frame being read, as the site tally needs it.
@@ -108,9 +110,18 @@ enum Noted {
 pub(crate) const SITES_PER_FILE: usize = 3;
 
 impl SiteTally {
-    /// A new events frame begins: the calls noted for the last one had no sites frame.
+    /// A new events frame begins: the calls noted for the last one had no sites frame (none of
+    /// them had a site).
     pub(super) fn events_frame(&mut self) {
+        self.without_site += self.pending.iter().filter(|n| !matches!(n, Noted::Unknown)).count() as u64;
         self.pending.clear();
+    }
+
+    /// Calls and spans without a site in a run with sites: no Python line and no native caller
+    /// found (a frame being torn down, a full site table or lane, a trapped system call).
+    pub(super) fn without_site(&mut self) -> u64 {
+        self.events_frame();
+        self.without_site
     }
 
     /// One event of the frame being read (in order), of function `func` (`None`: unknown), on
@@ -136,9 +147,15 @@ impl SiteTally {
         });
     }
 
-    /// The sites of the events frame just read.
-    pub(super) fn sites(&mut self, sites: &[u32]) {
-        for (noted, &site) in self.pending.iter().zip(sites).filter(|(_, site)| **site != 0) {
+    /// The sites of the events frame just read (native callers of one function folded into
+    /// one site, as the stream does).
+    pub(super) fn sites(&mut self, meta: &RunMeta, sites: &[u32]) {
+        for (noted, &site) in self.pending.iter().zip(sites) {
+            if site == 0 {
+                self.without_site += u64::from(!matches!(noted, Noted::Unknown));
+                continue;
+            }
+            let site = meta.folded_sites.get(&site).copied().unwrap_or(site);
             match *noted {
                 Noted::Span { name, dur } => {
                     let spans = self.spans_by_site.entry((site, name)).or_default();
@@ -230,6 +247,14 @@ pub fn write(summary: &super::Summary, top: usize, out: &mut dyn std::io::Write)
         return Ok(());
     }
     let total: u64 = sites.iter().map(|s| s.total().total_ns).sum();
+    if summary.sites_missing > 0 {
+        writeln!(
+            out,
+            "{} calls and spans have no site (no Python line and no native caller found: a frame \
+             being torn down, a full site table, a trapped system call).",
+            group(summary.sites_missing)
+        )?;
+    }
     writeln!(out, "Top call sites by time ({} sites, {} in their calls):", sites.len(), format_ns(total))?;
     for site in sites.iter().take(top) {
         let total = site.total();

@@ -9,7 +9,10 @@
 //! a new collector, defines its sites again (the collector maps each process's numbers to
 //! run-wide sites).
 //!
-//! Failure behaviour: no Python on the thread, a frame that does not look like one, a full
+//! A thread that runs no Python gets its native caller instead ([`crate::caller`]): keyed by
+//! the return address, named by module and address in it.
+//!
+//! Failure behaviour: no Python on the thread and no native caller found, a frame that does not look like one, a full
 //! table or a full lane → the call has no site (not counted yet); nothing here faults on a bad
 //! pointer (the reader checks before it follows one) or changes what the call returns.
 
@@ -17,11 +20,11 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use mlprof_format::record::Event;
 use mlprof_format::ring::RingView;
-use mlprof_format::site::KIND_SITE_DEF;
+use mlprof_format::site::{KIND_SITE_DEF, SITE_NATIVE};
 
 use super::{lane, session};
 use crate::guard::ThreadState;
-use crate::python;
+use crate::{caller, python};
 
 const TABLE_SLOTS: usize = 1 << 14;
 const MAX_PROBES: usize = 16;
@@ -71,6 +74,10 @@ pub fn configure() {
         v.iter().try_fold(0u32, |n, d| d.is_ascii_digit().then(|| n.saturating_mul(10) + u32::from(d - b'0')))
     });
     FRAMES.store(number.unwrap_or(1).clamp(1, MAX_FRAMES as u32), Ordering::Relaxed);
+    if on {
+        // Where our own code lies and glibc's module lookup, for native callers.
+        caller::configure();
+    }
     ENABLED.store(on, Ordering::Relaxed);
 }
 
@@ -102,7 +109,11 @@ fn numbered(frames: &mut [python::Frame], ring: &RingView, lane: u32, state: &Th
     let found = python::frames(frames);
     if found == 0 {
         look_for_python(state);
-        return 0;
+        // No Python on this thread: the native code that called the hook.
+        return match caller::address() {
+            0 => 0,
+            address => number_of(python::Frame { code: address, offset: NATIVE }, 0, ring, lane, state),
+        };
     }
     let mut parent = 0;
     for frame in frames.get(..found).unwrap_or_default().iter().rev() {
@@ -134,7 +145,7 @@ fn number_of(frame: python::Frame, parent: u32, ring: &RingView, lane: u32, stat
             let number = epoch_number as u32;
             if number != 0
                 && (epoch_number >> 32) as u32 == epoch
-                && slot.identity.load(Ordering::Relaxed) == python::identity(frame.code)
+                && slot.identity.load(Ordering::Relaxed) == identity(frame)
             {
                 return number;
             }
@@ -143,6 +154,17 @@ fn number_of(frame: python::Frame, parent: u32, ring: &RingView, lane: u32, stat
         }
     }
     0
+}
+
+/// The `offset` of a native caller's key: its `code` is the return address (bytecode offsets
+/// are far below this).
+const NATIVE: u32 = u32::MAX;
+
+/// What tells a key's code object is still the one named; a native caller's address needs
+/// nothing (its module stays mapped while code in it calls).
+#[inline]
+fn identity(frame: python::Frame) -> u64 {
+    if frame.offset == NATIVE { 0 } else { python::identity(frame.code) }
 }
 
 /// A thread's recorded calls, while no interpreter is found, before it looks for one again.
@@ -196,6 +218,15 @@ fn redefine(slot: &Slot, site: (python::Frame, u32), ring: &RingView, lane: u32,
     crate::guard::keeping_errno(|| redefine_now(slot, site, ring, lane, state))
 }
 
+/// A site named: its strings' lengths in the buffers, its line, and for a native caller its
+/// address in its module.
+struct Named {
+    file_len: usize,
+    func_len: usize,
+    line: u32,
+    native_address: Option<u64>,
+}
+
 fn redefine_now(
     slot: &Slot,
     (frame, parent): (python::Frame, u32),
@@ -204,13 +235,31 @@ fn redefine_now(
     state: &ThreadState,
 ) -> u32 {
     let (mut file, mut function) = ([0u8; 1024], [0u8; 256]);
-    let Some(described) = python::describe(frame, &mut file, &mut function) else {
+    let described = if frame.offset == NATIVE {
+        // The module and the address in it; the collector names the function.
+        caller::describe(frame.code, &mut file).map(|named| Named {
+            file_len: named.path_len,
+            func_len: 0,
+            line: 0,
+            native_address: Some(named.module_address),
+        })
+    } else {
+        python::describe(frame, &mut file, &mut function).map(|described| Named {
+            file_len: described.file_len,
+            func_len: described.func_len,
+            line: described.line,
+            native_address: None,
+        })
+    };
+    let Some(described) = described else {
         return 0;
     };
     let (pid, tid) = (session::pid(), state.tid.get());
     let file = file.get(..described.file_len).unwrap_or_default();
     let function = function.get(..described.func_len).unwrap_or_default();
-    let (file_id, function_id) = (mlprof_format::string_id(file), mlprof_format::string_id(function));
+    let file_id = mlprof_format::string_id(file);
+    // A native caller's function is named by the collector (0: not known here).
+    let function_id = if function.is_empty() { 0 } else { mlprof_format::string_id(function) };
     let number = NEXT_NUMBER.fetch_add(1, Ordering::Relaxed);
     let definition = Event {
         kind: KIND_SITE_DEF,
@@ -221,15 +270,17 @@ fn redefine_now(
         arg2: function_id,
         extra: described.line,
         start: u64::from(parent),
+        ret: described.native_address.unwrap_or(0) as i64,
+        flags: if described.native_address.is_some() { SITE_NATIVE } else { 0 },
         ..Event::default()
     };
     let sent = lane::send_string(ring, lane, pid, tid, file_id, file)
-        && lane::send_string(ring, lane, pid, tid, function_id, function)
+        && (function.is_empty() || lane::send_string(ring, lane, pid, tid, function_id, function))
         && ring.push(lane, &definition);
     if !sent {
         return 0;
     }
-    slot.identity.store(python::identity(frame.code), Ordering::Relaxed);
+    slot.identity.store(identity(frame), Ordering::Relaxed);
     slot.epoch_number.store((u64::from(session::epoch()) << 32) | u64::from(number), Ordering::Release);
     number
 }
