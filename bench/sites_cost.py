@@ -7,13 +7,16 @@ per variant the min over rounds and the median of per-round differences against 
 without sites, with a 95 % bootstrap interval, and CPU time of the whole tree.
 
     sites_cost.py [--rounds N] [--calls N] [--bin-dir DIR] [--python PY] [--before-bin-dir DIR]
+                  [--native]
 
---before-bin-dir adds the collector of another build (`before`, no --sites) to each round: what
+--native times a C loop of 1-byte reads of /dev/zero instead (bench/calls.c, one thread): no
+Python on the thread, so each call's site is its native caller. --before-bin-dir adds the collector of another build (`before`, no --sites) to each round: what
 the sites code costs a call when --sites is off.
 """
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -44,13 +47,22 @@ def main():
     ap.add_argument("--bin-dir", default=os.path.join(here, "..", "target", "release"))
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--before-bin-dir", default=None)
+    ap.add_argument("--native", action="store_true", help="a C loop (native callers)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="mlprof-sites-cost-")
-    loop = os.path.join(tmp, "loop.py")
-    with open(loop, "w") as f:
-        f.write(LOOP)
+    if args.native:
+        calls = os.path.join(tmp, "calls")
+        source = os.path.join(here, "calls.c")
+        subprocess.run(
+            ["gcc", "-O2", "-pthread", "-U_FORTIFY_SOURCE", "-o", calls, source, "-ldl"], check=True
+        )
+        job = [calls, "read", str(args.calls), "1"]
+    else:
+        loop = os.path.join(tmp, "loop.py")
+        with open(loop, "w") as f:
+            f.write(LOOP)
+        job = [args.python, loop, str(args.calls)]
     collect = os.path.join(os.path.abspath(args.bin_dir), "mlprof-collect")
-    job = [args.python, loop, str(args.calls)]
     variants = {
         "bare": job,
         "mlprof": [collect, "--quiet", "--out", os.path.join(tmp, "plain.bin"), "--"] + job,

@@ -26,8 +26,14 @@ use super::{lane, session};
 use crate::guard::ThreadState;
 use crate::{caller, python};
 
-const TABLE_SLOTS: usize = 1 << 14;
-const MAX_PROBES: usize = 16;
+/// Slots a process may use per frame a site holds (`--sites=N` uses N times as many: each
+/// distinct chain of callers is a slot per frame, and an import of PyTorch alone walks tens of
+/// thousands of distinct chains through importlib with N = 8).
+const SLOTS_PER_FRAME: usize = 1 << 14;
+/// The table: room for [`MAX_FRAMES`] frames. Zero-initialized, so only the pages of the slots a
+/// process uses take memory (at most `SLOTS_PER_FRAME × N` slots of 40 bytes are probed).
+const TABLE_SLOTS: usize = SLOTS_PER_FRAME * MAX_FRAMES;
+const MAX_PROBES: usize = 32;
 
 /// One (code object, offset) of one process in one collector epoch, and its number.
 struct Slot {
@@ -117,10 +123,9 @@ fn numbered(frames: &mut [python::Frame], ring: &RingView, lane: u32, state: &Th
     }
     let mut parent = 0;
     for frame in frames.get(..found).unwrap_or_default().iter().rev() {
+        // A frame that gets no number (a full table, a code object that cannot be read) cuts
+        // the chain: the frames inside it start a shorter one, so the call keeps its line.
         parent = number_of(*frame, parent, ring, lane, state);
-        if parent == 0 {
-            return 0;
-        }
     }
     parent
 }
@@ -130,9 +135,11 @@ fn numbered(frames: &mut [python::Frame], ring: &RingView, lane: u32, state: &Th
 fn number_of(frame: python::Frame, parent: u32, ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
     let (pid, epoch) = (session::pid(), session::epoch());
     let offset_pid = (u64::from(frame.offset) << 32) | u64::from(pid);
-    let start = hash(frame.code, offset_pid ^ u64::from(parent).rotate_left(40)) % TABLE_SLOTS;
+    // The part of the table in use: N × SLOTS_PER_FRAME slots, a power of two times N.
+    let slots = SLOTS_PER_FRAME * FRAMES.load(Ordering::Relaxed) as usize;
+    let start = hash(frame.code, offset_pid ^ u64::from(parent).rotate_left(40)) % slots;
     for probe in 0..MAX_PROBES {
-        let Some(slot) = TABLE.get((start + probe) % TABLE_SLOTS) else { break };
+        let Some(slot) = TABLE.get((start + probe) % slots) else { break };
         let code = slot.code.load(Ordering::Acquire);
         if code == 0 {
             return define(slot, (frame, parent), offset_pid, ring, lane, state);
