@@ -10,7 +10,7 @@ without sites, with a 95 % bootstrap interval, and CPU time of the whole tree.
                   [--native]
 
 --native times a C loop of 1-byte reads of /dev/zero instead (bench/calls.c, one thread): no
-Python on the thread, so each call's site is its native caller. --before-bin-dir adds the collector of another build (`before`, no --sites) to each round: what
+Python on the thread, so each call's site is its native caller. --before-sites runs that build with --sites too (`before_sites`). --before-bin-dir adds the collector of another build (`before`, no --sites) to each round: what
 the sites code costs a call when --sites is off.
 """
 
@@ -48,6 +48,7 @@ def main():
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--before-bin-dir", default=None)
     ap.add_argument("--native", action="store_true", help="a C loop (native callers)")
+    ap.add_argument("--before-sites", action="store_true", help="run the other build with --sites too")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="mlprof-sites-cost-")
     if args.native:
@@ -71,6 +72,15 @@ def main():
     if args.before_bin_dir:
         before = os.path.join(os.path.abspath(args.before_bin_dir), "mlprof-collect")
         variants["before"] = [before, "--quiet", "--out", os.path.join(tmp, "before.bin"), "--"] + job
+        if args.before_sites:
+            variants["before_sites"] = [
+                before,
+                "--quiet",
+                "--sites",
+                "--out",
+                os.path.join(tmp, "bs.bin"),
+                "--",
+            ] + job
     names = list(variants)
     samples = {name: {} for name in names}
     for r in range(args.rounds):
@@ -84,6 +94,7 @@ def main():
         print(f"{name:7}: min {min(ns):.1f} ns/call, median {stats.median_ci(ns)[0]:.1f}")
     pairs = [("mlprof", "bare"), ("sites", "bare"), ("sites", "mlprof")]
     pairs += [("mlprof", "before")] if "before" in samples else []
+    pairs += [("before_sites", "before"), ("sites", "before_sites")] if "before_sites" in samples else []
     for name, base in pairs:
         med, lo, hi = stats.median_ci(stats.paired(samples[name], samples[base], "ns", op="diff"))
         mins = min(s["ns"] for s in samples[name].values()) - min(s["ns"] for s in samples[base].values())
