@@ -432,10 +432,13 @@ pub(super) fn truncate_left(text: &str, max: usize) -> String {
     }
 }
 
-/// `file:line function` of a site object of the summary JSON (empty for null).
+/// `file:line function` of a site object of the summary JSON, `module function` for a native
+/// caller (empty for null).
 fn site_label(site: &Value) -> String {
+    let function = site["function"].as_str().unwrap_or("");
     match site["file"].as_str() {
-        Some(file) => format!("{file}:{} {}", u(&site["line"]), site["function"].as_str().unwrap_or("")),
+        Some(module) if site["native"] == true => format!("{module} {function}"),
+        Some(file) => format!("{file}:{} {function}", u(&site["line"])),
         None => String::new(),
     }
 }

@@ -78,6 +78,8 @@ pub(crate) struct FileSite {
     pub(crate) file: String,
     pub(crate) line: u32,
     pub(crate) function: String,
+    /// A native caller (`file` is its module).
+    pub(crate) native: bool,
     pub(crate) calls: u64,
     pub(crate) total_ns: u64,
 }
@@ -183,6 +185,7 @@ impl SiteTally {
                 file: meta.string(info.file),
                 line: info.line,
                 function: name_of(meta, info.function),
+                native: info.native,
                 calls: stats.count,
                 total_ns: stats.total_ns,
             });
