@@ -9,6 +9,7 @@
 //! * [`energy`]: the energy frames of `run.bin` (devices, samples, notes; since format 1.2).
 //! * [`gpu`]: what the GPU did (CUPTI activity records; since format 1.5).
 //! * [`site`]: which Python line or native caller made each call (since format 1.6).
+//! * [`sample`]: sampled CPU stacks (since format 1.7).
 //! * [`options`]: the one table of `MLPROF_*` environment variables and who reads each.
 //! * [`rank`]: a process's rank in a distributed job, from its launcher's variables.
 //! * `testing` (feature `testing`): a heap ring and a plain consumer for other crates' unit tests.
@@ -29,6 +30,7 @@ pub mod rank;
 pub mod record;
 pub mod ring;
 pub mod runfile;
+pub mod sample;
 pub mod site;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -16,7 +16,8 @@
 //! 3. [`summary`] (per-function, per-process, per-file and GPU statistics, rendered by
 //!    [`summary::json`] and [`summary::text`]) and [`energy`] (energy per device, process
 //!    and span, with uncertainties).
-//! 4. `activity`: where each main process's (rank's) wall time went, and timelines.
+//! 4. `activity`: where each main process's (rank's) wall time went, and timelines;
+//!    [`hotspots`]: where the CPU went inside each span (sampled stacks, `--sample`).
 //! 5. [`diff`] (two runs side by side, `mlprof diff`), then [`html`] (the one-page report,
 //!    `mlprof report`).
 //!
@@ -39,6 +40,7 @@ pub mod energy;
 pub mod export;
 mod gpu_timeline;
 mod host_time;
+pub mod hotspots;
 pub mod html;
 pub mod human;
 pub mod merge;

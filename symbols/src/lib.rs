@@ -6,7 +6,8 @@
 //! first asked for and kept; a module that cannot be read (gone, not ELF, no symbols) names
 //! nothing, and is not read again.
 //!
-//! Used by the reports for call sites' native callers (`--sites`).
+//! Used by the reports for call sites' native callers (`--sites`) and sampled stacks
+//! (`--sample`, whose addresses are offsets in the module's file).
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing))]
@@ -16,7 +17,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use object::read::ReadCache;
-use object::{Object, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
 /// Functions of modules, by path.
 #[derive(Default)]
@@ -36,6 +37,15 @@ impl Symbolizer {
         functions.as_ref()?.at(address)
     }
 
+    /// Like [`Symbolizer::function`], for an offset in the module's file (what a sampled
+    /// address is, whatever the address the module was loaded at): the loadable segment that
+    /// holds the offset turns it into the module's own address.
+    pub fn function_at_offset(&mut self, module: &Path, offset: u64) -> Option<&str> {
+        let functions = self.modules.entry(module.to_path_buf()).or_insert_with(|| Functions::read(module));
+        let functions = functions.as_ref()?;
+        functions.at(functions.address_of_offset(offset)?)
+    }
+
     /// Whether `module` could be read and has symbols (after a [`Symbolizer::function`] asked
     /// for it).
     pub fn has_symbols(&self, module: &Path) -> bool {
@@ -43,10 +53,12 @@ impl Symbolizer {
     }
 }
 
-/// A module's functions, sorted by start address.
+/// A module's functions, sorted by start address, and where its file is loaded.
 struct Functions {
     /// (start, size, name); size 0 where the table gives none.
     sorted: Vec<(u64, u64, String)>,
+    /// Loadable segments: (file offset, bytes in the file, address).
+    segments: Vec<(u64, u64, u64)>,
 }
 
 impl Functions {
@@ -62,7 +74,23 @@ impl Functions {
             return None;
         }
         sorted.sort_by_key(|(start, ..)| *start);
-        Some(Functions { sorted })
+        let segments = object
+            .segments()
+            .map(|segment| {
+                let (offset, size) = segment.file_range();
+                (offset, size, segment.address())
+            })
+            .collect();
+        Some(Functions { sorted, segments })
+    }
+
+    /// The address of file offset `offset` once loaded (`None`: no loadable segment holds it).
+    fn address_of_offset(&self, offset: u64) -> Option<u64> {
+        let (start, _, address) = self
+            .segments
+            .iter()
+            .find(|(start, size, _)| (*start..start.saturating_add(*size)).contains(&offset))?;
+        Some(address + (offset - start))
     }
 
     fn at(&self, address: u64) -> Option<&str> {

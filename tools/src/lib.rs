@@ -5,21 +5,17 @@
 //! and so does the `mlprof` of the Python wheel (crate `wheel/`), which then reuses this crate
 //! as compiled by `cargo build --release` instead of compiling it again.
 
-use std::fs::File;
+mod convert;
+
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use mlprof_filewrite::BackgroundFile;
-use mlprof_report::convert::{ConvertError, Kinds, Options, Outcome, Progress};
+use convert::{ConvertRequest, TraceFormat, convert};
 use mlprof_report::diff::{Diff, RunFigures};
-use mlprof_report::run::RunMeta;
-use mlprof_report::{diff, energy, export, html, merge, summary};
-use mlprof_trace::TraceWriter;
-use mlprof_trace::chrome::ChromeWriter;
-use mlprof_trace::perfetto::PerfettoWriter;
+use mlprof_report::{diff, energy, export, hotspots, html, merge, summary};
 
 #[derive(Parser)]
 #[command(name = "mlprof", version, about = "Reports on mlprof run files (run.bin)")]
@@ -69,6 +65,25 @@ enum Command {
         /// Rows in the per-span table.
         #[arg(long, default_value_t = 20)]
         top: usize,
+    },
+    /// Where the CPU went inside each span (runs recorded with `mlprof-collect --sample`): per
+    /// span name (an op, a transform, a batch fetch, a phase; "(outside any span)"), the samples,
+    /// the CPU time they stand for, and the functions by self and total share, with their module.
+    Hotspots {
+        /// The run file written by mlprof-collect.
+        run: PathBuf,
+        /// Only spans of this name (e.g. `transform:RandomResizedCrop`, `aten::conv2d`).
+        #[arg(long, value_name = "NAME")]
+        span: Option<String>,
+        /// Functions per span.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        /// Print JSON instead of tables.
+        #[arg(long, conflicts_with = "folded")]
+        json: bool,
+        /// Folded stacks (`span;root;…;leaf COUNT`), for inferno's flamegraph or speedscope.
+        #[arg(long)]
+        folded: bool,
     },
     /// One self-contained HTML page with plots (no network, every style inline): where each
     /// main process's wall time went, timelines, the data pipeline, top files, ops, calls, GPU
@@ -186,6 +201,7 @@ pub fn main() -> ExitCode {
             convert(&run, request)
         }
         Command::Merge { runs, output } => merge_command(&runs, &output),
+        Command::Hotspots { run, span, top, json, folded } => hotspots_command(&run, span, top, json, folded),
         Command::Export { parquet, runs, progress } => export_command(&parquet, &runs, progress),
     };
     match result {
@@ -211,21 +227,40 @@ fn summary_command(run: &Path, json: bool, top: usize, syscalls: bool, sites: bo
     }
 }
 
+/// `mlprof hotspots`: tables, JSON or folded stacks.
+fn hotspots_command(
+    run: &Path,
+    span: Option<String>,
+    top: usize,
+    json: bool,
+    folded: bool,
+) -> Result<(), String> {
+    let hotspots = hotspots::compute(run, &hotspots::Options { span, top })?;
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", hotspots::render::json(&hotspots)).map_err(stdout_error)
+    } else if folded {
+        hotspots::render::folded(&hotspots, &mut out).map_err(stdout_error)
+    } else {
+        hotspots::render::text(&hotspots, &mut out).map_err(stdout_error)
+    }
+}
+
 /// When a progress line is due: a second after the start, then a second after the last line
 /// (not one per elapsed second: a slow batch is followed by one line, not a burst).
-struct EverySecond {
+pub(crate) struct EverySecond {
     next: Option<Instant>,
 }
 
 impl EverySecond {
     /// `asked`: `--progress` was given; without it, progress is shown when stderr is a
     /// terminal (else never due).
-    fn new(asked: bool) -> EverySecond {
+    pub(crate) fn new(asked: bool) -> EverySecond {
         let on = asked || std::io::stderr().is_terminal();
         EverySecond { next: on.then(|| Instant::now() + Duration::from_secs(1)) }
     }
 
-    fn due(&mut self) -> bool {
+    pub(crate) fn due(&mut self) -> bool {
         match self.next {
             Some(next) if Instant::now() >= next => {
                 self.next = Some(Instant::now() + Duration::from_secs(1));
@@ -317,21 +352,6 @@ fn merge_command(runs: &[PathBuf], output: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// A process's track name in a trace: its programs and pid, after its host (merged runs) and
-/// rank, so tracks group by node and rank.
-fn process_track_name(meta: &RunMeta, pid: u32, images: &[mlprof_report::run::Image]) -> String {
-    let base = mlprof_report::convert::process_name(pid, images);
-    let Some(first) = images.first() else { return base };
-    let host =
-        if meta.nodes.is_empty() { String::new() } else { format!("{}: ", meta.host_of(first.info.node)) };
-    let rank = match (&first.info.rank, meta.rank_main(pid, 0)) {
-        (Some(r), Some(main)) if main == pid => format!("rank {}: ", r.rank),
-        (Some(r), _) => format!("rank {} worker: ", r.rank),
-        _ => String::new(),
-    };
-    format!("{host}{rank}{base}")
-}
-
 /// `mlprof report`: the HTML page, written next to the run unless `-o` says where.
 fn report_command(run: &Path, output: Option<PathBuf>, baseline: Option<&Path>) -> Result<(), String> {
     let figures = RunFigures::load(run)?;
@@ -399,181 +419,5 @@ fn energy_command(run: &Path, output: EnergyOutput, top: usize) -> Result<(), St
         EnergyOutput::Text => {
             energy::text::write(&report, top, &mut std::io::stdout().lock()).map_err(stdout_error)
         }
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum TraceFormat {
-    /// Perfetto's native protobuf (TrackEvent).
-    Perfetto,
-    /// Chrome trace event JSON.
-    Chrome,
-}
-
-/// What `mlprof convert` was asked for.
-struct ConvertRequest {
-    output: Option<PathBuf>,
-    format: Option<TraceFormat>,
-    compress: bool,
-    from: Option<f64>,
-    to: Option<f64>,
-    pids: Vec<u32>,
-    only: Option<String>,
-    split_every: Option<u64>,
-    /// `--progress` (without it, progress shows when stderr is a terminal).
-    progress: bool,
-}
-
-/// Trace bytes the Perfetto UI holds in a browser tab (it builds 2-4× that in memory, and a
-/// tab gets about 2 GB); JSON costs it several times more per event than protobuf.
-const UI_BUDGET_PERFETTO: u64 = 500_000_000;
-const UI_BUDGET_JSON: u64 = 250_000_000;
-
-/// Part `index` of a split trace: `trace.pftrace` → `trace.001.pftrace`.
-fn part_path(output: &Path, index: usize) -> PathBuf {
-    let stem = output.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    let name = match output.extension() {
-        Some(ext) => format!("{stem}.{:03}.{}", index + 1, ext.to_string_lossy()),
-        None => format!("{stem}.{:03}", index + 1),
-    };
-    output.with_file_name(name)
-}
-
-/// Seconds from the run start as ns on the run's clock.
-fn run_time(meta: &RunMeta, seconds: Option<f64>, flag: &str) -> Result<Option<u64>, String> {
-    match seconds {
-        None => Ok(None),
-        Some(s) if s.is_finite() && s >= 0.0 => Ok(Some(meta.info.start_mono_ns + (s * 1e9) as u64)),
-        Some(s) => Err(format!("{flag} {s}: expected seconds from the run start (>= 0)")),
-    }
-}
-
-/// `mlprof convert`: the run as a Perfetto or Chrome trace (or several), with a line of
-/// progress every second when asked, and a line on how big the trace is and how to open it.
-fn convert(input: &Path, request: ConvertRequest) -> Result<(), String> {
-    let meta = RunMeta::load_metadata(input)?;
-    for warning in &meta.warnings {
-        eprintln!("mlprof: warning: {warning}");
-    }
-    let format = match (request.format, &request.output) {
-        (Some(format), _) => format,
-        (None, Some(out)) if out.extension().is_some_and(|e| e == "json") => TraceFormat::Chrome,
-        (None, _) => TraceFormat::Perfetto,
-    };
-    if request.compress && format == TraceFormat::Chrome {
-        return Err("--compress applies to Perfetto output, not Chrome JSON".into());
-    }
-    let output = request.output.clone().unwrap_or_else(|| {
-        input.with_extension(if format == TraceFormat::Chrome { "json" } else { "pftrace" })
-    });
-    let only = match &request.only {
-        Some(list) => Kinds::parse(list)?,
-        None => Kinds::ALL,
-    };
-    let namer = |pid: u32, images: &[mlprof_report::run::Image]| process_track_name(&meta, pid, images);
-    let mut options = Options {
-        from_ns: run_time(&meta, request.from, "--from")?,
-        to_ns: run_time(&meta, request.to, "--to")?,
-        pids: &request.pids,
-        only,
-        split_every: request.split_every,
-        ..Options::default()
-    };
-    options.process_name = &namer;
-    let path_of = |index: usize| {
-        if request.split_every.is_some() { part_path(&output, index) } else { output.clone() }
-    };
-    let create = |index: usize| {
-        let path = path_of(index);
-        // Written by a thread of its own, past the page cache where it can: through the page
-        // cache the kernel's copying and writeback of a trace cost more CPU than encoding it.
-        File::create(&path)
-            .and_then(BackgroundFile::paced)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())))
-    };
-    let mut every_second = EverySecond::new(request.progress);
-    let mut report = |p: &Progress| {
-        if every_second.due() {
-            let done = p.bytes_read as f64 * 100.0 / p.total_bytes.max(1) as f64;
-            eprintln!("mlprof convert: {} events ({done:.0}%)", p.events);
-        }
-    };
-    // Per part: a conversion that starts over closes its parts again.
-    let mut clamped = Vec::new();
-    let result = match format {
-        TraceFormat::Chrome => mlprof_report::convert::convert(
-            &meta,
-            input,
-            &options,
-            &mut |i| ChromeWriter::new(create(i)?, meta.info.start_mono_ns),
-            &mut |_, w| w.finish().and_then(BackgroundFile::close),
-            &mut report,
-        ),
-        TraceFormat::Perfetto => mlprof_report::convert::convert(
-            &meta,
-            input,
-            &options,
-            &mut |i| PerfettoWriter::new(create(i)?, request.compress),
-            &mut |i, w| {
-                clamped.resize(clamped.len().max(i + 1), 0);
-                clamped[i] = w.stats().clamped;
-                w.finish().and_then(BackgroundFile::close)
-            },
-            &mut report,
-        ),
-    };
-    let outcome = result.map_err(|e| match e {
-        ConvertError::Read(message) => message,
-        ConvertError::Write(e) => format!("writing {}: {e}", output.display()),
-    })?;
-    for warning in &outcome.warnings {
-        eprintln!("mlprof: warning: {warning}");
-    }
-    if let Some(reason) = &outcome.second_pass {
-        eprintln!("mlprof convert: read the run twice to name every fd's file exactly ({reason})");
-    }
-    let clamped: u64 = clamped.iter().sum();
-    if clamped > 0 {
-        eprintln!(
-            "mlprof: warning: {clamped} slices started inside the slice before them on their thread without \
-             nesting in it (clock jitter, a signal handler); they are shown from that slice's end"
-        );
-    }
-    report_size(&outcome, format, &(0..outcome.parts).map(path_of).collect::<Vec<_>>());
-    Ok(())
-}
-
-/// The line after a conversion: what was written, and whether the UI can open it.
-fn report_size(outcome: &Outcome, format: TraceFormat, paths: &[PathBuf]) {
-    let sizes: Vec<u64> = paths.iter().map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)).collect();
-    let (total, largest) = (sizes.iter().sum::<u64>(), sizes.iter().copied().max().unwrap_or(0));
-    let (kind, budget) = match format {
-        TraceFormat::Perfetto => ("Perfetto protobuf", UI_BUDGET_PERFETTO),
-        TraceFormat::Chrome => ("Chrome JSON", UI_BUDGET_JSON),
-    };
-    let what = match paths {
-        [one] => one.display().to_string(),
-        _ => format!("{} files {} … {}", paths.len(), paths[0].display(), paths[paths.len() - 1].display()),
-    };
-    eprintln!(
-        "mlprof convert: wrote {} events to {what} ({:.1} MB, {kind})",
-        outcome.events,
-        total as f64 / 1e6
-    );
-    if largest <= budget {
-        eprintln!(
-            "mlprof convert: opens in https://ui.perfetto.dev (under its ~{} MB budget)",
-            budget / 1_000_000
-        );
-    } else {
-        let example = paths.iter().zip(&sizes).max_by_key(|(_, s)| **s).map(|(p, _)| p.display().to_string());
-        eprintln!(
-            "mlprof convert: {:.0} MB is over the ~{} MB the Perfetto UI holds in a browser tab: run \
-             `trace_processor --httpd {}` and open https://ui.perfetto.dev (it uses the native trace \
-             processor), or cut the trace with --from/--to, --pid, --only or --split-every",
-            largest as f64 / 1e6,
-            budget / 1_000_000,
-            example.unwrap_or_default()
-        );
     }
 }

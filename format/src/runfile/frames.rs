@@ -301,4 +301,12 @@ pub enum Frame<'a> {
     /// [`crate::site::FRAME_EVENT_SITES`] (since 1.6): the site id of each event of the events
     /// frame returned just before.
     EventSites(Vec<u32>),
+    /// [`crate::sample::FRAME_MODULE`] (since 1.7).
+    Module(crate::sample::ModuleInfo),
+    /// [`crate::sample::FRAME_STACK`] (since 1.7).
+    Stack(crate::sample::StackInfo),
+    /// [`crate::sample::FRAME_SAMPLES`] (since 1.7).
+    Samples(Vec<crate::sample::CpuSample>),
+    /// [`crate::sample::FRAME_SAMPLING`] (since 1.7).
+    Sampling(crate::sample::SamplingInfo),
 }

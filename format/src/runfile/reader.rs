@@ -16,6 +16,7 @@ use super::frames::{
 use super::{FILE_HEADER_BYTES, FILE_MAGIC, FORMAT_MAJOR, padding_for};
 use crate::gpu::GpuActivity;
 use crate::record::{Event, RECORD_BYTES};
+use crate::sample::{FRAME_MODULE, FRAME_SAMPLES, FRAME_SAMPLING, FRAME_STACK};
 use crate::site::{FRAME_EVENT_SITES, FRAME_SITE, decode_event_sites};
 
 /// Why a run file cannot be read (further).
@@ -317,6 +318,10 @@ impl<R: Read> RunReader<R> {
                 FRAME_ENERGY_NOTE => Frame::EnergyNote(decode(payload).map_err(corrupt)?),
                 FRAME_GPU_ACTIVITY => Frame::GpuActivity(gpu_records(payload).map_err(corrupt)?),
                 FRAME_SITE => Frame::Site(decode(payload).map_err(corrupt)?),
+                FRAME_MODULE => Frame::Module(decode(payload).map_err(corrupt)?),
+                FRAME_STACK => Frame::Stack(decode(payload).map_err(corrupt)?),
+                FRAME_SAMPLES => Frame::Samples(decode(payload).map_err(corrupt)?),
+                FRAME_SAMPLING => Frame::Sampling(decode(payload).map_err(corrupt)?),
                 FRAME_EVENT_SITES => {
                     let Some(events) = previous_events else {
                         return Err(corrupt("event sites without the events frame they belong to".into()));

@@ -120,6 +120,29 @@ impl<W: Write> RunWriter<W> {
         self.write_meta(crate::site::FRAME_SITE, site)
     }
 
+    /// Writes a [`crate::sample::FRAME_MODULE`].
+    pub fn write_module(&mut self, module: &crate::sample::ModuleInfo) -> io::Result<()> {
+        self.write_meta(crate::sample::FRAME_MODULE, module)
+    }
+
+    /// Writes a [`crate::sample::FRAME_STACK`].
+    pub fn write_stack(&mut self, stack: &crate::sample::StackInfo) -> io::Result<()> {
+        self.write_meta(crate::sample::FRAME_STACK, stack)
+    }
+
+    /// Writes `samples` in [`crate::sample::FRAME_SAMPLES`] frames of at most 64 Ki samples.
+    pub fn write_samples(&mut self, samples: &[crate::sample::CpuSample]) -> io::Result<()> {
+        for chunk in samples.chunks(65536) {
+            self.write_meta(crate::sample::FRAME_SAMPLES, &chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Writes a [`crate::sample::FRAME_SAMPLING`].
+    pub fn write_sampling(&mut self, info: &crate::sample::SamplingInfo) -> io::Result<()> {
+        self.write_meta(crate::sample::FRAME_SAMPLING, info)
+    }
+
     /// Writes a [`FRAME_NODE`] (merged runs).
     pub fn write_node(&mut self, node: &NodeInfo) -> io::Result<()> {
         self.write_meta(FRAME_NODE, node)

@@ -259,6 +259,9 @@ fn write_metadata(
         Frame::RunInfo(_) | Frame::Node(_) | Frame::Events(_) | Frame::End(_) => {}
         // Renumbered by `advance`.
         Frame::Site(_) | Frame::EventSites(_) => {}
+        // Not merged yet: each node numbers its modules and stacks from 1 (a merged run has no
+        // samples; `mlprof hotspots` on each node's run).
+        Frame::Module(_) | Frame::Stack(_) | Frame::Samples(_) | Frame::Sampling(_) => {}
         Frame::String { id, bytes } => {
             if strings.insert(id) {
                 out.write_string(id, bytes)?;

@@ -60,6 +60,11 @@ pub struct RunMeta {
     /// Native callers' sites folded into the first of the same function: id → that id (the
     /// stream hands out the standing id).
     pub(crate) folded_sites: HashMap<u32, u32>,
+    /// Sampled stacks (`--sample`): the modules and stacks by id, and how the sampling went
+    /// (the samples themselves are read by the reports that use them).
+    pub(crate) modules: HashMap<u32, mlprof_format::sample::ModuleInfo>,
+    pub(crate) stacks: HashMap<u32, mlprof_format::sample::StackInfo>,
+    pub(crate) sampling: Option<mlprof_format::sample::SamplingInfo>,
     /// Last cumulative sample per (stream, func, clock id).
     pub(crate) aggregates: HashMap<(u64, u16, Option<i32>), AggregateSample>,
     /// Last cumulative drop count per stream.
@@ -154,7 +159,14 @@ impl RunMeta {
                 Frame::Site(site) => {
                     meta.sites.insert(site.id, site);
                 }
-                Frame::EventSites(_) => {}
+                Frame::EventSites(_) | Frame::Samples(_) => {}
+                Frame::Module(module) => {
+                    meta.modules.insert(module.id, module);
+                }
+                Frame::Stack(stack) => {
+                    meta.stacks.insert(stack.id, stack);
+                }
+                Frame::Sampling(info) => meta.sampling = Some(info),
                 Frame::End(end) => meta.end = Some(end),
                 Frame::Node(node) => meta.nodes.push(node),
                 Frame::Events(events) => {
