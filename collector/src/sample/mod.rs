@@ -23,9 +23,12 @@
 #![allow(unused_imports)]
 
 mod attr;
+mod maps;
+mod modules;
 mod parse;
 mod refusal;
 mod ring;
+mod unwind;
 
 pub(crate) use attr::Start;
 pub(crate) use refusal::{Refusal, Stage};
