@@ -23,6 +23,7 @@
 #![allow(unused_imports)]
 
 mod attr;
+pub(crate) mod gate;
 mod maps;
 mod modules;
 mod parse;
