@@ -1,10 +1,13 @@
 //! Holding a launched child before its `execve` until the sampler is attached to it, as
 //! `perf record -- cmd` does, so that nothing the program does goes unsampled.
 //!
-//! The child, between fork and exec, writes its pid into one pipe and waits on another. std's
-//! `Command::spawn` returns only once the child has exec'd (it waits on a pipe of its own), so
-//! the attaching runs on a helper thread, which reads the pid, calls `attach(pid)`, then lets
-//! the child go by closing its end.
+//! The child, between fork and exec, writes its pid into one pipe and waits for a byte on
+//! another. std's `Command::spawn` returns only once the child has exec'd (it waits on a pipe
+//! of its own), so the attaching runs on a helper thread, which reads the pid, calls
+//! `attach(pid)`, then lets the child go with one byte. A byte, not the end of the pipe: a
+//! process another thread forks meanwhile holds a copy of our write end until it execs, and if
+//! that process is itself held by a gate, each child would wait for the other's exec. The end
+//! of the pipe (this collector gone) lets the child go too.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -23,8 +26,8 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Runs in the child between fork and exec: only async-signal-safe calls. It closes its copy of
-/// the go pipe's write end (else its own copy would keep the read below from ever seeing the
-/// end), sends its pid, and blocks until the parent's end closes.
+/// the go pipe's write end (so that the collector's end closing is seen as the end), sends its
+/// pid, and blocks until the go byte comes or the pipe ends.
 fn hold(pid_write: RawFd, go_read: RawFd, go_write: RawFd) -> io::Result<()> {
     // Safety: close, getpid, write and read are async-signal-safe, and the descriptors are the
     // child's inherited copies of pipes the parent keeps open until `spawn` returns.
@@ -76,7 +79,10 @@ pub(crate) fn spawn_attached<T: Send>(
     std::thread::scope(|scope| {
         let attacher = scope.spawn(move || {
             let attached = read_pid(&pid_read).map(attach);
-            drop(go_write); // the child's read returns: it execs
+            // Safety: writing one byte from a local into the pipe we own; the child's read
+            // returns and it execs. Should it fail, closing the end below ends the pipe.
+            unsafe { libc::write(go_write.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+            drop(go_write);
             attached
         });
         let child = cmd.spawn();
@@ -105,6 +111,46 @@ mod tests {
         assert_eq!(pid, child.id());
         assert_eq!(exe, std::env::current_exe().unwrap());
         assert!(child.wait().unwrap().success());
+    }
+
+    /// Whether `pid` has exec'd `true` within 10 s: it no longer runs this test's binary (or
+    /// has exited already: a zombie's exe link does not read).
+    fn execs_soon(pid: u32) -> bool {
+        let ours = std::env::current_exe().unwrap();
+        (0..1000).any(|_| {
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe"));
+            let done = exe.is_err() || exe.is_ok_and(|exe| exe != ours);
+            if !done {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            done
+        })
+    }
+
+    #[test]
+    fn a_child_held_by_another_gate_does_not_hold_ours() {
+        // While the first child is held, a second gated spawn on another thread forks a child
+        // that inherits the first gate's descriptors and stays held until the first child has
+        // exec'd. Had the first gate let its child go by closing its pipe, that copy would
+        // keep it waiting, and each child would wait for the other.
+        std::thread::scope(|scope| {
+            let (first, second) = spawn_attached(Command::new("true"), |first_pid| {
+                let (forked, forked_rx) = std::sync::mpsc::channel();
+                let second = scope.spawn(move || {
+                    spawn_attached(Command::new("true"), |_| {
+                        forked.send(()).unwrap();
+                        execs_soon(first_pid)
+                    })
+                });
+                forked_rx.recv().unwrap();
+                second
+            });
+            let mut first = first.unwrap();
+            let (second, first_went) = second.unwrap().join().unwrap();
+            assert_eq!(first_went, Some(true), "the first child exec'd while the second was held");
+            assert!(first.wait().unwrap().success());
+            assert!(second.unwrap().wait().unwrap().success());
+        });
     }
 
     #[test]
