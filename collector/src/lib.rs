@@ -10,6 +10,7 @@ mod drain;
 mod energy;
 mod launch;
 mod node;
+mod sample;
 mod segment;
 #[cfg(test)]
 mod testing;

@@ -1,0 +1,266 @@
+//! The sampler: the events and rings of every online CPU, and the passes that read them in
+//! time order into [`Record`]s.
+
+use std::time::Duration;
+
+use super::attr::{self, Start};
+use super::parse::{self, Raw};
+use super::refusal::{Refusal, Stage};
+use super::ring::{self, RecordBytes, Ring};
+use super::unwind::{REGS_MASK, Unwinding};
+use super::{Mapping, Record, STACK_BYTES, Sample};
+
+/// Data pages of a CPU's ring: 128 (512 KiB) with the header page make the 516 KiB that
+/// `kernel.perf_event_mlock_kb` grants each CPU by default without `ulimit -l`: 32 samples of
+/// 16 KiB, 64 ms of a busy CPU at 499 Hz. Halved down to [`MIN_RING_PAGES`] when refused.
+const RING_PAGES: usize = 128;
+const MIN_RING_PAGES: usize = 16;
+
+/// Records this recent stay in their ring for the next pass (unless it is the last): a
+/// mapping written on one CPU just before a sample on another may not be visible yet when the
+/// second ring is read, and a sample unwound before the mapping it ran in loses its stack.
+const SETTLE_NS: u64 = 1_000_000;
+
+/// What the sampler counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Stats {
+    /// Samples handed out.
+    pub(crate) samples: u64,
+    /// Samples whose stack was unwound past the leaf.
+    pub(crate) unwound: u64,
+    /// Records (mostly samples) lost because a ring was full (`PERF_RECORD_LOST`), and samples
+    /// the kernel dropped before writing them (`PERF_RECORD_LOST_SAMPLES`).
+    pub(crate) lost: u64,
+    /// Records too short for their kind (a kernel bug or a corrupt ring): skipped.
+    pub(crate) malformed: u64,
+    /// Distinct files mapped (loaded, or found unreadable).
+    pub(crate) files: u64,
+}
+
+/// The sampling events of one job, their rings and the processes' code maps.
+pub(crate) struct Sampler {
+    rings: Vec<Ring>,
+    /// Rings whose event hung up (the target and all it inherited to are gone): left out of
+    /// `wait`, which would otherwise return at once forever.
+    hung_up: Vec<bool>,
+    unwinding: Unwinding,
+    /// Mappings read from `/proc` at open, handed out by the first pass.
+    initial: Vec<Mapping>,
+    stats: Stats,
+}
+
+/// Samples `pid` and everything it starts, from its next exec ([`Start::OnExec`]): the
+/// launcher's child, held before exec by [`super::gate::spawn_attached`], at `hz` per second
+/// of each thread's CPU time.
+pub(crate) fn open(pid: u32, hz: u32) -> Result<Sampler, Refusal> {
+    open_with(pid, hz, Start::OnExec)
+}
+
+/// [`open`], choosing when sampling starts. With [`Start::Now`] the process's current code
+/// mappings are read from `/proc/PID/maps` (the kernel reports only new ones); its children
+/// that already exist are not followed (`inherit` applies to those forked after).
+pub(crate) fn open_with(pid: u32, hz: u32, start: Start) -> Result<Sampler, Refusal> {
+    let cpus = attr::online_cpus();
+    if cpus.is_empty() || !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
+        return Err(Refusal { errno: 0, stage: Stage::Unsupported, paranoid: attr::paranoid() });
+    }
+    let mut pages = RING_PAGES;
+    let mut rings = Vec::with_capacity(cpus.len());
+    for cpu in cpus {
+        let wakeup = (pages * ring::page_size() / 4) as u32;
+        let event = attr::sampling_attr(hz, STACK_BYTES, REGS_MASK, wakeup, start);
+        let fd = match attr::perf_event_open(&event, pid as i32, cpu as i32) {
+            Ok(fd) => fd,
+            // A CPU that went offline since the list was read.
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => continue,
+            Err(e) => return Err(Refusal::new(Stage::Open, &e)),
+        };
+        rings.push(map_ring(fd, &mut pages)?);
+    }
+    let mut sampler = Sampler {
+        hung_up: vec![false; rings.len()],
+        rings,
+        unwinding: Unwinding::new(),
+        initial: Vec::new(),
+        stats: Stats::default(),
+    };
+    if start == Start::Now {
+        sampler.read_initial_mappings(pid);
+    }
+    Ok(sampler)
+}
+
+/// Maps the event's ring with `pages` data pages, halving them (for this CPU and the next
+/// ones) while the kernel refuses the locked memory.
+fn map_ring(mut fd: std::os::fd::OwnedFd, pages: &mut usize) -> Result<Ring, Refusal> {
+    loop {
+        match Ring::map(fd, *pages) {
+            Ok(ring) => return Ok(ring),
+            Err((e, back)) if e.raw_os_error() == Some(libc::EPERM) && *pages > MIN_RING_PAGES => {
+                *pages /= 2;
+                fd = back;
+            }
+            Err((e, _)) => return Err(Refusal::new(Stage::Mmap, &e)),
+        }
+    }
+}
+
+/// CLOCK_MONOTONIC now, in ns: the clock of the events' timestamps.
+pub(crate) fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // Safety: clock_gettime writes the timespec we pass; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl Sampler {
+    fn read_initial_mappings(&mut self, pid: u32) {
+        let time_ns = now_ns();
+        for line in super::maps::read(pid) {
+            let file = self.unwinding.map(pid, line.start, line.end, line.pgoff, &line.path, line.inode);
+            self.initial.push(Mapping {
+                pid,
+                start: line.start,
+                end: line.end,
+                pgoff: line.pgoff,
+                path: String::from_utf8_lossy(&line.path).into_owned(),
+                build_id: file.and_then(|f| f.build_id.clone()),
+                time_ns,
+            });
+        }
+    }
+
+    /// Reads what the rings hold, up to a millisecond ago, and hands it to `out` in time
+    /// order (see [`SETTLE_NS`]).
+    pub(crate) fn drain(&mut self, out: &mut impl FnMut(Record<'_>)) {
+        self.pass(now_ns().saturating_sub(SETTLE_NS), out);
+    }
+
+    /// Stops the events (the job goes on unsampled) and drains everything left.
+    pub(crate) fn finish(mut self, out: &mut impl FnMut(Record<'_>)) -> Stats {
+        for ring in &self.rings {
+            attr::disable(&ring.fd);
+        }
+        self.pass(u64::MAX, out);
+        self.stats
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Sleeps until a ring is a quarter full (the events' watermark) or `timeout` passed.
+    /// Returns whether a ring has data to read. Sampling at [`super::DEFAULT_HZ`], a CPU busy
+    /// with the job fills a quarter ring in ~16 ms: the caller's loop should wait at most
+    /// ~30 ms, or the rings overflow (counted in [`Stats::lost`]).
+    pub(crate) fn wait(&mut self, timeout: Duration) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut polls: Vec<libc::pollfd> = (self.rings.iter().zip(&self.hung_up))
+            .map(|(ring, &hup)| libc::pollfd {
+                fd: if hup { -1 } else { ring.fd.as_raw_fd() },
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        if self.hung_up.iter().all(|&h| h) {
+            std::thread::sleep(timeout);
+            return false;
+        }
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // Safety: `polls` is a live array of as many pollfd as we pass.
+        let ready = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms) };
+        for (poll, hup) in polls.iter().zip(self.hung_up.iter_mut()) {
+            *hup |= poll.revents & libc::POLLHUP != 0;
+        }
+        ready > 0 && polls.iter().any(|p| p.revents & libc::POLLIN != 0)
+    }
+
+    /// One pass: every record of every ring up to `cutoff`, sorted by time (the rings are each
+    /// in order, but a process's mapping and its samples may lie in different CPUs' rings),
+    /// handed out, then given back to the kernel.
+    fn pass(&mut self, cutoff: u64, out: &mut impl FnMut(Record<'_>)) {
+        for mapping in std::mem::take(&mut self.initial) {
+            out(Record::Mapping(mapping));
+        }
+        let mut pending: Vec<(u64, RecordBytes<'_>)> = Vec::new();
+        let mut consumed = Vec::with_capacity(self.rings.len());
+        for ring in &self.rings {
+            let (first, second, tail) = ring.readable();
+            let taken = ring::split_records(first, second, |record| {
+                let time = parse::time(record.bytes());
+                if time > cutoff {
+                    return false;
+                }
+                pending.push((time, record));
+                true
+            });
+            consumed.push((tail, taken));
+        }
+        // Stable: records of one time keep their ring order.
+        pending.sort_by_key(|(time, _)| *time);
+        for (_, record) in &pending {
+            handle(record.bytes(), &mut self.unwinding, &mut self.stats, out);
+        }
+        drop(pending);
+        for (ring, (tail, taken)) in self.rings.iter().zip(consumed) {
+            ring.release(tail, taken);
+        }
+        self.stats.files = self.unwinding.files_seen() as u64;
+    }
+}
+
+/// One record: the code maps follow mappings, execs, forks and exits; samples are unwound.
+fn handle(bytes: &[u8], unwinding: &mut Unwinding, stats: &mut Stats, out: &mut impl FnMut(Record<'_>)) {
+    let Some(raw) = parse::decode(bytes) else {
+        stats.malformed += 1;
+        return;
+    };
+    match raw {
+        Raw::Sample { pid, tid, time, ip, regs, stack } => {
+            let frames = unwinding.unwind(pid, ip, regs, stack);
+            stats.samples += 1;
+            stats.unwound += u64::from(frames.len() > 1);
+            out(Record::Sample(Sample { pid, tid, time_ns: time, frames }));
+        }
+        Raw::Mmap2 { pid, time, start, len, pgoff, ino, path, .. } => {
+            let file = unwinding.map(pid, start, start + len, pgoff, path, ino);
+            out(Record::Mapping(Mapping {
+                pid,
+                start,
+                end: start + len,
+                pgoff,
+                path: String::from_utf8_lossy(path).into_owned(),
+                build_id: file.and_then(|f| f.build_id.clone()),
+                time_ns: time,
+            }));
+        }
+        Raw::Comm { pid, tid, time, exec, name } => {
+            if exec {
+                unwinding.exec(pid);
+            }
+            let name = String::from_utf8_lossy(name).into_owned();
+            out(Record::Comm { pid, tid, name, exec, time_ns: time });
+        }
+        Raw::Fork { pid, ppid, tid, time } => {
+            if pid != ppid {
+                unwinding.fork(ppid, pid);
+            }
+            out(Record::Fork { pid, ppid, tid, time_ns: time });
+        }
+        Raw::Exit { pid, tid, time, .. } => {
+            if pid == tid {
+                unwinding.exit(pid);
+            }
+            out(Record::Exit { pid, tid, time_ns: time });
+        }
+        Raw::Lost { records, time } => {
+            stats.lost += records;
+            out(Record::Lost { records, time_ns: time });
+        }
+        Raw::LostSamples { samples, time } => {
+            stats.lost += samples;
+            out(Record::Lost { records: samples, time_ns: time });
+        }
+        Raw::Other { .. } => {}
+    }
+}
