@@ -217,6 +217,31 @@ impl<R: Read> RunReader<R> {
         Ok(None)
     }
 
+    /// Skips a frame's payload of `len` bytes (`padded` with its padding), which the caller
+    /// does not want (events, for metadata readers): true when skipped, false when the data
+    /// ended inside it (the reader is then truncated, with its warning).
+    fn skip_payload(&mut self, len: u32, padded: usize) -> Result<bool, Error> {
+        if let Some((seek, input_len)) = self.seek_over {
+            let end = self.offset + 8 + len as u64;
+            if end > input_len {
+                self.offset = input_len;
+                self.truncate("inside a frame")?;
+                return Ok(false);
+            }
+            seek(&mut self.input, padded as u64)?;
+            // The padding of the very last frame may be missing after a kill.
+            self.offset = (self.offset + 8 + padded as u64).min(input_len);
+            return Ok(true);
+        }
+        let skipped = io::copy(&mut (&mut self.input).take(padded as u64), &mut io::sink())?;
+        self.offset += 8 + skipped;
+        if skipped < len as u64 {
+            self.truncate("inside a frame")?;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
     /// The next frame, `Ok(None)` at the end of the data.
     pub fn next_frame(&mut self) -> Result<Option<Frame<'_>>, Error> {
         loop {
@@ -251,24 +276,10 @@ impl<R: Read> RunReader<R> {
             let padded = len as usize + padding_for(len);
             let previous_events = self.last_events.take();
             if (kind == FRAME_EVENTS || kind == FRAME_EVENT_SITES) && self.skip_events {
-                if let Some((seek, input_len)) = self.seek_over {
-                    let end = self.offset + 8 + len as u64;
-                    if end > input_len {
-                        self.offset = input_len;
-                        return self.truncate("inside a frame");
-                    }
-                    seek(&mut self.input, padded as u64)?;
-                    // The padding of the very last frame may be missing after a kill.
-                    self.offset = (self.offset + 8 + padded as u64).min(input_len);
+                if self.skip_payload(len, padded)? {
                     continue;
                 }
-                let skipped = io::copy(&mut (&mut self.input).take(padded as u64), &mut io::sink())?;
-                if skipped < len as u64 {
-                    self.offset += 8 + skipped;
-                    return self.truncate("inside a frame");
-                }
-                self.offset += 8 + skipped;
-                continue;
+                return Ok(None);
             }
             if kind == FRAME_EVENTS {
                 return self.read_events(frame_offset, len);
