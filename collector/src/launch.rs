@@ -114,6 +114,19 @@ pub fn spawn(
     session: &str,
     extra_env: &[(&str, std::ffi::OsString)],
 ) -> Result<Child, String> {
+    let mut cmd = profiled_command(command, preload, shm_path, session, extra_env);
+    cmd.spawn().map_err(|e| format!("cannot run {}: {e}", command[0]))
+}
+
+/// The command to launch under the library (what [`spawn`] runs): its environment and the
+/// signal dispositions its child starts with.
+pub fn profiled_command(
+    command: &[String],
+    preload: &Path,
+    shm_path: &Path,
+    session: &str,
+    extra_env: &[(&str, std::ffi::OsString)],
+) -> Command {
     if let Some(warning) = setid_warning(&command[0]) {
         eprintln!("{warning}");
     }
@@ -148,7 +161,7 @@ pub fn spawn(
             Ok(())
         });
     }
-    cmd.spawn().map_err(|e| format!("cannot run {}: {e}", command[0]))
+    cmd
 }
 
 /// Runs `command` without profiling (no ring could be made: `why`), forwarding SIGTERM, and

@@ -83,6 +83,8 @@ struct Collector {
     shm_path: PathBuf,
     drainer: Drainer,
     sampler: Option<energy::Sampler>,
+    /// CPU samples (`--sample`), once the launched child is attached.
+    cpu: Option<sample::Recording>,
     started: Instant,
 }
 
@@ -105,6 +107,12 @@ impl Collector {
             return Err(
                 "--torch needs a command to launch (in attach mode, start the Python programs yourself \
                  with the hook directory of a launcher run on PYTHONPATH, or use the launcher)"
+                    .into(),
+            );
+        }
+        if args.sample.is_some() && !launching {
+            return Err(
+                "--sample needs a command to launch: the sampler follows the launched process and                  everything it starts (attach mode cannot sample yet)"
                     .into(),
             );
         }
@@ -161,6 +169,7 @@ impl Collector {
             shm_path,
             drainer,
             sampler,
+            cpu: None,
             started,
         }))
     }
@@ -178,7 +187,7 @@ impl Collector {
     /// Launcher mode: runs the command, drains while it runs and, for up to `--linger-ms`,
     /// while threads it left behind still record.
     fn serve_launched(&mut self, preload: &Path) -> Result<u8, String> {
-        let Collector { args, session, torch, shm_path, drainer, sampler, .. } = self;
+        let Collector { args, session, torch, shm_path, drainer, sampler, cpu, .. } = self;
         let torch_hook = if *torch { Some(torch_hook::TorchHook::create()?) } else { None };
         let mut extra_env: Vec<(&str, std::ffi::OsString)> =
             torch_hook.iter().map(|hook| ("PYTHONPATH", hook.python_path())).collect();
@@ -199,7 +208,15 @@ impl Collector {
             extra_env.push(("MLPROF_CUPTI", "on".into()));
         }
         let mut watch = launch::ChildWatch::new();
-        let mut child = launch::spawn(&args.command, preload, shm_path, session, &extra_env)?;
+        let mut child = match args.sample {
+            None => launch::spawn(&args.command, preload, shm_path, session, &extra_env)?,
+            Some(hz) => {
+                let cmd = launch::profiled_command(&args.command, preload, shm_path, session, &extra_env);
+                let (child, cpu_samples) = sample_launched(cmd, hz, drainer)?;
+                *cpu = cpu_samples;
+                child.map_err(|e| format!("cannot run {}: {e}", args.command[0]))?
+            }
+        };
         let child_pid = child.id();
         drainer.watch_launched(child_pid);
         let mut since = Instant::now();
@@ -210,7 +227,7 @@ impl Collector {
                 drainer.stop_offering_lanes();
                 drainer.launched_reaped();
             }
-            let wake = drain(drainer, sampler)?;
+            let wake = drain(drainer, sampler, cpu)?;
             if let Some(status) = exited {
                 break status;
             }
@@ -220,7 +237,7 @@ impl Collector {
         // Children the command left behind (or that are still exiting) get a grace period.
         let deadline = Instant::now() + Duration::from_millis(args.linger_ms);
         while Instant::now() < deadline && drainer.has_live_lanes() {
-            let wake = drain(drainer, sampler)?;
+            let wake = drain(drainer, sampler, cpu)?;
             pause(drainer, wake, &mut since);
         }
         drop(torch_hook);
@@ -231,7 +248,7 @@ impl Collector {
 
     /// Attach mode: serves the session until SIGINT or SIGTERM.
     fn serve_session(&mut self) -> Result<u8, String> {
-        let Collector { args, session, drainer, sampler, .. } = self;
+        let Collector { args, session, drainer, sampler, cpu, .. } = self;
         if !args.quiet {
             eprintln!(
                 "mlprof-collect: session '{session}' ready; run programs with LD_PRELOAD={}{}; Ctrl-C to finish",
@@ -245,7 +262,7 @@ impl Collector {
         }
         let mut since = Instant::now();
         while !launch::termination_requested() {
-            let wake = drain(drainer, sampler)?;
+            let wake = drain(drainer, sampler, cpu)?;
             pause(drainer, wake, &mut since);
         }
         Ok(0)
@@ -254,9 +271,13 @@ impl Collector {
     /// Stops the energy sampler, closes the segment, drains the rest, ends the run file and
     /// prints the summary; returns `exit_code` to exit with.
     fn finish(self, exit_code: u8) -> Result<ExitCode, String> {
-        let Collector { args, mut drainer, mut sampler, started, .. } = self;
+        let Collector { args, mut drainer, mut sampler, cpu, started, .. } = self;
         let energy_cost = match sampler.take() {
             Some(sampler) => sampler.stop(drainer.writer_mut()).map_err(|e| e.to_string())?,
+            None => None,
+        };
+        let cpu_samples = match cpu {
+            Some(cpu) => Some(cpu.stop(drainer.writer_mut()).map_err(|e| e.to_string())?),
             None => None,
         };
         drainer.segment_mut().close();
@@ -265,6 +286,16 @@ impl Collector {
             report(&args, &totals, started.elapsed());
             if let Some(cost) = energy_cost.filter(|c| c.devices > 0) {
                 report_energy(&args, &cost);
+            }
+            if let Some(stats) = cpu_samples {
+                eprintln!(
+                    "mlprof-collect: {} CPU samples at {} Hz ({} unwound past the leaf, {} lost); mlprof hotspots {}",
+                    stats.samples,
+                    args.sample.unwrap_or(sample::DEFAULT_HZ),
+                    stats.unwound,
+                    stats.lost,
+                    args.out.display()
+                );
             }
         }
         Ok(ExitCode::from(exit_code))
@@ -366,13 +397,53 @@ fn report_energy(args: &Args, cost: &energy::SamplerCost) {
 
 /// One drain pass, then the energy samples that arrived meanwhile. Returns the producers' wake
 /// count as it was before the pass (see `pause`); the pass's rate is the drainer's own.
-fn drain(drainer: &mut Drainer, sampler: &mut Option<energy::Sampler>) -> Result<u32, String> {
+fn drain(
+    drainer: &mut Drainer,
+    sampler: &mut Option<energy::Sampler>,
+    cpu: &mut Option<sample::Recording>,
+) -> Result<u32, String> {
     let wake = drainer.segment().wake_count();
     drainer.drain_once().map_err(|e| e.to_string())?;
     if let Some(sampler) = sampler {
         sampler.write_pending(drainer.writer_mut()).map_err(|e| e.to_string())?;
     }
+    if let Some(cpu) = cpu {
+        cpu.write_pending(drainer.writer_mut()).map_err(|e| e.to_string())?;
+    }
     Ok(wake)
+}
+
+/// Spawns `cmd` with its child held before exec while the CPU sampler attaches to it
+/// (`--sample`): the child and the sampler's recording, or, when the kernel refused, one line
+/// saying why (also in the run file) and no recording.
+fn sample_launched(
+    cmd: std::process::Command,
+    hz: u32,
+    drainer: &mut Drainer,
+) -> Result<(std::io::Result<std::process::Child>, Option<sample::Recording>), String> {
+    let (child, opened) = sample::gate::spawn_attached(cmd, |pid| sample::open(pid, hz));
+    let recording = match opened {
+        Some(Ok(sampler)) => match sample::Recording::start(sampler, hz) {
+            Ok(recording) => Some(recording),
+            Err(e) => {
+                eprintln!("mlprof-collect: cannot start the CPU sampler thread ({e}); recording no samples");
+                None
+            }
+        },
+        Some(Err(refusal)) => {
+            eprintln!("mlprof-collect: no CPU samples: {refusal}");
+            let note = mlprof_format::sample::SamplingInfo {
+                hz,
+                refused: refusal.to_string(),
+                stack_bytes: sample::STACK_BYTES,
+                ..Default::default()
+            };
+            drainer.writer_mut().write_sampling(&note).map_err(|e| e.to_string())?;
+            None
+        }
+        None => None,
+    };
+    Ok((child, recording))
 }
 
 fn energy_config(args: &Args) -> energy::EnergyConfig {

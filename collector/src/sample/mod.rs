@@ -14,27 +14,22 @@
 //! Files, each one job: `attr` (the event), `refusal` (the one-line why), `ring` (one mapped
 //! ring, records cut out of it), `parse` (a record's fields), `maps` (`/proc/PID/maps`),
 //! `modules` (the mapped files and their unwind sections), `unwind` (per-process code maps,
-//! framehop), `gate` (the child held before exec), `sampler` (the passes over the rings).
-
-// The sampler is wired into the launcher and the run file afterwards (issue 37); until then
-// only the tests use it, and the re-exports and record fields below are its interface for that
-// wiring. Remove these two lines with the wiring.
-#![allow(dead_code)]
-#![allow(unused_imports)]
+//! framehop), `gate` (the child held before exec), `sampler` (the passes over the rings),
+//! `recording` (the sampler on its own thread, its records as run-file frames).
 
 mod attr;
 pub(crate) mod gate;
 mod maps;
 mod modules;
 mod parse;
+mod recording;
 mod refusal;
 mod ring;
 mod sampler;
 mod unwind;
 
-pub(crate) use attr::Start;
-pub(crate) use refusal::{Refusal, Stage};
-pub(crate) use sampler::{Sampler, Stats, open, open_with};
+pub(crate) use recording::Recording;
+pub(crate) use sampler::{Sampler, Stats, open};
 
 /// The default rate, per CPU-second of each thread. 499 Hz: a prime a little under 500, so
 /// that sampling does not fall into step with periodic work (1 ms and 10 ms timers, a
@@ -51,8 +46,11 @@ pub(crate) const DEFAULT_HZ: u32 = 499;
 /// that 32 samples fit a CPU's ring.
 pub(crate) const STACK_BYTES: u32 = 16 * 1024;
 
-/// One thing the sampler saw, handed out in time order within a pass.
+/// One thing the sampler saw, handed out in time order within a pass. The run file keeps the
+/// samples and mappings and uses forks, execs and exits to follow address spaces; the other
+/// fields (times, thread names, lost counts) are what the engine knows, for later uses.
 #[derive(Debug)]
+#[allow(dead_code)]
 pub(crate) enum Record<'a> {
     Sample(Sample<'a>),
     Mapping(Mapping),

@@ -145,10 +145,6 @@ impl Sampler {
         self.stats
     }
 
-    pub(crate) fn stats(&self) -> Stats {
-        self.stats
-    }
-
     /// Sleeps until a ring is a quarter full (the events' watermark) or `timeout` passed.
     /// Returns whether a ring has data to read. Sampling at [`super::DEFAULT_HZ`], a CPU busy
     /// with the job fills a quarter ring in ~16 ms: the caller's loop should wait at most

@@ -104,6 +104,12 @@ pub fn compute(path: &Path, options: &Options) -> Result<Hotspots, String> {
         hotspots.spans.push(SpanHotspots { span, samples: tally.samples, functions });
     }
     hotspots.spans.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.span.cmp(&b.span)));
+    // Stacks that differ only in return addresses within the same functions read the same.
+    let mut folded: HashMap<String, u64> = HashMap::new();
+    for (line, count) in std::mem::take(&mut hotspots.folded) {
+        *folded.entry(line).or_default() += count;
+    }
+    hotspots.folded = folded.into_iter().collect();
     hotspots.folded.sort();
     Ok(hotspots)
 }
@@ -120,6 +126,9 @@ fn read_samples(path: &Path) -> Result<Vec<CpuSample>, String> {
     Ok(samples)
 }
 
+/// Functions by (name, module), with their shares.
+type Shares = HashMap<(String, String), FunctionShare>;
+
 /// One span name's samples, by stack.
 #[derive(Default)]
 struct SpanTally {
@@ -129,12 +138,8 @@ struct SpanTally {
 
 impl SpanTally {
     /// Its functions' shares, and its folded stacks.
-    fn functions(
-        &self,
-        span: &str,
-        names: &mut Names<'_>,
-    ) -> (HashMap<(String, String), FunctionShare>, Vec<(String, u64)>) {
-        let mut functions: HashMap<(String, String), FunctionShare> = HashMap::new();
+    fn functions(&self, span: &str, names: &mut Names<'_>) -> (Shares, Vec<(String, u64)>) {
+        let mut functions: Shares = HashMap::new();
         let mut folded = Vec::new();
         for (&stack, &count) in &self.stacks {
             let frames = names.stack(stack);
