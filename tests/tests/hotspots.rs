@@ -136,3 +136,40 @@ fn python_tasks_through_ctypes_have_their_hot_functions_and_callers() {
     e.that(format_args!("a folded alpha;…;run_alpha;hot_alpha line in\n{folded}"), line.is_some());
     e.finish();
 }
+
+/// Where the kernel refuses perf_event_open (a seccomp filter that fails it with EACCES, as a
+/// container without CAP_PERFMON does): one line says so with the cause and a fix, the job runs
+/// and everything else is recorded exactly (tests/programs/writer.c: open 1, write N, close 1),
+/// and `mlprof hotspots` repeats the refusal.
+#[test]
+fn a_refused_perf_event_open_is_one_line_and_the_run_goes_on() {
+    const N: u64 = 40;
+    let dir = TempDir::new("hotspots-refused");
+    let deny = dir.join("deny_perf").display().to_string();
+    gcc(&["-O1", "-o", &deny, &tests_dir().join("programs/deny_perf.c").display().to_string()]);
+    let writer = compile("writer", &dir);
+    let out = dir.join("run.bin");
+    let target = dir.join("written").display().to_string();
+    let mut c = std::process::Command::new(&deny);
+    c.arg(&bins().collect).arg("--out").arg(&out).arg("--sample").arg("--");
+    c.args([writer.as_str(), &target, &N.to_string(), "0"]);
+    clean_env(&mut c);
+    let o = output_with_timeout(c, default_timeout());
+    assert!(o.status.success(), "the run failed\n{}", describe(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let refusals: Vec<&str> = stderr.lines().filter(|l| l.contains("perf_event_open")).collect();
+    assert_eq!(refusals.len(), 1, "one line about the refusal:\n{stderr}");
+    let line = refusals[0];
+    assert!(line.contains("no CPU samples") && line.contains("EACCES"), "cause: {line}");
+    assert!(line.contains("CAP_PERFMON") || line.contains("seccomp"), "fix: {line}");
+    let summary = clean_summary(&out);
+    let mut e = summary.expect();
+    let calls = &summary.json["calls"];
+    for (call, want) in [("open", 1), ("write", N), ("close", 1)] {
+        e.that(format_args!("{call}: {} (want {want})", calls[call]["count"]), calls[call]["count"] == want);
+    }
+    let o = mlprof_ok(&["hotspots", &out.display().to_string()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    e.that(format_args!("hotspots says why:\n{text}"), text.starts_with("No samples: perf_event_open refused (EACCES)"));
+    e.finish();
+}
