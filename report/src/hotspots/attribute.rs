@@ -1,7 +1,7 @@
-//! Each sample to the innermost ITT span open on its thread when it was taken. Spans that hold
-//! a sample are nested on its thread, so the innermost is the one that started last; a span
-//! takes the samples of its thread inside `[start, start + dur)` unless a span that started
-//! later has them already.
+//! Each sample to the ITT spans open on its thread when it was taken: a span holds the samples
+//! of its thread inside `[start, start + dur)`, those of the spans inside it included (an op
+//! inside a transform counts for both, as a flame graph's frames do), each span name once per
+//! sample (a span nested in one of its own name counts once).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -11,25 +11,21 @@ use mlprof_format::record::IttSpan;
 use mlprof_format::runfile::Frame;
 use mlprof_format::sample::CpuSample;
 
-/// A sample waiting for its span.
+/// A sample and the span names (string ids) that hold it so far.
 struct Pending {
     time_ns: u64,
     stack: u32,
-    /// The start of the span that holds it so far (0: none).
-    span_start: u64,
-    /// That span's name (string id; 0: none).
-    span: u64,
+    spans: Vec<u64>,
 }
 
-/// `(span name id, stack id)` of every sample (span 0: outside any span).
-pub(super) fn attribute(path: &Path, samples: Vec<CpuSample>) -> Result<Vec<(u64, u32)>, String> {
+/// `(span name ids, stack id)` of every sample (no span: outside any).
+pub(super) fn attribute(path: &Path, samples: Vec<CpuSample>) -> Result<Vec<(Vec<u64>, u32)>, String> {
     let mut by_thread: HashMap<(u32, u32), Vec<Pending>> = HashMap::new();
     for s in samples {
         by_thread.entry((s.pid, s.tid)).or_default().push(Pending {
             time_ns: s.time_ns,
             stack: s.stack,
-            span_start: 0,
-            span: 0,
+            spans: Vec::new(),
         });
     }
     for pending in by_thread.values_mut() {
@@ -47,17 +43,16 @@ pub(super) fn attribute(path: &Path, samples: Vec<CpuSample>) -> Result<Vec<(u64
             }
         }
     }
-    Ok(by_thread.into_values().flatten().map(|p| (p.span, p.stack)).collect())
+    Ok(by_thread.into_values().flatten().map(|p| (p.spans, p.stack)).collect())
 }
 
-/// Gives `span` the samples of its thread inside it that no later-started span holds.
+/// Gives `span` the samples of its thread inside it (`pending` sorted by time).
 fn take(pending: &mut [Pending], span: &IttSpan) {
     let end = span.start.saturating_add(span.dur);
     let first = pending.partition_point(|p| p.time_ns < span.start);
     for sample in pending.iter_mut().skip(first).take_while(|p| p.time_ns < end) {
-        if sample.span == 0 || span.start >= sample.span_start {
-            sample.span_start = span.start;
-            sample.span = span.name;
+        if !sample.spans.contains(&span.name) {
+            sample.spans.push(span.name);
         }
     }
 }
@@ -70,26 +65,21 @@ mod tests {
         IttSpan { kind: Func::IttTask as u16, start, dur, name, ..IttSpan::default() }
     }
 
-    /// An op inside a batch fetch: the op's samples are the op's, the rest the fetch's, in
-    /// whatever order the two spans come (the file writes a span when it ends: inner first).
+    /// An op inside a batch fetch, and an op of the same name inside that op: the fetch holds
+    /// every sample inside it, the op those inside it, once however deep it nests.
     #[test]
-    fn the_innermost_span_takes_its_samples() {
-        for outer_first in [true, false] {
-            let mut pending: Vec<Pending> = [5, 15, 25, 35, 45]
-                .iter()
-                .map(|&t| Pending { time_ns: t, stack: t as u32, span_start: 0, span: 0 })
-                .collect();
-            let (outer, inner) = (span(10, 30, 1), span(20, 10, 2));
-            if outer_first {
-                take(&mut pending, &outer);
-                take(&mut pending, &inner);
-            } else {
-                take(&mut pending, &inner);
-                take(&mut pending, &outer);
-            }
-            let spans: Vec<u64> = pending.iter().map(|p| p.span).collect();
-            // 5: before both; 15: fetch; 25: op; 35: fetch; 45: after both (end is exclusive).
-            assert_eq!(spans, [0, 1, 2, 1, 0], "outer first: {outer_first}");
+    fn a_span_holds_the_samples_of_the_spans_inside_it() {
+        let mut pending: Vec<Pending> = [5, 15, 25, 35, 45]
+            .iter()
+            .map(|&t| Pending { time_ns: t, stack: t as u32, spans: Vec::new() })
+            .collect();
+        // Written as they end: innermost first.
+        for s in [span(22, 5, 2), span(20, 10, 2), span(10, 30, 1)] {
+            take(&mut pending, &s);
         }
+        let spans: Vec<Vec<u64>> = pending.iter().map(|p| p.spans.clone()).collect();
+        // 5: before all; 15: fetch; 25: op (twice nested, once) and fetch; 35: fetch; 45: after
+        // (end is exclusive).
+        assert_eq!(spans, [vec![], vec![1], vec![2, 1], vec![1], vec![]]);
     }
 }

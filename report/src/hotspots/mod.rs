@@ -1,14 +1,15 @@
 //! `mlprof hotspots`: where the CPU went inside each span (issue 37). The collector's sampled
-//! stacks (`mlprof-collect --sample`, [`mlprof_format::sample`]) are each given to the
-//! innermost ITT span open on their thread when they were taken (an op, a transform, a batch
-//! fetch, a training phase; "outside any span" otherwise), and their frames are named from
-//! the modules' symbol tables ([`mlprof_symbols`]). Per span: the samples, the CPU time they
-//! stand for (samples ÷ rate), and the functions by *self* (the leaf) and *total* (anywhere
-//! in the stack, once per sample) sample counts.
+//! stacks (`mlprof-collect --sample`, [`mlprof_format::sample`]) are each given to the ITT
+//! spans open on their thread when they were taken (an op, a transform, a batch fetch, a
+//! training phase; "outside any span" when none), a span's samples including those of the
+//! spans inside it (`transform:Normalize` holds the samples of its `aten::sub_` and
+//! `aten::div_`), and their frames are named from the modules' symbol tables
+//! ([`mlprof_symbols`]). Per span name: the samples, the CPU time they stand for (samples ÷
+//! rate), and the functions by *self* (the leaf) and *total* (anywhere in the stack, once per
+//! sample) sample counts.
 //!
 //! Three passes over the file: the metadata (strings, modules, stacks), the samples (events
-//! skipped), then the spans (events), each span taking the samples of its thread that fall
-//! inside it unless a span inside it (started later) has them.
+//! skipped), then the spans (events), each span taking the samples of its thread inside it.
 
 mod attribute;
 pub mod render;
@@ -82,14 +83,23 @@ pub fn compute(path: &Path, options: &Options) -> Result<Hotspots, String> {
     let spans = attribute::attribute(path, samples)?;
     let mut names = Names { meta: &meta, symbolizer: Symbolizer::new(), frames: HashMap::new() };
     let mut by_span: HashMap<String, SpanTally> = HashMap::new();
-    for (span, stack) in spans {
-        let span = if span == 0 { OUTSIDE.to_string() } else { meta.string(span) };
-        if options.span.as_ref().is_some_and(|only| *only != span) {
-            continue;
+    for (span_ids, stack) in spans {
+        let names: Vec<String> = if span_ids.is_empty() {
+            vec![OUTSIDE.to_string()]
+        } else {
+            span_ids
+                .iter()
+                .map(|&id| if id == 0 { "(unnamed)".to_string() } else { meta.string(id) })
+                .collect()
+        };
+        for span in names {
+            if options.span.as_ref().is_some_and(|only| *only != span) {
+                continue;
+            }
+            let tally = by_span.entry(span).or_default();
+            tally.samples += 1;
+            *tally.stacks.entry(stack).or_default() += 1;
         }
-        let tally = by_span.entry(span).or_default();
-        tally.samples += 1;
-        *tally.stacks.entry(stack).or_default() += 1;
     }
     for (span, tally) in by_span {
         let (functions, folded) = tally.functions(&span, &mut names);

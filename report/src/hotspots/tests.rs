@@ -40,7 +40,8 @@ fn span(name: u64, start: u64, dur: u64) -> mlprof_format::record::Event {
 
 /// A batch fetch (100..200) holds a transform (120..140). Stack 1 is `leaf_function` called by
 /// `caller_function`, stack 2 `caller_function` alone (leaf). Samples at 110, 130, 135, 150
-/// and 250: the transform has two (stack 1), the fetch two (stacks 1 and 2), one is outside.
+/// and 250: the transform has two (stack 1), the fetch those two and two more (stacks 1 and 2),
+/// one is outside.
 #[test]
 fn samples_go_to_their_innermost_span_and_frames_are_named() {
     let exe = std::fs::read_link("/proc/self/exe").unwrap();
@@ -74,7 +75,7 @@ fn samples_go_to_their_innermost_span_and_frames_are_named() {
 
     let hotspots = compute(run.path(), &Options { span: None, top: 10 }).unwrap();
     let spans: Vec<(&str, u64)> = hotspots.spans.iter().map(|s| (s.span.as_str(), s.samples)).collect();
-    assert_eq!(spans, [("batch.fetch", 2), ("transform:RandomResizedCrop", 2), (OUTSIDE, 1)]);
+    assert_eq!(spans, [("batch.fetch", 4), ("transform:RandomResizedCrop", 2), (OUTSIDE, 1)]);
     let crop = &hotspots.spans[1];
     let names: Vec<(String, u64, u64)> =
         crop.functions.iter().map(|f| (f.function.clone(), f.self_samples, f.total_samples)).collect();
@@ -82,7 +83,7 @@ fn samples_go_to_their_innermost_span_and_frames_are_named() {
     assert!(names[1].0.ends_with("caller_function") && names[1].1 == 0 && names[1].2 == 2, "{names:?}");
     let fetch = &hotspots.spans[0];
     let caller_share = fetch.functions.iter().find(|f| f.function.ends_with("caller_function")).unwrap();
-    assert_eq!((caller_share.self_samples, caller_share.total_samples), (1, 2));
+    assert_eq!((caller_share.self_samples, caller_share.total_samples), (1, 4));
     // Folded: root first, one line per (span, stack).
     let folded: Vec<String> = hotspots.folded.iter().map(|(l, n)| format!("{l} {n}")).collect();
     assert!(
