@@ -58,11 +58,15 @@ def main():
     loader = torch.utils.data.DataLoader(
         Images(folder, transform), batch_size=8, num_workers=2, multiprocessing_context=context
     )
+    import time
+
     total = 0
+    started = time.perf_counter()
     for _ in range(epochs):
         for batch in loader:
             total += batch.shape[0]
     print(f"samples={total}")
+    print(f"loop_s={time.perf_counter() - started:.4f}")
 
 
 if __name__ == "__main__":
