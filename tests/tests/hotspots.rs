@@ -111,6 +111,21 @@ fn c_tasks_have_their_hot_functions_and_callers() {
     e.that(format_args!("lost {}", report["lost"]), report["lost"] == 0);
     e.that(format_args!("rate {}", report["hz"]), report["hz"] == 499);
     check_tasks(&mut e, &report, "C");
+    // The one-page report draws a flame graph per task, the hot function in it.
+    let html = dir.join("run.html");
+    mlprof_ok(&["report", &out.display().to_string(), "-o", &html.display().to_string()]);
+    let page = std::fs::read_to_string(&html).unwrap();
+    for task in ["alpha", "beta"] {
+        let graph = page
+            .split(&format!(r#"aria-label="flame graph of {task}""#))
+            .nth(1)
+            .and_then(|g| g.split("</svg>").next());
+        let hot = format!("<title>hot_{task} — ");
+        e.that(
+            format_args!("the report's flame graph of {task} names hot_{task}"),
+            graph.is_some_and(|g| g.contains(&hot)),
+        );
+    }
     e.finish();
 }
 

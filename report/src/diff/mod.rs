@@ -120,17 +120,21 @@ pub struct RunFigures {
     pub(crate) energy: EnergyReport,
     /// Power per device on the activity's time axis.
     pub(crate) power: Vec<PowerSeries>,
+    /// Sampled stacks per span (`--sample`; empty without).
+    pub(crate) hotspots: crate::hotspots::Hotspots,
 }
 
 impl RunFigures {
-    /// Three passes over the run's events (summary, activity, energy spans).
+    /// Three passes over the run's events (summary, activity, energy spans), two more over its
+    /// samples when it has some.
     pub fn load(path: &Path) -> Result<RunFigures, String> {
         let summary = Summary::compute(path)?;
         let activity = Activity::compute(path)?;
         let energy_run = EnergyRun::load(path)?;
         let energy = EnergyReport::compute(&energy_run);
         let power = power::timeline(&energy_run);
-        Ok(RunFigures { run: path.display().to_string(), summary, activity, energy, power })
+        let hotspots = crate::hotspots::compute(path, &crate::hotspots::Options { span: None, top: 10 })?;
+        Ok(RunFigures { run: path.display().to_string(), summary, activity, energy, power, hotspots })
     }
 
     fn side(&self) -> RunSide {

@@ -37,9 +37,13 @@ pub struct Hotspots {
     pub refused: String,
     /// Most samples first.
     pub spans: Vec<SpanHotspots>,
-    /// Folded stacks (`span;root;…;leaf` → samples), for `--folded`.
-    pub folded: Vec<(String, u64)>,
+    /// Folded stacks: (span, functions root first, samples), sorted; for `--folded` and the
+    /// report's flame graphs.
+    pub folded: Vec<Folded>,
 }
+
+/// One distinct stack of a span: (span, functions root first, samples).
+pub type Folded = (String, Vec<String>, u64);
 
 /// The samples of one span name.
 #[derive(Debug, Clone, Default)]
@@ -79,6 +83,10 @@ pub fn compute(path: &Path, options: &Options) -> Result<Hotspots, String> {
         (hotspots.hz, hotspots.samples, hotspots.lost) = (info.hz, info.samples, info.lost);
         hotspots.refused = info.refused.clone();
     }
+    if meta.sampling.is_none() && meta.stacks.is_empty() {
+        // Not recorded with --sample: no pass over the events.
+        return Ok(hotspots);
+    }
     let samples = read_samples(path)?;
     let spans = attribute::attribute(path, samples)?;
     let mut names = Names { meta: &meta, symbolizer: Symbolizer::new(), frames: HashMap::new() };
@@ -115,11 +123,11 @@ pub fn compute(path: &Path, options: &Options) -> Result<Hotspots, String> {
     }
     hotspots.spans.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.span.cmp(&b.span)));
     // Stacks that differ only in return addresses within the same functions read the same.
-    let mut folded: HashMap<String, u64> = HashMap::new();
-    for (line, count) in std::mem::take(&mut hotspots.folded) {
-        *folded.entry(line).or_default() += count;
+    let mut folded: HashMap<(String, Vec<String>), u64> = HashMap::new();
+    for (span, path, count) in std::mem::take(&mut hotspots.folded) {
+        *folded.entry((span, path)).or_default() += count;
     }
-    hotspots.folded = folded.into_iter().collect();
+    hotspots.folded = folded.into_iter().map(|((span, path), count)| (span, path, count)).collect();
     hotspots.folded.sort();
     Ok(hotspots)
 }
@@ -148,7 +156,7 @@ struct SpanTally {
 
 impl SpanTally {
     /// Its functions' shares, and its folded stacks.
-    fn functions(&self, span: &str, names: &mut Names<'_>) -> (Shares, Vec<(String, u64)>) {
+    fn functions(&self, span: &str, names: &mut Names<'_>) -> (Shares, Vec<Folded>) {
         let mut functions: Shares = HashMap::new();
         let mut folded = Vec::new();
         for (&stack, &count) in &self.stacks {
@@ -168,13 +176,11 @@ impl SpanTally {
                     share.total_samples += count;
                 }
             }
-            let path: Vec<&str> = frames.iter().rev().map(|(function, _)| function.as_str()).collect();
-            let line = if path.is_empty() {
-                format!("{span};(no stack)")
-            } else {
-                format!("{span};{}", path.join(";"))
-            };
-            folded.push((line, count));
+            let mut path: Vec<String> = frames.iter().rev().map(|(function, _)| function.clone()).collect();
+            if path.is_empty() {
+                path.push("(no stack)".into());
+            }
+            folded.push((span.to_string(), path, count));
         }
         (functions, folded)
     }

@@ -36,8 +36,8 @@ fn cpu_ns(hotspots: &Hotspots, samples: u64) -> u64 {
 
 /// `--folded`: one line per distinct stack of a span, `span;root;…;leaf samples`.
 pub fn folded(hotspots: &Hotspots, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-    for (line, count) in &hotspots.folded {
-        writeln!(out, "{line} {count}")?;
+    for (span, path, count) in &hotspots.folded {
+        writeln!(out, "{span};{} {count}", path.join(";"))?;
     }
     Ok(())
 }

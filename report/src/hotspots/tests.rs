@@ -85,7 +85,8 @@ fn samples_go_to_their_innermost_span_and_frames_are_named() {
     let caller_share = fetch.functions.iter().find(|f| f.function.ends_with("caller_function")).unwrap();
     assert_eq!((caller_share.self_samples, caller_share.total_samples), (1, 4));
     // Folded: root first, one line per (span, stack).
-    let folded: Vec<String> = hotspots.folded.iter().map(|(l, n)| format!("{l} {n}")).collect();
+    let folded: Vec<String> =
+        hotspots.folded.iter().map(|(span, path, n)| format!("{span};{} {n}", path.join(";"))).collect();
     assert!(
         folded
             .iter()

@@ -6,14 +6,15 @@
 //! wait, GPU sync, file I/O, ops and phases, and the rest; the run's duration, drops and
 //! command), timelines on one time axis (I/O throughput per process, DataLoader wait per
 //! batch, step times, power per device), the data pipeline (transform time distributions,
-//! worker busy time, longest waits), then top files, ops (time, energy, shapes), calls, GPU
-//! and energy tables. With a baseline (`--baseline A.bin`), a comparison section follows the
+//! worker busy time, longest waits), then top files, ops (time, energy, shapes), calls, flame
+//! graphs of the spans with most CPU samples (`--sample`), GPU and energy tables. With a baseline (`--baseline A.bin`), a comparison section follows the
 //! answer. The numbers in the tables are those of `summary --json` and `energy --json`
 //! (taken from their renderings): each numeric cell carries the exact value in `data-v` and
 //! a readable one as text. Plots are drawn from aggregates (per slice of the time axis, top
 //! N), so the page's size does not grow with the run.
 
 mod answer;
+mod flame;
 mod gpu_timeline;
 mod pipeline;
 pub(crate) mod svg;
@@ -64,6 +65,7 @@ pub fn render(run: &RunFigures, baseline: Option<&RunFigures>) -> String {
     page.files(&summary_json);
     page.ops(run, &summary_json, &energy_json);
     page.calls(&summary_json);
+    page.hotspots(run);
     page.gpu(&summary_json);
     page.gpu_timeline(&summary_json);
     page.energy(&energy_json);
@@ -106,6 +108,26 @@ fn percent(part: u64, whole: u64) -> String {
 }
 
 impl Page {
+    /// Where the CPU went in the spans with most samples: a flame graph each (none without
+    /// `--sample`).
+    fn hotspots(&mut self, run: &RunFigures) {
+        let spans = flame::top_spans(&run.hotspots.folded, 3);
+        if spans.is_empty() {
+            return;
+        }
+        self.section("hotspots", "Where the CPU went (sampled stacks)");
+        self.note(&format!(
+            "{} samples at {} Hz, {} lost. A span holds the samples of the spans inside it; \
+             `mlprof hotspots` has every span and the function tables.",
+            run.hotspots.samples, run.hotspots.hz, run.hotspots.lost
+        ));
+        for (span, samples) in spans {
+            let _ = write!(self.out, "<h3>{} — {samples} samples</h3>", escape(&span));
+            self.out.push_str(&flame::icicle(&run.hotspots.folded, &span));
+        }
+        self.end_section();
+    }
+
     fn section(&mut self, id: &str, title: &str) {
         let _ = write!(self.out, r#"<section id="{id}"><h2>{}</h2>"#, escape(title));
     }
