@@ -262,3 +262,43 @@ fn dataloader_transforms_spend_their_cpu_in_pil_and_libtorch() {
     let failed: Vec<&String> = e_all.iter().filter(|(_, ok)| !ok).map(|(what, _)| what).collect();
     assert!(failed.is_empty(), "{failed:#?}\n(all: {e_all:#?})");
 }
+
+/// `mlprof merge` of two sampled runs (as two nodes) keeps every sample: the merged run's
+/// hotspots per task are the sum of the two runs', its functions still named.
+#[test]
+fn merged_runs_keep_their_samples() {
+    let dir = TempDir::new("hotspots-merge");
+    let (_, program) = build(&dir);
+    let (a, b, merged) = (dir.join("a.bin"), dir.join("b.bin"), dir.join("merged.bin"));
+    for out in [&a, &b] {
+        let o = run_collect(out, &["--sample"], &[program.as_str(), "150"]);
+        assert!(o.status.success(), "hot_tasks failed under --sample\n{}", describe(&o));
+    }
+    mlprof_ok(&[
+        "merge",
+        &a.display().to_string(),
+        &b.display().to_string(),
+        "-o",
+        &merged.display().to_string(),
+    ]);
+    let samples_of = |report: &Value, task: &str| {
+        report["spans"]
+            .as_array()
+            .and_then(|s| s.iter().find(|s| s["span"] == task))
+            .and_then(|s| s["samples"].as_u64())
+    };
+    let (ra, rb, rm) = (hotspots(&a), hotspots(&b), hotspots(&merged));
+    let summary = clean_summary(&merged);
+    let mut e = summary.expect();
+    for task in ["alpha", "beta"] {
+        let (x, y, m) = (samples_of(&ra, task), samples_of(&rb, task), samples_of(&rm, task));
+        e.that(format_args!("{task}: {x:?} + {y:?} = {m:?}"), x.zip(y).map(|(x, y)| x + y) == m);
+    }
+    let total = |r: &Value| r["samples"].as_u64().unwrap_or(0);
+    e.that(
+        format_args!("samples {} + {} = {}", total(&ra), total(&rb), total(&rm)),
+        total(&ra) + total(&rb) == total(&rm),
+    );
+    check_tasks(&mut e, &rm, "merged");
+    e.finish();
+}

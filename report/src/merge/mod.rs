@@ -48,6 +48,7 @@
 //! per node (at most 64 Ki events, 4 MiB) besides the readers' buffers.
 
 mod align;
+mod samples;
 mod scan;
 mod sites;
 mod write;

@@ -15,6 +15,7 @@ use mlprof_format::runfile::{
 };
 use mlprof_format::site::{FRAME_EVENT_SITES, encode_event_sites};
 
+use super::samples::{MergedSamples, NodeSamples, job_sampling};
 use super::scan::Scan;
 use super::sites::{MergedSites, NodeSites};
 use crate::pipeline::DATA;
@@ -102,6 +103,8 @@ struct Input {
     pending: Vec<Event>,
     /// Its site ids → the merged run's.
     sites: NodeSites,
+    /// Its module and stack ids → the merged run's, and its sampling note.
+    samples: NodeSamples,
     done: bool,
     events: u64,
     end: Option<RunEnd>,
@@ -144,6 +147,10 @@ pub(super) fn write(
             ));
         }
     }
+    let notes = inputs.iter().filter_map(|i| Some((i.rewrite.host.as_str(), i.samples.sampling.as_ref()?)));
+    if let Some(note) = job_sampling(notes) {
+        out.write_sampling(&note).map_err(write_err)?;
+    }
     let dropped = inputs.iter().filter_map(|i| i.end.as_ref()).map(|e| e.dropped).sum();
     out.finish(&RunEnd { end_ns, events, dropped }).and_then(BackgroundFile::close).map_err(write_err)?;
     Ok(events)
@@ -165,6 +172,7 @@ fn open_inputs(nodes: &[NodeInfo], scans: &[Scan]) -> Result<Vec<Input>, String>
                 },
                 pending: Vec::new(),
                 sites: NodeSites::default(),
+                samples: NodeSamples::default(),
                 done: false,
                 events: 0,
                 end: None,
@@ -206,6 +214,7 @@ fn interleave(
 struct Shared {
     strings: HashSet<u64>,
     sites: MergedSites,
+    samples: MergedSamples,
 }
 
 /// Writes what a frame of `input` holds (metadata at once, events into `pending`) until its
@@ -238,6 +247,21 @@ fn advance(
                 let sites = input.sites.renumber(&sites);
                 out.write_frame(FRAME_EVENT_SITES, &encode_event_sites(&sites)).map_err(write_err)?;
             }
+            Frame::Module(module) => {
+                if let Some(merged) = shared.samples.module(&mut input.samples, module) {
+                    out.write_module(&merged).map_err(write_err)?;
+                }
+            }
+            Frame::Stack(stack) => {
+                if let Some(merged) = shared.samples.stack(&mut input.samples, stack) {
+                    out.write_stack(&merged).map_err(write_err)?;
+                }
+            }
+            Frame::Samples(samples) => {
+                let samples = input.samples.renumber(&samples, |pid| rw.pid(pid), |t| shift(t, rw.offset));
+                out.write_samples(&samples).map_err(write_err)?;
+            }
+            Frame::Sampling(note) => input.samples.sampling = Some(note),
             frame => write_metadata(frame, rw, out, &mut shared.strings).map_err(write_err)?,
         }
     }
@@ -259,8 +283,7 @@ fn write_metadata(
         Frame::RunInfo(_) | Frame::Node(_) | Frame::Events(_) | Frame::End(_) => {}
         // Renumbered by `advance`.
         Frame::Site(_) | Frame::EventSites(_) => {}
-        // Not merged yet: each node numbers its modules and stacks from 1 (a merged run has no
-        // samples; `mlprof hotspots` on each node's run).
+        // Renumbered by `advance`; the sampling notes are merged at the end.
         Frame::Module(_) | Frame::Stack(_) | Frame::Samples(_) | Frame::Sampling(_) => {}
         Frame::String { id, bytes } => {
             if strings.insert(id) {

@@ -1,0 +1,135 @@
+//! Sampled stacks in a merged run (`--sample` on the nodes): each node numbers its modules and
+//! stacks from 1, so the merge gives each distinct module (path and build id) and stack one id
+//! of its own, renumbers each node's samples beside them (pids and times as the node's events),
+//! and ends with one sampling note for the job: samples and losses summed, refusals named by
+//! host.
+
+use std::collections::HashMap;
+
+use mlprof_format::sample::{CpuSample, ModuleInfo, NO_MODULE, SamplingInfo, StackFrame, StackInfo};
+
+/// The merged run's modules and stacks, and each node's last sampling note.
+#[derive(Default)]
+pub(super) struct MergedSamples {
+    modules: HashMap<(String, Vec<u8>), u32>,
+    stacks: HashMap<Vec<StackFrame>, u32>,
+}
+
+/// One node's module and stack ids → the merged run's, and its sampling note.
+#[derive(Default)]
+pub(super) struct NodeSamples {
+    modules: HashMap<u32, u32>,
+    stacks: HashMap<u32, u32>,
+    pub(super) sampling: Option<SamplingInfo>,
+}
+
+impl MergedSamples {
+    /// A node's module: its merged id noted; the module to write when new to the merged run.
+    pub(super) fn module(&mut self, node: &mut NodeSamples, module: ModuleInfo) -> Option<ModuleInfo> {
+        let next = self.modules.len() as u32 + 1;
+        let id = *self.modules.entry((module.path.clone(), module.build_id.clone())).or_insert(next);
+        node.modules.insert(module.id, id);
+        (id == next).then_some(ModuleInfo { id, ..module })
+    }
+
+    /// A node's stack, its frames' modules renumbered: its merged id noted; the stack to write
+    /// when new.
+    pub(super) fn stack(&mut self, node: &mut NodeSamples, stack: StackInfo) -> Option<StackInfo> {
+        let frames: Vec<StackFrame> = stack
+            .frames
+            .iter()
+            .map(|f| match f.module {
+                NO_MODULE => *f,
+                module => {
+                    StackFrame { module: node.modules.get(&module).copied().unwrap_or(NO_MODULE), ..*f }
+                }
+            })
+            .collect();
+        let next = self.stacks.len() as u32 + 1;
+        let id = *self.stacks.entry(frames.clone()).or_insert(next);
+        node.stacks.insert(stack.id, id);
+        (id == next).then_some(StackInfo { id, frames, truncated: stack.truncated })
+    }
+}
+
+impl NodeSamples {
+    /// A node's samples with merged stack ids, `pid` (and tid) and `time` rewritten as the
+    /// node's events are.
+    pub(super) fn renumber(
+        &self,
+        samples: &[CpuSample],
+        pid: impl Fn(u32) -> u32,
+        time: impl Fn(u64) -> u64,
+    ) -> Vec<CpuSample> {
+        samples
+            .iter()
+            .map(|s| CpuSample {
+                time_ns: time(s.time_ns),
+                pid: pid(s.pid),
+                tid: pid(s.tid),
+                stack: if s.stack == 0 { 0 } else { self.stacks.get(&s.stack).copied().unwrap_or(0) },
+            })
+            .collect()
+    }
+}
+
+/// The job's sampling note from the nodes' (host, note): `None` when no node sampled.
+pub(super) fn job_sampling<'a>(
+    nodes: impl Iterator<Item = (&'a str, &'a SamplingInfo)>,
+) -> Option<SamplingInfo> {
+    let mut job: Option<SamplingInfo> = None;
+    for (host, note) in nodes {
+        let j = job
+            .get_or_insert_with(|| SamplingInfo { stack_bytes: note.stack_bytes, ..SamplingInfo::default() });
+        j.hz = j.hz.max(note.hz);
+        j.samples += note.samples;
+        j.lost += note.lost;
+        if !note.refused.is_empty() {
+            let said = format!("{host}: {}", note.refused);
+            j.refused = if j.refused.is_empty() { said } else { format!("{}; {said}", j.refused) };
+        }
+    }
+    job
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two nodes with the same library (ids 1 and 2 on their sides) and the same stack in it
+    /// share one module and one stack; a node's samples take the merged ids.
+    #[test]
+    fn the_same_module_and_stack_on_two_nodes_are_one() {
+        let mut merged = MergedSamples::default();
+        let (mut a, mut b) = (NodeSamples::default(), NodeSamples::default());
+        let lib = |id| ModuleInfo { id, path: "/lib/libx.so".into(), build_id: vec![7] };
+        let stack = |id, module| StackInfo {
+            id,
+            frames: vec![StackFrame { module, offset: 0x10 }],
+            truncated: false,
+        };
+        assert!(merged.module(&mut a, lib(1)).is_some());
+        assert!(
+            merged.module(&mut b, ModuleInfo { id: 1, path: "/bin/b".into(), build_id: vec![] }).is_some()
+        );
+        assert_eq!(merged.module(&mut b, lib(2)), None);
+        assert_eq!(merged.stack(&mut a, stack(4, 1)).map(|s| s.id), Some(1));
+        assert_eq!(merged.stack(&mut b, stack(9, 2)), None);
+        let renumbered =
+            b.renumber(&[CpuSample { time_ns: 5, pid: 3, tid: 4, stack: 9 }], |p| p + 100, |t| t + 1);
+        assert_eq!(renumbered, [CpuSample { time_ns: 6, pid: 103, tid: 104, stack: 1 }]);
+        let notes = [
+            SamplingInfo { hz: 499, samples: 10, lost: 1, ..Default::default() },
+            SamplingInfo {
+                hz: 499,
+                refused: "perf_event_open refused (EACCES)".into(),
+                ..Default::default()
+            },
+        ];
+        let job = job_sampling([("a", &notes[0]), ("b", &notes[1])].into_iter()).unwrap();
+        assert_eq!(
+            (job.samples, job.lost, job.refused.as_str()),
+            (10, 1, "b: perf_event_open refused (EACCES)")
+        );
+    }
+}
