@@ -152,7 +152,7 @@ fn export_pass(
             Item::EnergyDevice(device) => exporter.energy_device(&device),
             Item::EnergySamples(samples) => exporter.energy_samples(&samples).map_err(io_err)?,
             Item::Gpu(records) => exporter.gpu_activity(&records).map_err(io_err)?,
-            Item::Aggregates(_) | Item::Drops(_) | Item::EventSites(_) => {}
+            Item::Aggregates(_) | Item::Drops(_) | Item::EventSites(_) | Item::Samples(_) => {}
         }
     }
     let end = stream.end();
