@@ -14,7 +14,8 @@ use mlprof_format::sample::CpuSample;
 /// A sample waiting for its span.
 struct Pending {
     time_ns: u64,
-    stack: u32,
+    /// Its index in the samples given.
+    index: usize,
     /// The start of the span that holds it so far (0: none).
     span_start: u64,
     /// That span's name (string id; 0: none).
@@ -23,11 +24,19 @@ struct Pending {
 
 /// `(span name id, stack id)` of every sample (span 0: outside any span).
 pub(super) fn attribute(path: &Path, samples: Vec<CpuSample>) -> Result<Vec<(u64, u32)>, String> {
+    let spans = span_of_each(path, &samples)?;
+    Ok(spans.into_iter().zip(samples).map(|(span, sample)| (span, sample.stack)).collect())
+}
+
+/// The span name id of each of `samples` (of the run at `path`), in their order (0: outside
+/// any span): what `mlprof hotspots` gives them, for the clients that list samples one by one
+/// (the export's `samples` table).
+pub(crate) fn span_of_each(path: &Path, samples: &[CpuSample]) -> Result<Vec<u64>, String> {
     let mut by_thread: HashMap<(u32, u32), Vec<Pending>> = HashMap::new();
-    for s in samples {
+    for (index, s) in samples.iter().enumerate() {
         by_thread.entry((s.pid, s.tid)).or_default().push(Pending {
             time_ns: s.time_ns,
-            stack: s.stack,
+            index,
             span_start: 0,
             span: 0,
         });
@@ -47,7 +56,11 @@ pub(super) fn attribute(path: &Path, samples: Vec<CpuSample>) -> Result<Vec<(u64
             }
         }
     }
-    Ok(by_thread.into_values().flatten().map(|p| (p.span, p.stack)).collect())
+    let mut spans = vec![0; samples.len()];
+    for pending in by_thread.into_values().flatten() {
+        spans[pending.index] = pending.span;
+    }
+    Ok(spans)
 }
 
 /// Gives `span` the samples of its thread inside it that no later-started span holds.
@@ -77,7 +90,7 @@ mod tests {
         for outer_first in [true, false] {
             let mut pending: Vec<Pending> = [5, 15, 25, 35, 45]
                 .iter()
-                .map(|&t| Pending { time_ns: t, stack: t as u32, span_start: 0, span: 0 })
+                .map(|&t| Pending { time_ns: t, index: t as usize, span_start: 0, span: 0 })
                 .collect();
             let (outer, inner) = (span(10, 30, 1), span(20, 10, 2));
             if outer_first {

@@ -10,7 +10,7 @@
 //! skipped), then the spans (events), each span taking the samples of its thread that fall
 //! inside it unless a span inside it (started later) has them.
 
-mod attribute;
+pub(crate) mod attribute;
 pub mod render;
 
 use std::collections::HashMap;
