@@ -79,7 +79,8 @@ impl From<io::Error> for ConvertError {
 pub struct Outcome {
     /// Events written (slices and instants), over all parts.
     pub events: u64,
-    /// CPU samples written (`--sample`), over all parts.
+    /// CPU samples (`--sample`) given to the writers, over all parts (a Chrome JSON writer
+    /// drops them).
     pub samples: u64,
     /// Traces written (1 unless split).
     pub parts: usize,
