@@ -4,7 +4,7 @@
 trace_processor reads it; optionally compares it event by event with the Chrome JSON trace of
 the same run.
 
-    perfetto_check.py TRACE.pftrace [--chrome TRACE.json] [--origin NS]
+    perfetto_check.py TRACE.pftrace [--chrome TRACE.json] [--origin NS] [--samples]
 
 Prints one JSON object on stdout:
 
@@ -16,12 +16,18 @@ Prints one JSON object on stdout:
      "flows": {"begun", "terminated", "paired"},
      "counters": {"pid/name": {"unit", "values", "first", "last"}},
      "chrome": null | {"compared", "missing_in_perfetto", "extra_in_perfetto", "examples"},
+     "perf_samples": N,
      "errors": [...]}
+
+With --samples also "samples": [[ts, pid, tid, [function names root first (null: unnamed
+frame)] | null (no callstack)], ...] and "itt_slices": [[pid, tid, name, start, dur], ...].
 
 `errors` lists what a reader would trip on: an interned id used before (or without) its
 definition on its sequence, an END with no open slice, a slice left open, an event on a track
 with no descriptor, a thread whose process has no descriptor, a flow that ends without a
-start.
+start; a CPU sample (PerfSample) without SEQ_NEEDS_INCREMENTAL_STATE or on a sequence whose
+state was never cleared, whose callstack, frames, mappings or their strings are not interned on
+its sequence before it, or whose thread has no descriptor.
 """
 
 import argparse
@@ -53,6 +59,7 @@ def packets_of(data):
 class Sequence:
     def __init__(self):
         self.clear()
+        self.valid = False  # a packet with SEQ_INCREMENTAL_STATE_CLEARED was seen
         self.clock = None  # incremental clock value, once a snapshot defines it
         self.clock_id = None
 
@@ -93,6 +100,7 @@ def decode(data):
     events = []  # (ts, index, uuid, type, name, category, args, flows, terminating)
     counter_values = defaultdict(list)
     stats = Counter()
+    samples = []  # [ts, pid, tid, frames root first | None]
     for index, (packet, compressed) in enumerate(packets_of(data)):
         stats["packets"] += 1
         stats["compressed_packets"] += compressed
@@ -100,6 +108,7 @@ def decode(data):
         seq = sequences[seq_id]
         if packet.sequence_flags & 1:
             seq.clear()
+            seq.valid = True
         if packet.HasField("trace_packet_defaults"):
             d = packet.trace_packet_defaults
             seq.clock_id_default = d.timestamp_clock_id
@@ -120,6 +129,7 @@ def decode(data):
                     seq.interned[table][e.iid] = e.name
             for e in data_.debug_annotation_string_values:
                 seq.interned["string_values"][e.iid] = e.str.decode("utf-8", "replace")
+            intern_code(seq, data_)
         if packet.HasField("track_descriptor"):
             t = packet.track_descriptor
             if t.HasField("process"):
@@ -129,6 +139,9 @@ def decode(data):
                 tracks[t.uuid] = ("thread", t.thread.pid, t.thread.tid, t.thread.thread_name)
             elif t.HasField("counter"):
                 tracks[t.uuid] = ("counter", t.parent_uuid, t.name, t.counter.unit_name)
+        if packet.HasField("perf_sample"):
+            samples.append(perf_sample(packet, seq, index, errors))
+            continue
         if not packet.HasField("track_event"):
             continue
         # The timestamp, as trace_processor's tokenizer computes it.
@@ -183,17 +196,78 @@ def decode(data):
                 list(te.terminating_flow_ids),
             )
         )
-    return tracks, process_uuid_pid, sequences, events, counter_values, stats, errors
+    return tracks, process_uuid_pid, sequences, events, counter_values, stats, errors, samples
 
 
-def check(path, chrome_path=None, origin=None):
+def intern_code(seq, data):
+    """The tables of sampled stacks an InternedData adds to its sequence."""
+    for table, entries in (("function_names", data.function_names), ("mapping_paths", data.mapping_paths)):
+        for e in entries:
+            seq.interned[table][e.iid] = e.str.decode("utf-8", "replace")
+    for e in data.build_ids:
+        seq.interned["build_ids"][e.iid] = e.str
+    for table, entries in (("mappings", data.mappings), ("frames", data.frames)):
+        for e in entries:
+            seq.interned[table][e.iid] = e
+    for e in data.callstacks:
+        seq.interned["callstacks"][e.iid] = list(e.frame_ids)
+
+
+def frame_name(seq, iid, where, errors):
+    """The function name of frame `iid` (None: unnamed), checking what it refers to."""
+    frame = seq.interned["frames"].get(iid)
+    if frame is None:
+        errors.append(f"{where}: frame iid {iid} not interned on its sequence")
+        return None
+    if frame.mapping_id:
+        mapping = seq.interned["mappings"].get(frame.mapping_id)
+        if mapping is None:
+            errors.append(f"{where}: mapping iid {frame.mapping_id} not interned on its sequence")
+        else:
+            for part in mapping.path_string_ids:
+                if part not in seq.interned["mapping_paths"]:
+                    errors.append(f"{where}: mapping path iid {part} not interned on its sequence")
+            if mapping.build_id and mapping.build_id not in seq.interned["build_ids"]:
+                errors.append(f"{where}: build id iid {mapping.build_id} not interned on its sequence")
+    if not frame.function_name_id:
+        return None
+    name = seq.interned["function_names"].get(frame.function_name_id)
+    if name is None:
+        errors.append(f"{where}: function name iid {frame.function_name_id} not interned on its sequence")
+    return name
+
+
+def perf_sample(packet, seq, index, errors):
+    """[ts, pid, tid, function names root first | None] of a PerfSample packet, as
+    trace_processor would read it (timestamps on the trace clock, CLOCK_MONOTONIC here)."""
+    where = f"packet {index}"
+    if not packet.sequence_flags & 2 or not seq.valid:
+        errors.append(f"{where}: a sample without SEQ_NEEDS_INCREMENTAL_STATE, or on a sequence never cleared")
+    clock_id = packet.timestamp_clock_id if packet.HasField("timestamp_clock_id") else seq.clock_id_default
+    if clock_id not in (0, CLOCK_MONOTONIC):
+        errors.append(f"{where}: a sample on clock {clock_id}")
+    sample = packet.perf_sample
+    frames = None
+    if sample.HasField("callstack_iid"):
+        ids = seq.interned["callstacks"].get(sample.callstack_iid)
+        if ids is None:
+            errors.append(f"{where}: callstack iid {sample.callstack_iid} not interned on its sequence")
+        else:
+            frames = [frame_name(seq, iid, where, errors) for iid in ids]
+    return [packet.timestamp, sample.pid, sample.tid, frames]
+
+
+def check(path, chrome_path=None, origin=None, with_samples=False):
     with open(path, "rb") as f:
-        tracks, process_uuid_pid, sequences, events, counter_values, stats, errors = decode(f.read())
+        tracks, process_uuid_pid, sequences, events, counter_values, stats, errors, samples = decode(f.read())
     processes = {t[1]: t[2] for t in tracks.values() if t[0] == "process"}
     threads = {t[2]: {"pid": t[1], "name": t[3]} for t in tracks.values() if t[0] == "thread"}
     for t in tracks.values():
         if t[0] == "thread" and t[1] not in processes:
             errors.append(f"thread {t[2]} of pid {t[1]}: no process descriptor")
+    described = {(t[1], t[2]) for t in tracks.values() if t[0] == "thread"}
+    for pid, tid in sorted({(s[1], s[2]) for s in samples} - described):
+        errors.append(f"samples of thread {tid} of pid {pid}, which has no descriptor")
     # Slices, per track, in trace_processor's order: by time, then file order.
     by_track = defaultdict(list)
     for e in events:
@@ -277,10 +351,16 @@ def check(path, chrome_path=None, origin=None):
             "paired": len(set(flow_out) & set(flow_in)),
         },
         "counters": counters,
+        "perf_samples": len(samples),
         "chrome": compare_chrome(full, counters, chrome_path, origin) if chrome_path else None,
         "errors": errors[:MAX_ERRORS],
         "error_count": len(errors),
     }
+    if with_samples:
+        report["samples"] = samples
+        report["itt_slices"] = [
+            [pid, tid, name, start, dur] for pid, tid, name, cat, start, dur, _ in full if cat.startswith("itt")
+        ]
     return report
 
 
@@ -357,8 +437,9 @@ def main():
     ap.add_argument(
         "--origin", type=int, help="run start (ns) the Chrome times are relative to (default: inferred)"
     )
+    ap.add_argument("--samples", action="store_true", help="list the CPU samples and the ITT slices")
     args = ap.parse_args()
-    json.dump(check(args.trace, args.chrome, args.origin), sys.stdout)
+    json.dump(check(args.trace, args.chrome, args.origin, args.samples), sys.stdout)
     print()
 
 

@@ -55,3 +55,56 @@ pub fn gpu_timeline_program(dir: &TempDir, link_cupti: bool) -> String {
     gcc(&args);
     main
 }
+
+/// The ittnotify C sources that the ittapi-sys crate (a dependency of the preload) ships.
+fn ittnotify_sources() -> std::path::PathBuf {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cargo")))
+        .expect("CARGO_HOME or HOME");
+    let registry = home.join("registry").join("src");
+    let mut found: Vec<_> = std::fs::read_dir(&registry)
+        .unwrap_or_else(|e| panic!("{}: {e}", registry.display()))
+        .flatten()
+        .flat_map(|index| std::fs::read_dir(index.path()).into_iter().flatten().flatten())
+        .filter(|k| k.file_name().to_string_lossy().starts_with("ittapi-sys-"))
+        .map(|k| k.path().join("c-library"))
+        .filter(|p| p.is_dir())
+        .collect();
+    found.sort();
+    found.pop().unwrap_or_else(|| panic!("no ittapi-sys sources under {} (cargo fetch)", registry.display()))
+}
+
+/// Builds `tests/programs/hot_lib.c` (libhot_tasks.so: two hot functions, -O2
+/// -fomit-frame-pointer, for `--sample`) and the C program `hot_tasks.c` that calls them inside
+/// ITT tasks, in `dir`: (library, program).
+pub fn hot_tasks_program(dir: &TempDir) -> (String, String) {
+    let lib = dir.join("libhot_tasks.so").display().to_string();
+    let lib_src = tests_dir().join("programs/hot_lib.c").display().to_string();
+    gcc(&["-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o", &lib, &lib_src]);
+    let itt = ittnotify_sources();
+    let program = dir.join("hot_tasks").display().to_string();
+    let (include, src_include) = (
+        format!("-I{}", itt.join("include").display()),
+        format!("-I{}", itt.join("src/ittnotify").display()),
+    );
+    let src = tests_dir().join("programs/hot_tasks.c").display().to_string();
+    let static_part = itt.join("src/ittnotify/ittnotify_static.c").display().to_string();
+    let (libdir, rpath) = (format!("-L{}", dir.str()), format!("-Wl,-rpath,{}", dir.str()));
+    gcc(&[
+        "-O2",
+        "-fomit-frame-pointer",
+        "-pthread",
+        &include,
+        &src_include,
+        "-o",
+        &program,
+        &src,
+        &static_part,
+        &libdir,
+        "-lhot_tasks",
+        &rpath,
+        "-ldl",
+    ]);
+    (lib, program)
+}

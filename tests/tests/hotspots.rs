@@ -11,57 +11,6 @@ use serde_json::Value;
 /// Milliseconds of CPU each task spends: ~150 samples at 499 Hz.
 const MS: &str = "300";
 
-/// The ittnotify C sources that the ittapi-sys crate (a dependency of the preload) ships.
-fn ittnotify_sources() -> std::path::PathBuf {
-    let home = std::env::var_os("CARGO_HOME")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cargo")))
-        .expect("CARGO_HOME or HOME");
-    let registry = home.join("registry").join("src");
-    let mut found: Vec<_> = std::fs::read_dir(&registry)
-        .unwrap_or_else(|e| panic!("{}: {e}", registry.display()))
-        .flatten()
-        .flat_map(|index| std::fs::read_dir(index.path()).into_iter().flatten().flatten())
-        .filter(|k| k.file_name().to_string_lossy().starts_with("ittapi-sys-"))
-        .map(|k| k.path().join("c-library"))
-        .filter(|p| p.is_dir())
-        .collect();
-    found.sort();
-    found.pop().unwrap_or_else(|| panic!("no ittapi-sys sources under {} (cargo fetch)", registry.display()))
-}
-
-/// Builds the library and the C program in `dir`: (library, program).
-fn build(dir: &TempDir) -> (String, String) {
-    let lib = dir.join("libhot_tasks.so").display().to_string();
-    let lib_src = tests_dir().join("programs/hot_lib.c").display().to_string();
-    gcc(&["-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o", &lib, &lib_src]);
-    let itt = ittnotify_sources();
-    let program = dir.join("hot_tasks").display().to_string();
-    let (include, src_include) = (
-        format!("-I{}", itt.join("include").display()),
-        format!("-I{}", itt.join("src/ittnotify").display()),
-    );
-    let src = tests_dir().join("programs/hot_tasks.c").display().to_string();
-    let static_part = itt.join("src/ittnotify/ittnotify_static.c").display().to_string();
-    let (libdir, rpath) = (format!("-L{}", dir.str()), format!("-Wl,-rpath,{}", dir.str()));
-    gcc(&[
-        "-O2",
-        "-fomit-frame-pointer",
-        "-pthread",
-        &include,
-        &src_include,
-        "-o",
-        &program,
-        &src,
-        &static_part,
-        &libdir,
-        "-lhot_tasks",
-        &rpath,
-        "-ldl",
-    ]);
-    (lib, program)
-}
-
 /// `mlprof hotspots --json` of `run`.
 fn hotspots(run: &Path) -> Value {
     let o = mlprof_ok(&["hotspots", "--json", "--top", "50", &run.display().to_string()]);
@@ -101,7 +50,7 @@ fn check_tasks(e: &mut Expect<'_>, report: &Value, how: &str) {
 #[test]
 fn c_tasks_have_their_hot_functions_and_callers() {
     let dir = TempDir::new("hotspots-c");
-    let (_, program) = build(&dir);
+    let (_, program) = hot_tasks_program(&dir);
     let out = dir.join("run.bin");
     let o = run_collect(&out, &["--sample"], &[program.as_str(), MS]);
     assert!(o.status.success(), "hot_tasks failed under --sample\n{}", describe(&o));
@@ -135,7 +84,7 @@ fn python_tasks_through_ctypes_have_their_hot_functions_and_callers() {
         return;
     }
     let dir = TempDir::new("hotspots-py");
-    let (lib, _) = build(&dir);
+    let (lib, _) = hot_tasks_program(&dir);
     let out = dir.join("run.bin");
     let cmd = [python().display().to_string(), script("hot_tasks.py").display().to_string(), lib, MS.into()];
     let o = run_collect(&out, &["--sample=499"], &cmd);
@@ -268,7 +217,7 @@ fn dataloader_transforms_spend_their_cpu_in_pil_and_libtorch() {
 #[test]
 fn merged_runs_keep_their_samples() {
     let dir = TempDir::new("hotspots-merge");
-    let (_, program) = build(&dir);
+    let (_, program) = hot_tasks_program(&dir);
     let (a, b, merged) = (dir.join("a.bin"), dir.join("b.bin"), dir.join("merged.bin"));
     for out in [&a, &b] {
         let o = run_collect(out, &["--sample"], &[program.as_str(), "150"]);

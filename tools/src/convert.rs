@@ -15,9 +15,9 @@ use crate::EverySecond;
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum TraceFormat {
-    /// Perfetto's native protobuf (TrackEvent).
+    /// Perfetto's native protobuf (TrackEvent; CPU samples as PerfSample).
     Perfetto,
-    /// Chrome trace event JSON.
+    /// Chrome trace event JSON (no CPU samples: Perfetto reads no stacks from JSON).
     Chrome,
 }
 
@@ -166,8 +166,14 @@ fn report_size(outcome: &Outcome, format: TraceFormat, paths: &[PathBuf]) {
         [one] => one.display().to_string(),
         _ => format!("{} files {} … {}", paths.len(), paths[0].display(), paths[paths.len() - 1].display()),
     };
+    // CPU samples are named only when the run has them (`--sample`), and a Chrome trace holds
+    // none (see ChromeWriter).
+    let samples = match format {
+        TraceFormat::Perfetto if outcome.samples > 0 => format!(" and {} CPU samples", outcome.samples),
+        _ => String::new(),
+    };
     eprintln!(
-        "mlprof convert: wrote {} events to {what} ({:.1} MB, {kind})",
+        "mlprof convert: wrote {} events{samples} to {what} ({:.1} MB, {kind})",
         outcome.events,
         total as f64 / 1e6
     );

@@ -137,7 +137,8 @@ enum Command {
         #[arg(long, value_name = "PID", value_delimiter = ',')]
         pid: Vec<u32>,
         /// Only these kinds of event: io (C library calls, clock counters), itt (tasks, ops,
-        /// phases, DataLoader spans), gpu (CUDA, NCCL), energy (device counters).
+        /// phases, DataLoader spans), gpu (CUDA, NCCL), energy (device counters), samples (CPU
+        /// samples of `mlprof-collect --sample`, with their stacks; Perfetto only).
         #[arg(long, value_name = "KINDS")]
         only: Option<String>,
         /// Files of at most N events each, every one complete with the metadata, named

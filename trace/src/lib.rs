@@ -3,8 +3,9 @@
 //! `mlprof-filewrite`); `mlprof-report`'s converter is written once against its interface.
 //!
 //! * [`TraceWriter`]: the interface, with typed handles for what it declares:
-//!   [`ProcessHandle`], [`ThreadHandle`], [`CounterHandle`], and [`StringHandle`] for interned
-//!   names, categories and repeated argument values.
+//!   [`ProcessHandle`], [`ThreadHandle`], [`CounterHandle`], [`StringHandle`] for interned
+//!   names, categories and repeated argument values, and [`ModuleHandle`], [`FrameHandle`],
+//!   [`StackHandle`] for the code that CPU samples ran.
 //! * [`perfetto::PerfettoWriter`]: Perfetto's native protobuf (TrackEvent packets), to any
 //!   [`perfetto::TraceOutput`] (a file written on a thread of its own, a `Vec<u8>`).
 //! * [`chrome::ChromeWriter`]: Chrome's trace event JSON, to any `Write`.
@@ -42,6 +43,10 @@
 //!   interned as [`StringHandle`]s because the same few strings repeat on millions of events,
 //!   and arguments.
 //! * **Counters** are tracks of values over time, belonging to a process.
+//! * **CPU samples** are points on a thread, each with the stack it was running: stacks are
+//!   declared once (frames in files of native code, [`CodeFrame`]) and named by handles, as
+//!   the same few stacks repeat on thousands of samples. Chrome JSON writes none (Perfetto
+//!   reads no stacks from JSON).
 //!
 //! Arguments are a borrowed slice of `(key, value)` pairs, so a caller builds them on the
 //! stack ([`ArgList`]) and no event allocates. Times are ns on the run's clock; each writer
@@ -87,7 +92,27 @@ macro_rules! handle_index {
         }
     )*};
 }
-handle_index!(ProcessHandle, ThreadHandle, CounterHandle, StringHandle);
+/// A file of native code that frames of sampled stacks lie in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ModuleHandle(u32);
+
+/// A frame of a sampled stack ([`CodeFrame`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FrameHandle(u32);
+
+/// A sampled stack: frames, leaf first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StackHandle(u32);
+
+handle_index!(
+    ProcessHandle,
+    ThreadHandle,
+    CounterHandle,
+    StringHandle,
+    ModuleHandle,
+    FrameHandle,
+    StackHandle
+);
 
 /// An argument's value. Variants map onto Perfetto's debug annotations (int, uint, double,
 /// bool, string, pointer, array) and onto JSON.
@@ -196,6 +221,17 @@ pub enum CounterValue {
     Double(f64),
 }
 
+/// A frame of a sampled stack: an address in a file of native code, or in none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CodeFrame<'a> {
+    /// The file the address lies in (`None`: none, as JIT code; `offset` is then the address).
+    pub module: Option<ModuleHandle>,
+    /// The address's offset in the module's file.
+    pub offset: u64,
+    /// The function that holds it, when the file's symbols name it.
+    pub function: Option<&'a str>,
+}
+
 /// A timeline output format. Calls must come in this order: a track is declared before its
 /// first event. Errors are I/O errors of the output.
 pub trait TraceWriter {
@@ -238,6 +274,20 @@ pub trait TraceWriter {
     /// The arrow's head, bound to the slice of `thread` that encloses `time_ns`; called right
     /// after that slice, like [`TraceWriter::flow_begin`].
     fn flow_end(&mut self, thread: ThreadHandle, time_ns: u64, flow: &Flow<'_>) -> io::Result<()>;
+
+    /// Declares a file of native code: its path and its GNU build id (empty: none). Like
+    /// [`TraceWriter::intern`], declaring writes nothing and the caller keeps the handles.
+    fn code_module(&mut self, path: &str, build_id: &[u8]) -> ModuleHandle;
+
+    /// Declares a frame of sampled stacks.
+    fn code_frame(&mut self, frame: &CodeFrame<'_>) -> FrameHandle;
+
+    /// Declares a stack: `frames` leaf first.
+    fn stack(&mut self, frames: &[FrameHandle]) -> StackHandle;
+
+    /// A CPU sample: `thread` was running `stack` (`None`: not unwound) at `time_ns`.
+    /// Samples of a thread may come in any order.
+    fn sample(&mut self, thread: ThreadHandle, time_ns: u64, stack: Option<StackHandle>) -> io::Result<()>;
 
     /// Completes the output (closing brackets, trailing packets) and flushes it.
     fn finish(self) -> io::Result<Self::Output>

@@ -76,6 +76,8 @@ pub(super) struct Converter<'a, W: TraceWriter> {
     pub(super) gpu_links: FxHashMap<(u32, u32, u64), u32>,
     /// Per CUDA device: the intervals its work ran, for its busy counter at the end.
     pub(super) gpu_busy: std::collections::BTreeMap<u8, Vec<(u64, u64)>>,
+    /// The writer's handles of the sampled stacks, and their frames' names.
+    pub(super) stacks: super::samples::Stacks,
 }
 
 /// A thread of the current part.
@@ -111,6 +113,7 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
             in_part: 0,
             gpu_links: Default::default(),
             gpu_busy: Default::default(),
+            stacks: Default::default(),
         }
     }
 
@@ -124,6 +127,7 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         self.path_texts.clear();
         self.thread_cache.fill((u64::MAX, 0));
         self.counters.clear();
+        self.stacks.new_part();
         self.energy = EnergyTracks::default();
         self.declare_named_tracks(span_threads)?;
         for device in &self.devices {
@@ -146,7 +150,9 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
     /// Converts a frame other than events.
     pub(super) fn item(&mut self, item: Item<'_>) -> io::Result<()> {
         match item {
-            Item::Events(_) | Item::Gpu(_) => unreachable!("events and GPU work have their own"),
+            Item::Events(_) | Item::Gpu(_) | Item::Samples(_) => {
+                unreachable!("events, GPU work and CPU samples have their own")
+            }
             // Not asked for: the stream attaches sites to their batch anyway.
             Item::EventSites(_) => {}
             Item::Aggregates(samples) => self.aggregates(&samples)?,

@@ -15,7 +15,8 @@
 //! its arguments (`calls`); an ITT task a slice named after the task, a marker an instant, a
 //! DataLoader batch a flow from its fetch to its wait (`itt`); aggregated clock reads and
 //! drop counts are counter tracks of their process; energy samples are counter tracks of one
-//! pseudo-process per device ([`crate::energy::tracks`]).
+//! pseudo-process per device ([`crate::energy::tracks`]); CPU samples (`--sample`) are
+//! samples of their thread with the stack they ran, its frames named (`samples`).
 //!
 //! [`Options`] cut a run too big for a browser: a time window, some processes, some kinds of
 //! event, and parts of at most N events, each a complete trace with all the metadata.
@@ -25,6 +26,7 @@ mod converter;
 mod gpu;
 mod itt;
 mod options;
+mod samples;
 
 use std::io;
 use std::path::Path;
@@ -77,6 +79,9 @@ impl From<io::Error> for ConvertError {
 pub struct Outcome {
     /// Events written (slices and instants), over all parts.
     pub events: u64,
+    /// CPU samples (`--sample`) given to the writers, over all parts (a Chrome JSON writer
+    /// drops them).
+    pub samples: u64,
     /// Traces written (1 unless split).
     pub parts: usize,
     /// Problems with the input met on the way (corrupt data ends the conversion early).
@@ -123,6 +128,7 @@ fn convert_looking_ahead<W: TraceWriter>(
             energy: options.only.energy,
             gpu: options.only.gpu,
             sites: true,
+            samples: options.only.samples,
         },
         strict: false,
         lookahead,
@@ -171,6 +177,9 @@ fn convert_pass<W: TraceWriter>(
                 report(outcome.events, stream);
             }
             Item::Gpu(records) => converter.gpu(&records, &stream.learned().span_threads)?,
+            Item::Samples(samples) => {
+                outcome.samples += converter.samples(&samples, &stream.learned().span_threads)?;
+            }
             other => converter.item(other)?,
         }
     }

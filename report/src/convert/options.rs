@@ -16,21 +16,24 @@ pub struct Kinds {
     pub(crate) gpu: bool,
     /// Energy, power and the other device counters.
     pub(crate) energy: bool,
+    /// CPU samples and their stacks (`mlprof-collect --sample`).
+    pub(crate) samples: bool,
 }
 
 impl Kinds {
-    pub const ALL: Kinds = Kinds { io: true, itt: true, gpu: true, energy: true };
+    pub const ALL: Kinds = Kinds { io: true, itt: true, gpu: true, energy: true, samples: true };
 
-    /// `io,itt,gpu,energy` (any subset, comma-separated).
+    /// `io,itt,gpu,energy,samples` (any subset, comma-separated).
     pub fn parse(list: &str) -> Result<Kinds, String> {
-        let mut kinds = Kinds { io: false, itt: false, gpu: false, energy: false };
+        let mut kinds = Kinds { io: false, itt: false, gpu: false, energy: false, samples: false };
         for word in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             match word {
                 "io" => kinds.io = true,
                 "itt" => kinds.itt = true,
                 "gpu" => kinds.gpu = true,
                 "energy" => kinds.energy = true,
-                _ => return Err(format!("unknown kind '{word}' (expected io, itt, gpu, energy)")),
+                "samples" => kinds.samples = true,
+                _ => return Err(format!("unknown kind '{word}' (expected io, itt, gpu, energy, samples)")),
             }
         }
         Ok(kinds)

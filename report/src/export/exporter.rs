@@ -27,8 +27,8 @@ use crate::run::stream::{Batch, Learned};
 use crate::run::{PathIndex, RunMeta, bytes_moved};
 
 /// Every table of an export, in the order their folders are named and their rows counted.
-const TABLES: [&str; 8] =
-    ["events", "spans", "gpu_calls", "gpu_activity", "processes", "files", "energy", "runs"];
+const TABLES: [&str; 9] =
+    ["events", "spans", "gpu_calls", "gpu_activity", "samples", "processes", "files", "energy", "runs"];
 
 /// The tables rows are added to while the events stream, and what names their values.
 pub(super) struct Exporter<'a> {
@@ -329,8 +329,8 @@ impl<'a> Exporter<'a> {
             .or_insert_with(|| symbols.add(Bytes::from(meta.strings.get(&id).cloned().unwrap_or_default())))
     }
 
-    /// Writes the metadata tables (processes, files, the run) and closes every table:
-    /// `source` is the run file, `warnings` what reading it noticed.
+    /// Writes the samples and the metadata tables (processes, files, the run) and closes
+    /// every table: `source` is the run file, `warnings` what reading it noticed.
     pub(super) fn finish(mut self, source: &Path, warnings: Vec<String>) -> io::Result<Exported> {
         self.write_unlinked()?;
         // The small tables are written while the rest is built; the events table, whose last
@@ -338,15 +338,16 @@ impl<'a> Exporter<'a> {
         for table in [&mut self.spans, &mut self.gpu, &mut self.gpu_activity, &mut self.energy] {
             table.close(&self.symbols)?;
         }
+        let mut samples = super::samples::table(self.meta, source, (self.dir, self.id), &mut self.symbols)?;
         let mut processes = self.processes()?;
         let mut files = self.files()?;
         let mut runs = self.run(source)?;
-        for table in [&mut processes, &mut files, &mut runs, &mut self.events] {
+        for table in [&mut samples, &mut processes, &mut files, &mut runs, &mut self.events] {
             table.close(&self.symbols)?;
         }
         let mut exported = Exported { run_id: self.id.to_string(), warnings, ..Default::default() };
         let Exporter { events, spans, gpu, gpu_activity, energy, symbols, .. } = self;
-        let tables = [events, spans, gpu, gpu_activity, processes, files, energy, runs];
+        let tables = [events, spans, gpu, gpu_activity, samples, processes, files, energy, runs];
         for (name, table) in TABLES.into_iter().zip(tables) {
             let table = table.finish(&symbols)?;
             exported.rows.push((name, table.rows));

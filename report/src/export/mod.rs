@@ -6,6 +6,8 @@
 //! DIR/events/run=<id>/rank=<r>/part-0.parquet      file calls (C library)
 //! DIR/spans/run=<id>/rank=<r>/part-0.parquet       ITT tasks, frames, markers: ops, phases, DataLoader
 //! DIR/gpu_calls/run=<id>/rank=<r>/part-0.parquet   CUDA runtime, driver and NCCL calls
+//! DIR/gpu_activity/run=<id>/rank=<r>/part-0.parquet what the GPUs ran (CUPTI)
+//! DIR/samples/run=<id>/rank=<r>/part-0.parquet     CPU samples (`--sample`), with span and stack
 //! DIR/processes/run=<id>/part-0.parquet            one row per process image
 //! DIR/files/run=<id>/part-0.parquet                per-path totals
 //! DIR/energy/run=<id>/part-0.parquet               energy and device samples
@@ -27,6 +29,7 @@ mod encoding;
 mod exporter;
 mod lookups;
 mod rows;
+mod samples;
 mod table;
 
 use std::path::{Path, PathBuf};
@@ -152,7 +155,7 @@ fn export_pass(
             Item::EnergyDevice(device) => exporter.energy_device(&device),
             Item::EnergySamples(samples) => exporter.energy_samples(&samples).map_err(io_err)?,
             Item::Gpu(records) => exporter.gpu_activity(&records).map_err(io_err)?,
-            Item::Aggregates(_) | Item::Drops(_) | Item::EventSites(_) => {}
+            Item::Aggregates(_) | Item::Drops(_) | Item::EventSites(_) | Item::Samples(_) => {}
         }
     }
     let end = stream.end();

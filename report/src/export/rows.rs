@@ -5,6 +5,7 @@
 use mlprof_format::energy::EnergySample;
 use mlprof_format::gpu::{ACTIVITY_MEMCPY, ACTIVITY_MEMSET, GpuActivity};
 use mlprof_format::record::{Event, FLAG_NESTED, GpuCall, IttSpan};
+use mlprof_format::sample::CpuSample;
 
 use super::lookups::FileTotals;
 use super::table::{Kind, Row, Spec, col, delta, dictionary, opt, plain};
@@ -172,6 +173,36 @@ pub(super) fn gpu_activity(
         .i64(i64_of(bytes))
         .i64(i64::from(a.correlation))
         .opt_i32(launch_tid.map(|tid| tid as i32));
+}
+
+/// `samples`: CPU samples (`mlprof-collect --sample`).
+pub(super) const SAMPLES: &[Spec] = &[
+    delta("time_ns"),
+    col("pid", Kind::I32),
+    col("tid", Kind::I32),
+    opt("span", Kind::Str),
+    opt("leaf_function", Kind::Str),
+    opt("leaf_module", Kind::Str),
+    opt("stack", Kind::Str),
+];
+
+/// The strings of a sample's stack: its leaf's function and module, the folded stack.
+#[derive(Clone, Copy, Default)]
+pub(super) struct StackColumns {
+    pub(super) leaf_function: Option<u32>,
+    pub(super) leaf_module: Option<u32>,
+    pub(super) stack: Option<u32>,
+}
+
+/// A sample taken inside span `span` (a symbol; `None`: outside any) running `stack`.
+pub(super) fn sample(row: &mut Row<'_>, s: &CpuSample, span: Option<u32>, stack: StackColumns) {
+    row.i64(i64_of(s.time_ns))
+        .i32(s.pid as i32)
+        .i32(s.tid as i32)
+        .opt_str(span)
+        .opt_str(stack.leaf_function)
+        .opt_str(stack.leaf_module)
+        .opt_str(stack.stack);
 }
 
 /// `energy`: energy and device samples.

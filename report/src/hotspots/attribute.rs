@@ -1,7 +1,9 @@
 //! Each sample to the ITT spans open on its thread when it was taken: a span holds the samples
 //! of its thread inside `[start, start + dur)`, those of the spans inside it included (an op
 //! inside a transform counts for both, as a flame graph's frames do), each span name once per
-//! sample (a span nested in one of its own name counts once).
+//! sample (a span nested in one of its own name counts once). Spans that hold a sample are
+//! nested on its thread, so the innermost is the one that started last: what a list of samples
+//! one by one names (the export's `samples` table).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -11,21 +13,46 @@ use mlprof_format::record::IttSpan;
 use mlprof_format::runfile::Frame;
 use mlprof_format::sample::CpuSample;
 
-/// A sample and the span names (string ids) that hold it so far.
+/// The spans that hold one sample.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Held {
+    /// Every span name (string id) open on its thread, each once.
+    pub(crate) spans: Vec<u64>,
+    /// The innermost one's name (0: none).
+    pub(crate) innermost: u64,
+    /// Its start (to tell a later-started span).
+    innermost_start: u64,
+}
+
+/// A sample waiting for its spans.
 struct Pending {
     time_ns: u64,
-    stack: u32,
-    spans: Vec<u64>,
+    /// Its index in the samples given.
+    index: usize,
+    held: Held,
 }
 
 /// `(span name ids, stack id)` of every sample (no span: outside any).
 pub(super) fn attribute(path: &Path, samples: Vec<CpuSample>) -> Result<Vec<(Vec<u64>, u32)>, String> {
+    let held = held_of_each(path, &samples)?;
+    Ok(held.into_iter().zip(samples).map(|(held, sample)| (held.spans, sample.stack)).collect())
+}
+
+/// The innermost span name id of each of `samples` (of the run at `path`), in their order (0:
+/// outside any span), for the clients that list samples one by one (the export's `samples`
+/// table).
+pub(crate) fn span_of_each(path: &Path, samples: &[CpuSample]) -> Result<Vec<u64>, String> {
+    Ok(held_of_each(path, samples)?.into_iter().map(|held| held.innermost).collect())
+}
+
+/// The spans that hold each of `samples`, in their order.
+fn held_of_each(path: &Path, samples: &[CpuSample]) -> Result<Vec<Held>, String> {
     let mut by_thread: HashMap<(u32, u32), Vec<Pending>> = HashMap::new();
-    for s in samples {
+    for (index, s) in samples.iter().enumerate() {
         by_thread.entry((s.pid, s.tid)).or_default().push(Pending {
             time_ns: s.time_ns,
-            stack: s.stack,
-            spans: Vec::new(),
+            index,
+            held: Held::default(),
         });
     }
     for pending in by_thread.values_mut() {
@@ -43,7 +70,11 @@ pub(super) fn attribute(path: &Path, samples: Vec<CpuSample>) -> Result<Vec<(Vec
             }
         }
     }
-    Ok(by_thread.into_values().flatten().map(|p| (p.spans, p.stack)).collect())
+    let mut held = vec![Held::default(); samples.len()];
+    for pending in by_thread.into_values().flatten() {
+        held[pending.index] = pending.held;
+    }
+    Ok(held)
 }
 
 /// Gives `span` the samples of its thread inside it (`pending` sorted by time).
@@ -51,8 +82,12 @@ fn take(pending: &mut [Pending], span: &IttSpan) {
     let end = span.start.saturating_add(span.dur);
     let first = pending.partition_point(|p| p.time_ns < span.start);
     for sample in pending.iter_mut().skip(first).take_while(|p| p.time_ns < end) {
-        if !sample.spans.contains(&span.name) {
-            sample.spans.push(span.name);
+        let held = &mut sample.held;
+        if !held.spans.contains(&span.name) {
+            held.spans.push(span.name);
+        }
+        if held.innermost == 0 || span.start >= held.innermost_start {
+            (held.innermost, held.innermost_start) = (span.name, span.start);
         }
     }
 }
@@ -66,20 +101,32 @@ mod tests {
     }
 
     /// An op inside a batch fetch, and an op of the same name inside that op: the fetch holds
-    /// every sample inside it, the op those inside it, once however deep it nests.
+    /// every sample inside it, the op those inside it, once however deep it nests; the
+    /// innermost is the op, in whatever order the spans come.
     #[test]
     fn a_span_holds_the_samples_of_the_spans_inside_it() {
-        let mut pending: Vec<Pending> = [5, 15, 25, 35, 45]
-            .iter()
-            .map(|&t| Pending { time_ns: t, stack: t as u32, spans: Vec::new() })
-            .collect();
-        // Written as they end: innermost first.
-        for s in [span(22, 5, 2), span(20, 10, 2), span(10, 30, 1)] {
-            take(&mut pending, &s);
+        for inner_first in [true, false] {
+            let mut pending: Vec<Pending> = [5, 15, 25, 35, 45]
+                .iter()
+                .enumerate()
+                .map(|(index, &t)| Pending { time_ns: t, index, held: Held::default() })
+                .collect();
+            let mut spans = vec![span(22, 5, 2), span(20, 10, 2), span(10, 30, 1)];
+            if !inner_first {
+                spans.reverse();
+            }
+            for s in &spans {
+                take(&mut pending, s);
+            }
+            let mut held: Vec<(Vec<u64>, u64)> =
+                pending.iter().map(|p| (p.held.spans.clone(), p.held.innermost)).collect();
+            for (spans, _) in &mut held {
+                spans.sort_unstable();
+            }
+            // 5: before all; 15: fetch; 25: op (twice nested, once) and fetch; 35: fetch; 45:
+            // after (end is exclusive).
+            let want = [(vec![], 0), (vec![1], 1), (vec![1, 2], 2), (vec![1], 1), (vec![], 0)];
+            assert_eq!(held, want, "inner first: {inner_first}");
         }
-        let spans: Vec<Vec<u64>> = pending.iter().map(|p| p.spans.clone()).collect();
-        // 5: before all; 15: fetch; 25: op (twice nested, once) and fetch; 35: fetch; 45: after
-        // (end is exclusive).
-        assert_eq!(spans, [vec![], vec![1], vec![2, 1], vec![1], vec![]]);
     }
 }

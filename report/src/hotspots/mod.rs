@@ -11,17 +11,17 @@
 //! Three passes over the file: the metadata (strings, modules, stacks), the samples (events
 //! skipped), then the spans (events), each span taking the samples of its thread inside it.
 
-mod attribute;
+pub(crate) mod attribute;
 pub mod render;
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use mlprof_format::runfile::{Frame, RunReader};
-use mlprof_format::sample::{CpuSample, NO_MODULE, StackFrame};
-use mlprof_symbols::Symbolizer;
+use mlprof_format::sample::CpuSample;
 
 use crate::run::RunMeta;
+use crate::run::stack_names::StackNames;
 
 /// The name of the samples no span holds.
 pub const OUTSIDE: &str = "(outside any span)";
@@ -89,7 +89,7 @@ pub fn compute(path: &Path, options: &Options) -> Result<Hotspots, String> {
     }
     let samples = read_samples(path)?;
     let spans = attribute::attribute(path, samples)?;
-    let mut names = Names { meta: &meta, symbolizer: Symbolizer::new(), frames: HashMap::new() };
+    let mut names = Names { meta: &meta, names: StackNames::default() };
     let mut by_span: HashMap<String, SpanTally> = HashMap::new();
     for (span_ids, stack) in spans {
         let names: Vec<String> = if span_ids.is_empty() {
@@ -186,40 +186,22 @@ impl SpanTally {
     }
 }
 
-/// Stack frames named: (function, module file name), leaf first.
+/// Stack frames named (through the names `convert` and `export` use): (function, module file
+/// name), leaf first.
 struct Names<'m> {
     meta: &'m RunMeta,
-    symbolizer: Symbolizer,
-    frames: HashMap<(StackFrame, bool), (String, String)>,
+    names: StackNames,
 }
 
 impl Names<'_> {
     fn stack(&mut self, id: u32) -> Vec<(String, String)> {
         let Some(stack) = self.meta.stacks.get(&id) else { return Vec::new() };
-        let frames = stack.frames.clone();
-        frames.iter().enumerate().map(|(at, frame)| self.frame(*frame, at > 0)).collect()
-    }
-
-    /// A frame's function and module; `returns`: the address is a return address (every frame
-    /// but the leaf), which may be one past the calling function's end.
-    fn frame(&mut self, frame: StackFrame, returns: bool) -> (String, String) {
-        if let Some(named) = self.frames.get(&(frame, returns)) {
-            return named.clone();
+        let mut out = Vec::with_capacity(stack.frames.len());
+        for (at, &frame) in stack.frames.iter().enumerate() {
+            let name = self.names.frame(self.meta, frame, at > 0);
+            out.push((name.label(frame), name.module.as_deref().unwrap_or("").to_string()));
         }
-        let named = match self.meta.modules.get(&frame.module) {
-            Some(module) if frame.module != NO_MODULE => {
-                let file = Path::new(&module.path).file_name().map(|f| f.to_string_lossy().into_owned());
-                let file = file.unwrap_or_else(|| module.path.clone());
-                let offset = frame.offset.saturating_sub(u64::from(returns));
-                let function = self.symbolizer.function_at_offset(Path::new(&module.path), offset);
-                let function =
-                    function.map(str::to_string).unwrap_or_else(|| format!("{file}+0x{:x}", frame.offset));
-                (function, file)
-            }
-            _ => (format!("0x{:x}", frame.offset), String::new()),
-        };
-        self.frames.insert((frame, returns), named.clone());
-        named
+        out
     }
 }
 

@@ -9,6 +9,7 @@ mod native_sites;
 mod path_table;
 mod ranks;
 pub(crate) mod source;
+pub(crate) mod stack_names;
 pub(crate) mod stream;
 mod syscall_names;
 

@@ -39,6 +39,8 @@ pub(crate) struct Wants {
     pub(crate) gpu: bool,
     /// The call sites of the events (`--sites`), attached to their batches.
     pub(crate) sites: bool,
+    /// CPU samples (`--sample`; their modules and stacks are in the metadata).
+    pub(crate) samples: bool,
 }
 
 impl Wants {
@@ -51,6 +53,7 @@ impl Wants {
             Frame::EnergySamples(samples) if self.energy => Some(Item::EnergySamples(samples)),
             Frame::GpuActivity(records) if self.gpu => Some(Item::Gpu(records)),
             Frame::EventSites(sites) if self.sites => Some(Item::EventSites(sites)),
+            Frame::Samples(samples) if self.samples => Some(Item::Samples(samples)),
             _ => None,
         }
     }

@@ -63,6 +63,8 @@ pub(crate) enum Item<'m> {
     EnergySamples(Vec<EnergySample>),
     /// What the GPUs did (CUPTI records, links), as CUPTI delivered it.
     Gpu(Vec<mlprof_format::gpu::GpuActivity>),
+    /// CPU samples (`--sample`), as the collector drained them.
+    Samples(Vec<mlprof_format::sample::CpuSample>),
     /// The sites of the events frame before it: never handed to a client (the stream attaches
     /// them to that frame's batch, [`Batch::site`]).
     EventSites(Vec<u32>),

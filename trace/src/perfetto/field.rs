@@ -73,3 +73,28 @@ pub const INTERNED_STRING_VALUES: u32 = 29;
 /// `iid` and `name` (`str` in InternedString) of every interned entry.
 pub const INTERNED_IID: u32 = 1;
 pub const INTERNED_NAME: u32 = 2;
+
+// CPU samples (protos/perfetto/trace/profiling/profile_packet.proto, profile_common.proto).
+pub const PACKET_PERF_SAMPLE: u32 = 66;
+pub const SEQ_NEEDS_INCREMENTAL_STATE: u64 = 2;
+pub const PERF_SAMPLE_PID: u32 = 2;
+pub const PERF_SAMPLE_TID: u32 = 3;
+pub const PERF_SAMPLE_CALLSTACK_IID: u32 = 4;
+
+pub const INTERNED_FUNCTION_NAMES: u32 = 5;
+pub const INTERNED_FRAMES: u32 = 6;
+pub const INTERNED_CALLSTACKS: u32 = 7;
+pub const INTERNED_BUILD_IDS: u32 = 16;
+pub const INTERNED_MAPPING_PATHS: u32 = 17;
+pub const INTERNED_MAPPINGS: u32 = 19;
+/// `iid` of Mapping, Frame and Callstack (`str` of InternedString is [`INTERNED_NAME`]).
+pub const CODE_IID: u32 = 1;
+pub const MAPPING_BUILD_ID: u32 = 2;
+pub const MAPPING_START_OFFSET: u32 = 3;
+pub const MAPPING_PATH_STRING_IDS: u32 = 7;
+pub const MAPPING_EXACT_OFFSET: u32 = 8;
+pub const FRAME_FUNCTION_NAME_ID: u32 = 2;
+pub const FRAME_MAPPING_ID: u32 = 3;
+pub const FRAME_REL_PC: u32 = 4;
+/// Root first (Perfetto's "bottom frame first").
+pub const CALLSTACK_FRAME_IDS: u32 = 2;

@@ -14,6 +14,8 @@
 //!   categories, annotation names and interned argument values (paths) are interned per
 //!   sequence: the first use on a sequence writes an `InternedData` packet just before. Each
 //!   table numbers its iids on its own, so names and keys keep one-byte iids.
+//! * Sequence 3 holds the CPU samples, `PerfSample` packets with the stacks they ran interned
+//!   on it (`samples`).
 //! * A slice is a `TYPE_SLICE_BEGIN` packet (name, category, arguments as debug annotations)
 //!   and a `TYPE_SLICE_END` packet (flow ids, when the slice has a flow); an instant a
 //!   `TYPE_INSTANT` packet.
@@ -44,11 +46,13 @@
 
 // One job each: `field` the proto numbers, `output` packet framing and compression, `encode`
 // interning and event bodies, `order` the per-thread forests that put slices out in BEGIN/END
-// order; this file the writer's state, its tracks and the `TraceWriter` interface.
+// order, `samples` the CPU samples' sequence; this file the writer's state, its tracks and the
+// `TraceWriter` interface.
 mod encode;
 mod field;
 mod order;
 mod output;
+mod samples;
 
 use std::io;
 
@@ -56,14 +60,15 @@ use rustc_hash::FxHashMap;
 
 use super::proto::{put_bytes, put_fixed64, put_message, put_uint};
 use super::{
-    CounterHandle, CounterUnit, CounterValue, Flow, Instant, ProcessHandle, Slice, StringHandle,
-    ThreadHandle, TraceWriter,
+    CodeFrame, CounterHandle, CounterUnit, CounterValue, Flow, FrameHandle, Instant, ModuleHandle,
+    ProcessHandle, Slice, StackHandle, StringHandle, ThreadHandle, TraceWriter,
 };
 use encode::{ANNOTATION_CACHE_SLOTS, EventBody, Interned, Table};
 use field::*;
 use order::Sequence;
 pub use output::TraceOutput;
 use output::{Output, WRITE_BATCH};
+use samples::{SAMPLES_SEQUENCE, Samples};
 
 const METADATA_SEQUENCE: u32 = 1;
 const COUNTER_SEQUENCE: u32 = 2;
@@ -100,6 +105,7 @@ pub struct PerfettoWriter<W: TraceOutput> {
     /// Process track uuid by pid: a pid declared again keeps its track.
     process_uuids: FxHashMap<u32, u64>,
     sequences: Vec<Sequence>,
+    samples: Samples,
     counters: Vec<u64>,
     next_uuid: u64,
     /// Encoded bytes held back by all sequences.
@@ -146,6 +152,7 @@ impl<W: TraceOutput> PerfettoWriter<W> {
             processes: Vec::new(),
             process_uuids: FxHashMap::default(),
             sequences: Vec::new(),
+            samples: Samples::default(),
             counters: Vec::new(),
             next_uuid: 1,
             pending_total: 0,
@@ -225,7 +232,7 @@ impl<W: TraceOutput> TraceWriter for PerfettoWriter<W> {
                 }
             });
         })?;
-        let id = COUNTER_SEQUENCE + 1 + self.sequences.len() as u32;
+        let id = SAMPLES_SEQUENCE + 1 + self.sequences.len() as u32;
         self.output.packet(id, |p| {
             put_uint(p, PACKET_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
             put_message(p, PACKET_DEFAULTS, |d| {
@@ -259,7 +266,9 @@ impl<W: TraceOutput> TraceWriter for PerfettoWriter<W> {
             templates: Vec::new(),
         });
         self.output.maybe_flush()?;
-        Ok(ThreadHandle::from_index(self.sequences.len() - 1))
+        let handle = ThreadHandle::from_index(self.sequences.len() - 1);
+        self.samples.thread(handle, pid, tid);
+        Ok(handle)
     }
 
     fn counter_track(
@@ -325,6 +334,23 @@ impl<W: TraceOutput> TraceWriter for PerfettoWriter<W> {
     /// steps by time, and a batch's wait ends after its fetch (which its BEGIN may not).
     fn flow_end(&mut self, thread: ThreadHandle, _time_ns: u64, flow: &Flow<'_>) -> io::Result<()> {
         self.flow(thread, EVENT_TERMINATING_FLOW_IDS, flow.id)
+    }
+
+    fn code_module(&mut self, path: &str, build_id: &[u8]) -> ModuleHandle {
+        self.samples.module(path, build_id)
+    }
+
+    fn code_frame(&mut self, frame: &CodeFrame<'_>) -> FrameHandle {
+        self.samples.frame(frame)
+    }
+
+    fn stack(&mut self, frames: &[FrameHandle]) -> StackHandle {
+        self.samples.stack(frames)
+    }
+
+    fn sample(&mut self, thread: ThreadHandle, time_ns: u64, stack: Option<StackHandle>) -> io::Result<()> {
+        self.samples.sample(&mut self.output, thread, time_ns, stack);
+        self.output.maybe_flush()
     }
 
     fn finish(mut self) -> io::Result<W> {

@@ -17,7 +17,7 @@ const BOTH: [ReadBy; 2] = [ReadBy::Mapping, ReadBy::Thread];
 fn spec(read_by: ReadBy, lookahead: usize) -> StreamSpec {
     StreamSpec {
         read_by,
-        wants: Wants { aggregates: true, drops: true, energy: true, gpu: true, sites: true },
+        wants: Wants { aggregates: true, drops: true, energy: true, gpu: true, sites: true, samples: true },
         strict: true,
         lookahead,
     }
@@ -48,6 +48,7 @@ fn pass_log(stream: &mut EventStream<'_>) -> Result<Vec<String>, PassError<Strin
             Item::Gpu(records) => log.push(format!("G{}", records.len())),
             // Attached to their batch by the stream, never handed out.
             Item::EventSites(_) => log.push("S".into()),
+            Item::Samples(samples) => log.push(format!("C{}", samples.len())),
         }
     }
     Ok(log)
