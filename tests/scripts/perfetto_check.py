@@ -242,7 +242,9 @@ def perf_sample(packet, seq, index, errors):
     trace_processor would read it (timestamps on the trace clock, CLOCK_MONOTONIC here)."""
     where = f"packet {index}"
     if not packet.sequence_flags & 2 or not seq.valid:
-        errors.append(f"{where}: a sample without SEQ_NEEDS_INCREMENTAL_STATE, or on a sequence never cleared")
+        errors.append(
+            f"{where}: a sample without SEQ_NEEDS_INCREMENTAL_STATE, or on a sequence never cleared"
+        )
     clock_id = packet.timestamp_clock_id if packet.HasField("timestamp_clock_id") else seq.clock_id_default
     if clock_id not in (0, CLOCK_MONOTONIC):
         errors.append(f"{where}: a sample on clock {clock_id}")
@@ -359,7 +361,9 @@ def check(path, chrome_path=None, origin=None, with_samples=False):
     if with_samples:
         report["samples"] = samples
         report["itt_slices"] = [
-            [pid, tid, name, start, dur] for pid, tid, name, cat, start, dur, _ in full if cat.startswith("itt")
+            [pid, tid, name, start, dur]
+            for pid, tid, name, cat, start, dur, _ in full
+            if cat.startswith("itt")
         ]
     return report
 
