@@ -7,7 +7,7 @@ the process (`loop_s`, start-up excluded). Reported: per variant the median loop
 of per-round ratios against the same collector without sampling with a 95 % bootstrap interval,
 and the CPU time of the whole tree (the collector's unwinding included).
 
-    sample_cost.py [--rounds N] [--images N] [--epochs N] [--hz HZ] [--torch] [--bin-dir DIR]
+    sample_cost.py [--rounds N] [--images N] [--epochs N] [--hz HZ[,HZ...]] [--torch] [--bin-dir DIR]
                    [--python PY]
 """
 
@@ -26,7 +26,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--images", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--hz", type=int, default=None, help="--sample=HZ (default: the collector's)")
+    ap.add_argument(
+        "--hz", default=None, help="--sample=HZ, or HZ,HZ,... for one variant each (default: the collector's)"
+    )
     ap.add_argument("--torch", action="store_true", help="both variants under --torch")
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--bin-dir", default=os.path.join(here, "..", "target", "release"))
@@ -39,12 +41,14 @@ def main():
     common.run_cmd(job, echo=False, need_ns=False)  # makes the images
     collect = os.path.join(os.path.abspath(args.bin_dir), "mlprof-collect")
     base = [collect, "--quiet"] + (["--torch"] if args.torch else [])
-    sample = "--sample" if args.hz is None else f"--sample={args.hz}"
     variants = {
         "bare": job,
         "mlprof": base + ["--out", os.path.join(tmp, "plain.bin"), "--"] + job,
-        "sample": base + [sample, "--out", os.path.join(tmp, "sample.bin"), "--"] + job,
     }
+    for hz in args.hz.split(",") if args.hz else [None]:
+        name = "sample" if hz is None else f"sample{hz}"
+        flag = "--sample" if hz is None else f"--sample={hz}"
+        variants[name] = base + [flag, "--out", os.path.join(tmp, f"{name}.bin"), "--"] + job
     names = list(variants)
     samples = {name: {} for name in names}
     for r in range(args.rounds):
@@ -55,8 +59,11 @@ def main():
         print(f"round {r}: " + "  ".join(f"{n} {samples[n][r]['loop_s']:.3f} s" for n in names), flush=True)
     for name in names:
         loops = [s["loop_s"] for s in samples[name].values()]
-        print(f"{name:7}: median {stats.median_ci(loops)[0]:.3f} s, min {min(loops):.3f} s")
-    for name, base_name in [("mlprof", "bare"), ("sample", "bare"), ("sample", "mlprof")]:
+        print(f"{name:10}: median {stats.median_ci(loops)[0]:.3f} s, min {min(loops):.3f} s")
+    pairs = [("mlprof", "bare")] + [
+        (n, b) for n in names if n.startswith("sample") for b in ("bare", "mlprof")
+    ]
+    for name, base_name in pairs:
         wall = stats.median_ci(stats.paired(samples[name], samples[base_name], "loop_s"))
         cpu = stats.median_ci(stats.paired(samples[name], samples[base_name], "cpu_s"))
         print(
