@@ -8,7 +8,7 @@
 //! The thread waits on the rings at most [`WAIT`] at a time: a CPU's ring holds ~32 samples,
 //! ~64 ms of one busy CPU at the default rate, so the drain loop's pace would lose samples.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +17,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use mlprof_format::runfile::RunWriter;
+// Every sample hashes its stack: std's SipHash showed in a profile of the sampler thread.
 use mlprof_format::sample::{CpuSample, ModuleInfo, NO_MODULE, SamplingInfo, StackFrame, StackInfo};
+use rustc_hash::FxHashMap as HashMap;
 
 use super::{Mapping, Record, Sampler, Stats};
 
