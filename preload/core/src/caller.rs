@@ -16,7 +16,7 @@
 //! its path, and its load bias, which turns the address into the module's own (ELF virtual)
 //! address, the same in every process that maps it. The main program's link map has no name:
 //! its path is read from `/proc/self/exe` (one system call, on this cold path only). The
-//! collector names the function from the module's symbol table.
+//! reports name the function from the module's symbol table.
 //!
 //! Failure behaviour: no frame pointers in this build, an older glibc, an address in no module
 //! → no caller (0 / `None`); the call goes without a site and the reports count it.
@@ -159,16 +159,8 @@ pub fn describe(address: usize, path: &mut [u8]) -> Option<Named> {
         // Safety: the loader's NUL-terminated path of a loaded module (empty for the program).
         unsafe { core::ffi::CStr::from_ptr(map.name.cast()) }.to_bytes()
     };
-    let path_len = if name.is_empty() { program_path(path)? } else { copy(name, path) };
+    let path_len = if name.is_empty() { program_path(path)? } else { crate::sys::copy_prefix(path, name) };
     Some(Named { path_len, module_address })
-}
-
-fn copy(from: &[u8], to: &mut [u8]) -> usize {
-    let len = from.len().min(to.len());
-    if let (Some(to), Some(from)) = (to.get_mut(..len), from.get(..len)) {
-        to.copy_from_slice(from);
-    }
-    len
 }
 
 /// The main program's path, from `/proc/self/exe`.

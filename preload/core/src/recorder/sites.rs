@@ -16,7 +16,7 @@
 //! table or a full lane → the call has no site (not counted yet); nothing here faults on a bad
 //! pointer (the reader checks before it follows one) or changes what the call returns.
 
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use mlprof_format::record::Event;
 use mlprof_format::ring::RingView;
@@ -69,6 +69,10 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 /// Frames a call's site holds (`MLPROF_SITES=N`, 1 to [`MAX_FRAMES`]): the innermost line and
 /// the lines that called its function, each a site of its own whose parent is its caller's.
 static FRAMES: AtomicU32 = AtomicU32::new(1);
+/// The part of the table in use, as a mask (set with [`FRAMES`]): `SLOTS_PER_FRAME × N`
+/// rounded up to a power of two, so that a mask, not a division, picks a slot (a division cost
+/// a hooked call ~10 ns).
+static SLOT_MASK: AtomicUsize = AtomicUsize::new(SLOTS_PER_FRAME - 1);
 /// The most frames a site holds.
 pub const MAX_FRAMES: usize = 8;
 
@@ -80,7 +84,9 @@ pub fn configure() {
     let number = value.and_then(|v| {
         v.iter().try_fold(0u32, |n, d| d.is_ascii_digit().then(|| n.saturating_mul(10) + u32::from(d - b'0')))
     });
-    FRAMES.store(number.unwrap_or(1).clamp(1, MAX_FRAMES as u32), Ordering::Relaxed);
+    let frames = number.unwrap_or(1).clamp(1, MAX_FRAMES as u32);
+    FRAMES.store(frames, Ordering::Relaxed);
+    SLOT_MASK.store(SLOTS_PER_FRAME * (frames as usize).next_power_of_two() - 1, Ordering::Relaxed);
     if on {
         // Where our own code lies and glibc's module lookup, for native callers.
         caller::configure();
@@ -136,9 +142,7 @@ fn numbered(frames: &mut [python::Frame], ring: &RingView, lane: u32, state: &Th
 fn number_of(frame: python::Frame, parent: u32, ring: &RingView, lane: u32, state: &ThreadState) -> u32 {
     let (pid, epoch) = (session::pid(), session::epoch());
     let offset_pid = (u64::from(frame.offset) << 32) | u64::from(pid);
-    // The part of the table in use: SLOTS_PER_FRAME × N rounded up to a power of two, so that
-    // a mask, not a division, picks the slot (a division costs a hooked call ~10 ns).
-    let mask = SLOTS_PER_FRAME * (FRAMES.load(Ordering::Relaxed) as usize).next_power_of_two() - 1;
+    let mask = SLOT_MASK.load(Ordering::Relaxed);
     let start = hash(frame.code, offset_pid ^ u64::from(parent).rotate_left(40));
     for probe in 0..MAX_PROBES {
         let Some(slot) = TABLE.get(start.wrapping_add(probe) & mask) else { break };
