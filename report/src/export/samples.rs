@@ -14,13 +14,11 @@ use std::io;
 use std::path::Path;
 
 use bytes::Bytes;
-use mlprof_format::runfile::{Frame, RunReader};
-use mlprof_format::sample::CpuSample;
 
 use super::rows::{self, StackColumns};
 use super::table::{Symbols, Table};
 use super::table_dir;
-use crate::hotspots::attribute::span_of_each;
+use crate::hotspots::attribute::{read_samples, span_of_each};
 use crate::run::RunMeta;
 use crate::run::stack_names::StackNames;
 
@@ -34,7 +32,7 @@ pub(super) fn table(
     symbols: &mut Symbols,
 ) -> io::Result<Table> {
     let mut table = Table::new("samples", rows::SAMPLES, &table_dir(dir, "samples", id), Some("rank"))?;
-    if meta.sampling.is_none() && meta.stacks.is_empty() {
+    if !meta.has_samples() {
         return Ok(table);
     }
     let samples = read_samples(source).map_err(io::Error::other)?;
@@ -56,18 +54,6 @@ pub(super) fn table(
         table.push(texts.symbols, part, |row| rows::sample(row, sample, span, stack))?;
     }
     Ok(table)
-}
-
-/// Every sample of the run, read with the events skipped.
-fn read_samples(path: &Path) -> Result<Vec<CpuSample>, String> {
-    let mut reader = RunReader::open_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut samples = Vec::new();
-    while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
-        if let Frame::Samples(batch) = frame {
-            samples.extend(batch);
-        }
-    }
-    Ok(samples)
 }
 
 /// Strings as the export's symbols, each added once.
@@ -101,18 +87,13 @@ impl StackTexts {
             return columns;
         }
         let mut columns = StackColumns::default();
-        if let Some(stack) = meta.stacks.get(&id).filter(|s| !s.frames.is_empty()) {
-            let mut labels = Vec::with_capacity(stack.frames.len());
-            for (at, &frame) in stack.frames.iter().enumerate() {
-                let name = self.names.frame(meta, frame, at > 0);
-                if at == 0 {
-                    columns.leaf_module = name.module.as_deref().map(|m| texts.add(m));
-                }
-                labels.push(name.label(frame));
-            }
-            columns.leaf_function = Some(texts.add(&labels[0]));
+        let mut labels = self.names.labels(meta, id);
+        if let Some((leaf, module)) = labels.first() {
+            columns.leaf_function = Some(texts.add(leaf));
+            columns.leaf_module = module.as_deref().map(|m| texts.add(m));
             labels.reverse();
-            columns.stack = Some(texts.add(&labels.join(";")));
+            let path: Vec<&str> = labels.iter().map(|(label, _)| label.as_str()).collect();
+            columns.stack = Some(texts.add(&path.join(";")));
         }
         self.by_stack.insert(id, columns);
         columns

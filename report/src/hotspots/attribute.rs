@@ -32,6 +32,19 @@ struct Pending {
     held: Held,
 }
 
+/// Every sample of the run at `path`, in file order, read with the events skipped.
+pub(crate) fn read_samples(path: &Path) -> Result<Vec<CpuSample>, String> {
+    let mut reader = mlprof_format::runfile::RunReader::open_metadata(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut samples = Vec::new();
+    while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
+        if let Frame::Samples(batch) = frame {
+            samples.extend(batch);
+        }
+    }
+    Ok(samples)
+}
+
 /// `(span name ids, stack id)` of every sample (no span: outside any).
 pub(super) fn attribute(path: &Path, samples: Vec<CpuSample>) -> Result<Vec<(Vec<u64>, u32)>, String> {
     let held = held_of_each(path, &samples)?;

@@ -17,8 +17,6 @@ pub mod render;
 use std::collections::HashMap;
 use std::path::Path;
 
-use mlprof_format::runfile::{Frame, RunReader};
-use mlprof_format::sample::CpuSample;
 
 use crate::run::RunMeta;
 use crate::run::stack_names::StackNames;
@@ -83,13 +81,13 @@ pub fn compute(path: &Path, options: &Options) -> Result<Hotspots, String> {
         (hotspots.hz, hotspots.samples, hotspots.lost) = (info.hz, info.samples, info.lost);
         hotspots.refused = info.refused.clone();
     }
-    if meta.sampling.is_none() && meta.stacks.is_empty() {
+    if !meta.has_samples() {
         // Not recorded with --sample: no pass over the events.
         return Ok(hotspots);
     }
-    let samples = read_samples(path)?;
+    let samples = attribute::read_samples(path)?;
     let spans = attribute::attribute(path, samples)?;
-    let mut names = Names { meta: &meta, names: StackNames::default() };
+    let mut names = StackNames::default();
     let mut by_span: HashMap<String, SpanTally> = HashMap::new();
     for (span_ids, stack) in spans {
         let names: Vec<String> = if span_ids.is_empty() {
@@ -110,8 +108,8 @@ pub fn compute(path: &Path, options: &Options) -> Result<Hotspots, String> {
         }
     }
     for (span, tally) in by_span {
-        let (functions, folded) = tally.functions(&span, &mut names);
-        hotspots.folded.extend(folded);
+        let (functions, folded) = tally.functions(&meta, &mut names);
+        hotspots.folded.extend(folded.into_iter().map(|(path, count)| (span.clone(), path, count)));
         let mut functions: Vec<FunctionShare> = functions.into_values().collect();
         functions.sort_by(|a, b| {
             (b.self_samples, b.total_samples)
@@ -122,26 +120,8 @@ pub fn compute(path: &Path, options: &Options) -> Result<Hotspots, String> {
         hotspots.spans.push(SpanHotspots { span, samples: tally.samples, functions });
     }
     hotspots.spans.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.span.cmp(&b.span)));
-    // Stacks that differ only in return addresses within the same functions read the same.
-    let mut folded: HashMap<(String, Vec<String>), u64> = HashMap::new();
-    for (span, path, count) in std::mem::take(&mut hotspots.folded) {
-        *folded.entry((span, path)).or_default() += count;
-    }
-    hotspots.folded = folded.into_iter().map(|((span, path), count)| (span, path, count)).collect();
     hotspots.folded.sort();
     Ok(hotspots)
-}
-
-/// Every sample of the run, read with the events skipped.
-fn read_samples(path: &Path) -> Result<Vec<CpuSample>, String> {
-    let mut reader = RunReader::open_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut samples = Vec::new();
-    while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
-        if let Frame::Samples(batch) = frame {
-            samples.extend(batch);
-        }
-    }
-    Ok(samples)
 }
 
 /// Functions by (name, module), with their shares.
@@ -155,14 +135,16 @@ struct SpanTally {
 }
 
 impl SpanTally {
-    /// Its functions' shares, and its folded stacks.
-    fn functions(&self, span: &str, names: &mut Names<'_>) -> (Shares, Vec<Folded>) {
+    /// Its functions' shares, and its folded stacks (functions root first → samples: stacks
+    /// that differ only in return addresses within the same functions read the same).
+    fn functions(&self, meta: &RunMeta, names: &mut StackNames) -> (Shares, HashMap<Vec<String>, u64>) {
         let mut functions: Shares = HashMap::new();
-        let mut folded = Vec::new();
+        let mut folded: HashMap<Vec<String>, u64> = HashMap::new();
         for (&stack, &count) in &self.stacks {
-            let frames = names.stack(stack);
+            let frames = names.labels(meta, stack);
             let mut seen = std::collections::HashSet::new();
             for (at, (function, module)) in frames.iter().enumerate() {
+                let module = module.as_deref().unwrap_or("").to_string();
                 let key = (function.clone(), module.clone());
                 let share = functions.entry(key.clone()).or_insert_with(|| FunctionShare {
                     function: function.clone(),
@@ -180,28 +162,9 @@ impl SpanTally {
             if path.is_empty() {
                 path.push("(no stack)".into());
             }
-            folded.push((span.to_string(), path, count));
+            *folded.entry(path).or_default() += count;
         }
         (functions, folded)
-    }
-}
-
-/// Stack frames named (through the names `convert` and `export` use): (function, module file
-/// name), leaf first.
-struct Names<'m> {
-    meta: &'m RunMeta,
-    names: StackNames,
-}
-
-impl Names<'_> {
-    fn stack(&mut self, id: u32) -> Vec<(String, String)> {
-        let Some(stack) = self.meta.stacks.get(&id) else { return Vec::new() };
-        let mut out = Vec::with_capacity(stack.frames.len());
-        for (at, &frame) in stack.frames.iter().enumerate() {
-            let name = self.names.frame(self.meta, frame, at > 0);
-            out.push((name.label(frame), name.module.as_deref().unwrap_or("").to_string()));
-        }
-        out
     }
 }
 

@@ -6,7 +6,7 @@ use crate::testing::TempRun;
 use mlprof_format::func::Func;
 use mlprof_format::record::IttSpan;
 use mlprof_format::runfile::{RunEnd, RunInfo, RunWriter};
-use mlprof_format::sample::{ModuleInfo, SamplingInfo, StackFrame, StackInfo};
+use mlprof_format::sample::{CpuSample, ModuleInfo, SamplingInfo, StackFrame, StackInfo};
 use mlprof_format::string_id;
 
 #[inline(never)]

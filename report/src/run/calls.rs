@@ -64,7 +64,5 @@ pub(crate) fn nccl_op_name(op: u32) -> &'static str {
     }
 }
 
-/// A C++ name demangled for display; other names as they are.
-pub(crate) fn demangle(name: &str) -> String {
-    mlprof_symbols::demangle(name)
-}
+/// A C++ or Rust name demangled for display; other names as they are.
+pub(crate) use mlprof_symbols::demangle;

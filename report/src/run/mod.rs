@@ -259,6 +259,19 @@ impl RunMeta {
 
     /// Interned string `id` (a path, a task or domain name, a kernel symbol), or a
     /// placeholder naming the id when the run never defined it.
+    /// Whether the run was recorded with `--sample` (or holds stacks): the reports of samples
+    /// read no further when not.
+    pub(crate) fn has_samples(&self) -> bool {
+        self.sampling.is_some() || !self.stacks.is_empty()
+    }
+
+    /// The site that stands for site `id` of an event: a native caller's site folded into the
+    /// first of its function ([`native_sites`]), else `id` itself.
+    #[inline]
+    pub(crate) fn standing_site(&self, id: u32) -> u32 {
+        self.folded_sites.get(&id).copied().unwrap_or(id)
+    }
+
     pub(crate) fn string(&self, id: u64) -> String {
         self.strings.get(&id).cloned().unwrap_or_else(|| format!("<string {id:#x}>"))
     }

@@ -44,6 +44,18 @@ pub(crate) struct StackNames {
 }
 
 impl StackNames {
+    /// The frames of the run's stack `id`, leaf first: each frame's label
+    /// ([`FrameName::label`]) and module file name (empty for none, or an unknown stack).
+    pub(crate) fn labels(&mut self, meta: &RunMeta, id: u32) -> Vec<(String, Option<Rc<str>>)> {
+        let Some(stack) = meta.stacks.get(&id) else { return Vec::new() };
+        let mut out = Vec::with_capacity(stack.frames.len());
+        for (at, &frame) in stack.frames.iter().enumerate() {
+            let name = self.frame(meta, frame, at > 0);
+            out.push((name.label(frame), name.module.clone()));
+        }
+        out
+    }
+
     /// Frame `frame` of a stack of `meta`; `returns`: it is a return address (every frame but
     /// the leaf), which may lie one past the end of the calling function (a call that is its
     /// last instruction), so the function looked up is the one holding the byte before it.

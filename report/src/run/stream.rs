@@ -408,7 +408,7 @@ impl<'m> EventStream<'m> {
                     batch.sites = sites;
                     if !self.meta.folded_sites.is_empty() {
                         for site in &mut batch.sites {
-                            *site = self.meta.folded_sites.get(site).copied().unwrap_or(*site);
+                            *site = self.meta.standing_site(*site);
                         }
                     }
                 }

@@ -157,7 +157,7 @@ impl SiteTally {
                 self.without_site += u64::from(!matches!(noted, Noted::Unknown));
                 continue;
             }
-            let site = meta.folded_sites.get(&site).copied().unwrap_or(site);
+            let site = meta.standing_site(site);
             match *noted {
                 Noted::Span { name, dur } => {
                     let spans = self.spans_by_site.entry((site, name)).or_default();
