@@ -57,7 +57,7 @@ pub fn gpu_timeline_program(dir: &TempDir, link_cupti: bool) -> String {
 }
 
 /// The ittnotify C sources that the ittapi-sys crate (a dependency of the preload) ships.
-fn ittnotify_sources() -> std::path::PathBuf {
+pub fn ittnotify_sources() -> std::path::PathBuf {
     let home = std::env::var_os("CARGO_HOME")
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cargo")))

@@ -4,31 +4,10 @@
 //! receive the application's calls forwarded by mlprof and mlprof's own intervals.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use mlprof_tests::*;
 use serde_json::Value;
-
-/// The ittnotify C sources that the ittapi-sys crate (a dependency of the preload) ships.
-fn ittnotify_sources() -> PathBuf {
-    let home = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
-        .expect("CARGO_HOME or HOME");
-    let registry = home.join("registry").join("src");
-    let mut found = Vec::new();
-    for index in std::fs::read_dir(&registry).unwrap_or_else(|e| panic!("{}: {e}", registry.display())) {
-        let index = index.unwrap().path();
-        for krate in std::fs::read_dir(&index).into_iter().flatten().flatten() {
-            let name = krate.file_name().to_string_lossy().into_owned();
-            if name.starts_with("ittapi-sys-") && krate.path().join("c-library").is_dir() {
-                found.push(krate.path().join("c-library"));
-            }
-        }
-    }
-    found.sort();
-    found.pop().unwrap_or_else(|| panic!("no ittapi-sys sources under {} (cargo fetch)", registry.display()))
-}
 
 /// Builds tests/programs/itt_tasks.c with the ittnotify static part.
 fn build_itt_program(dir: &TempDir) -> String {

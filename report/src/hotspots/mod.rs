@@ -17,7 +17,6 @@ pub mod render;
 use std::collections::HashMap;
 use std::path::Path;
 
-
 use crate::run::RunMeta;
 use crate::run::stack_names::StackNames;
 
