@@ -61,7 +61,7 @@ pub fn find() -> Result<Interpreter, Option<Reason>> {
     let mut layout = layout::for_version(major, minor).ok_or(Some(Reason::UnknownVersion))?;
     // Our own reads of the interpreter's statics cannot fault, and are rare: checked ones where
     // the system allows them.
-    let checked = Checked::new();
+    let checked = Checked::new(crate::sys::getpid() as libc::pid_t);
     let mem: &dyn Memory = match &checked {
         Some(checked) => checked,
         None => &Direct,
@@ -101,7 +101,9 @@ fn loaded(name: &CStr) -> Option<Scope> {
 fn version(scope: Scope) -> Result<(u8, u8), Option<Reason>> {
     let hex = scope.symbol(c"Py_Version");
     if hex != 0 {
-        let value = Checked::new().and_then(|mem| mem.u64(hex)).or_else(|| Direct.u64(hex));
+        let value = Checked::new(crate::sys::getpid() as libc::pid_t)
+            .and_then(|mem| mem.u64(hex))
+            .or_else(|| Direct.u64(hex));
         return value.map(layout::version_from_hex).ok_or(Some(Reason::UnknownVersion));
     }
     let text = scope.symbol(c"Py_GetVersion");

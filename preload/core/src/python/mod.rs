@@ -17,12 +17,12 @@
 //! read before it is kept, and [`broken`] counts it); an unknown version or build makes the
 //! reader unavailable ([`status`] says why).
 
-pub mod code;
 mod discover;
-pub mod layout;
-pub mod linetable;
-pub mod memory;
-pub mod walk;
+
+// The reader itself is its own crate, shared with the collector (which reads sampled threads'
+// frames from outside); this module is its in-process use: finding the interpreter through
+// the loader, and the calling thread's own thread state.
+pub use mlprof_pyframes::{Described, Frame, code, layout, linetable, memory, walk};
 
 #[cfg(test)]
 mod tests;
@@ -31,17 +31,8 @@ use core::cell::UnsafeCell;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
-pub use code::Described;
 use discover::Interpreter;
 use memory::{Checked, Direct, Memory};
-
-/// One Python frame: its code object's address and the byte offset of its current
-/// instruction in that code object's bytecode.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Frame {
-    pub code: usize,
-    pub offset: u32,
-}
 
 /// Why the reader is unavailable in this process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,7 +170,7 @@ pub fn identity(code: usize) -> u64 {
 #[cold]
 pub fn describe(frame: Frame, file: &mut [u8], func: &mut [u8]) -> Option<Described> {
     let found = interpreter()?;
-    let checked = Checked::new();
+    let checked = Checked::new(crate::sys::getpid() as libc::pid_t);
     let mem: &dyn Memory = match &checked {
         Some(checked) => checked,
         None => &Direct,

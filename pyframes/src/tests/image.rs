@@ -3,10 +3,10 @@
 
 use std::cell::RefCell;
 
-use crate::python::code::Types;
-use crate::python::layout::{self, FrameKind, Layout, NONE};
-use crate::python::linetable::encode;
-use crate::python::memory::Memory;
+use crate::code::Types;
+use crate::layout::{self, FrameKind, Layout, NONE};
+use crate::linetable::encode;
+use crate::memory::Memory;
 
 /// Bytes at `base..base + len`; everything else is unmapped.
 pub struct Image {

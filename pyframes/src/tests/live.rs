@@ -7,11 +7,11 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 
-use crate::python::code::{self, Types};
-use crate::python::layout::{self, Layout};
-use crate::python::memory::{Memory, read_process};
-use crate::python::walk::frames_of;
-use crate::python::{Described, Frame};
+use crate::code::{self, Types};
+use crate::layout::{self, Layout};
+use crate::memory::{Memory, read_process};
+use crate::walk::frames_of;
+use crate::{Described, Frame};
 
 const SCRIPT: &str = "import sys
 
