@@ -64,6 +64,14 @@ pub struct Layout {
     pub runtime_interpreters: u32,
     pub interp_threads: u32,
     pub tstate_next: u32,
+    /// Thread → `native_thread_id`, the kernel's tid (3.11+; [`NONE`] for 3.10): how a
+    /// sampled thread finds its thread state from outside.
+    pub tstate_native_thread_id: u32,
+    /// Frame → `is_entry` (a bool; 3.11 only: the frame C code called into the interpreter
+    /// with, the outermost of its activation of the evaluation loop). 3.12+ mark an
+    /// activation with a C-owned frame instead ([`Layout::frame_owner`]), 3.10 has one
+    /// activation a frame.
+    pub frame_is_entry: u32,
 }
 
 /// The owner value of a frame that C code pushed to enter the interpreter (3.12+).
@@ -109,6 +117,8 @@ const fn interp(
         runtime_interpreters: 40,
         interp_threads: 72,
         tstate_next: 8,
+        tstate_native_thread_id: 144,
+        frame_is_entry: NONE,
     }
 }
 
@@ -133,12 +143,16 @@ pub const V3_10: Layout = Layout {
     runtime_interpreters: 32,
     interp_threads: 8,
     tstate_next: 8,
+    tstate_native_thread_id: NONE,
+    frame_is_entry: NONE,
 };
 
 pub const V3_11: Layout = Layout {
     ascii_size: 48,
     compact_size: 72,
     interp_threads: 16,
+    tstate_native_thread_id: 160,
+    frame_is_entry: 68,
     // No C-owned frames in 3.11: an "entry" frame is a Python function called from C.
     ..interp(11, 56, 8, [32, 48, 56, NONE], [184, 112, 128, 72, 136])
 };
@@ -150,6 +164,7 @@ pub const V3_12: Layout = interp(12, 56, 0, [0, 8, 56, 70], [192, 112, 128, 68, 
 pub const V3_13: Layout = Layout {
     runtime_interpreters: 632,
     interp_threads: 7344,
+    tstate_native_thread_id: 160,
     ..interp(13, 72, NONE, [0, 8, 56, 70], [200, 112, 128, 68, 136])
 };
 
@@ -189,6 +204,7 @@ mod debug {
     pub const TSTATE_SIZE: usize = 152;
     pub const TSTATE_NEXT: usize = 168;
     pub const TSTATE_CURRENT_FRAME: usize = 184;
+    pub const TSTATE_NATIVE_THREAD_ID: usize = 200;
     pub const FRAME_SIZE: usize = 224;
     pub const FRAME_PREVIOUS: usize = 232;
     pub const FRAME_EXECUTABLE: usize = 240;
@@ -252,6 +268,7 @@ pub fn from_debug_offsets<M: Memory + ?Sized>(mem: &M, runtime: usize) -> Result
     Ok(Layout {
         tstate_frame: within(debug::TSTATE_SIZE, debug::TSTATE_CURRENT_FRAME)?,
         tstate_next: within(debug::TSTATE_SIZE, debug::TSTATE_NEXT)?,
+        tstate_native_thread_id: within(debug::TSTATE_SIZE, debug::TSTATE_NATIVE_THREAD_ID)?,
         frame_code: within(debug::FRAME_SIZE, debug::FRAME_EXECUTABLE)?,
         frame_previous: within(debug::FRAME_SIZE, debug::FRAME_PREVIOUS)?,
         frame_instr: within(debug::FRAME_SIZE, debug::FRAME_INSTR_PTR)?,

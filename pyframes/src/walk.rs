@@ -35,6 +35,35 @@ pub fn frames_of<M: Memory + ?Sized>(
     tstate: usize,
     out: &mut [Frame],
 ) -> Walked {
+    let is_code = |code: usize| mem.u64(code.wrapping_add(OB_TYPE)) == Some(code_type as u64);
+    walk(mem, layout, &is_code, tstate, out, &mut [])
+}
+
+/// [`frames_of`] for a reader outside the process (the collector's sampler), which also needs
+/// the evaluation loop's activations: `entries[i]` tells whether `out[i]` is the outermost
+/// frame of its activation (the one C code called the interpreter with), so the frames can be
+/// set in place of the loop's native frames of a sampled stack. `is_code` says whether an
+/// address holds a code object (a reader may know many already).
+pub fn frames_and_entries_of<M: Memory + ?Sized>(
+    mem: &M,
+    layout: &Layout,
+    is_code: &dyn Fn(usize) -> bool,
+    tstate: usize,
+    out: &mut [Frame],
+    entries: &mut [bool],
+) -> Walked {
+    walk(mem, layout, is_code, tstate, out, entries)
+}
+
+#[inline(always)]
+fn walk<M: Memory + ?Sized>(
+    mem: &M,
+    layout: &Layout,
+    is_code: &dyn Fn(usize) -> bool,
+    tstate: usize,
+    out: &mut [Frame],
+    entries: &mut [bool],
+) -> Walked {
     let mut walked = Walked { count: 0, broken: false };
     let Some(mut frame) = mem.u64(tstate.wrapping_add(layout.tstate_frame as usize)) else {
         walked.broken = true;
@@ -49,20 +78,39 @@ pub fn frames_of<M: Memory + ?Sized>(
             }
         }
     }
+    let wants_entries = !entries.is_empty();
     let mut visits = out.len().saturating_mul(VISITS_PER_FRAME);
     let mut frame = frame as usize;
     while frame != 0 && walked.count < out.len() {
-        let step = visit(mem, layout, code_type, frame);
+        let step = visit(mem, layout, is_code, frame);
         let Some((found, previous)) = step.filter(|_| visits > 0) else {
             walked.broken = true;
             break;
         };
         visits -= 1;
-        if let Some(found) = found
-            && let Some(slot) = out.get_mut(walked.count)
-        {
-            *slot = found;
-            walked.count += 1;
+        match found {
+            Some(found) => {
+                if let Some(slot) = out.get_mut(walked.count) {
+                    *slot = found;
+                }
+                if wants_entries && let Some(entry) = entries.get_mut(walked.count) {
+                    *entry = match layout.kind {
+                        FrameKind::Object => true,
+                        _ if layout.frame_is_entry != NONE => {
+                            mem.u8(frame.wrapping_add(layout.frame_is_entry as usize)).unwrap_or(0) != 0
+                        }
+                        _ => false,
+                    };
+                }
+                walked.count += 1;
+            }
+            // A C-owned frame: the Python frame before it began its activation.
+            None if wants_entries => {
+                if let Some(entry) = walked.count.checked_sub(1).and_then(|last| entries.get_mut(last)) {
+                    *entry = true;
+                }
+            }
+            None => {}
         }
         frame = previous;
     }
@@ -75,7 +123,7 @@ pub fn frames_of<M: Memory + ?Sized>(
 fn visit<M: Memory + ?Sized>(
     mem: &M,
     layout: &Layout,
-    code_type: usize,
+    is_code: &dyn Fn(usize) -> bool,
     frame: usize,
 ) -> Option<(Option<Frame>, usize)> {
     if !plausible(frame) {
@@ -88,8 +136,7 @@ fn visit<M: Memory + ?Sized>(
         return Some((None, previous));
     }
     let code = mem.pointer(at(layout.frame_code));
-    let is_code = code.and_then(|code| mem.u64(code.wrapping_add(OB_TYPE))) == Some(code_type as u64);
-    let code = match (code, is_code) {
+    let code = match (code, code.is_some_and(is_code)) {
         (Some(code), true) => code,
         // 3.13: the executable of a frame that runs no Python code (None, or a non-code
         // object) is not a damaged chain.

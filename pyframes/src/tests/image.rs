@@ -176,7 +176,7 @@ impl World {
     pub fn debug_offsets(&mut self, cookie: [u8; 8], version: u64, free_threaded: u64) -> usize {
         let runtime = self.image.alloc(600);
         self.image.put(runtime, &cookie);
-        let fields: [(usize, u64); 30] = [
+        let fields: [(usize, u64); 31] = [
             (8, version),
             (16, free_threaded),
             (24, 3000),
@@ -186,6 +186,7 @@ impl World {
             (152, 400),
             (168, 8),
             (184, 72),
+            (200, 160),
             (224, 80),
             (232, 8),
             (240, 0),

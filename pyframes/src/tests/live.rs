@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use crate::code::{self, Types};
 use crate::layout::{self, Layout};
 use crate::memory::{Memory, read_process};
-use crate::walk::frames_of;
+use crate::walk::{frames_and_entries_of, frames_of};
 use crate::{Described, Frame};
 
 const SCRIPT: &str = "import sys
@@ -159,6 +159,20 @@ fn read_live(python: &str, minor: u8, script: &str) -> Vec<(String, String, u32)
     let mut frames = [Frame::default(); 8];
     let walked = frames_of(&remote, &layout, code, tstate, &mut frames);
     assert!(!walked.broken, "3.{minor}: {walked:?}");
+    // From outside, as the collector's sampler reads it: the thread found by its kernel tid
+    // (the main thread's is the pid), the same frames, and where the evaluation loop was
+    // entered from C: 3.11+ run the module and the calls it makes in one activation, entered
+    // at `<module>`; 3.10 enters it at every frame.
+    if layout.tstate_native_thread_id != layout::NONE {
+        let tid = remote.u64(tstate + layout.tstate_native_thread_id as usize);
+        assert_eq!(tid, Some(pid as u64), "3.{minor}: native_thread_id");
+    }
+    let (mut again, mut entries) = ([Frame::default(); 8], [false; 8]);
+    let is_code = |at: usize| remote.u64(at + layout::OB_TYPE) == Some(code as u64);
+    let walked_again = frames_and_entries_of(&remote, &layout, &is_code, tstate, &mut again, &mut entries);
+    assert_eq!((walked_again, again), (walked, frames), "3.{minor}");
+    let expected_entries = if minor >= 11 { [false, false, true] } else { [true; 3] };
+    assert_eq!(entries[..walked.count], expected_entries, "3.{minor}: entries");
     let types = Types { code, unicode, bytes };
     let described = frames[..walked.count].iter().map(|frame| {
         let (mut file, mut func) = ([0u8; 256], [0u8; 256]);
