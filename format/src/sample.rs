@@ -10,6 +10,12 @@
 //! the last one holds). A frame's `offset` is the address's offset in its module's *file*
 //! (the same in every process, whatever the load address), which the reports turn into a
 //! function through the file's symbol tables. Older readers skip all four kinds.
+//!
+//! **Python frames** (since 1.8). Where a stack ran CPython's evaluation loop, the collector
+//! read the thread's Python frames and set them in place of the loop's native frames (as
+//! `py-spy --native` shows them): a [`StackFrame`] of module [`PYTHON_MODULE`] whose `offset`
+//! is the id of a [`PythonFrameInfo`] ([`FRAME_PYTHON`], written once before the first stack
+//! that uses it). A 1.7 reader skips those frames and sees an address in no module.
 
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +27,12 @@ pub const FRAME_STACK: u16 = 26;
 pub const FRAME_SAMPLES: u16 = 27;
 /// Run-file frame kind: a [`SamplingInfo`].
 pub const FRAME_SAMPLING: u16 = 28;
+
+/// Run-file frame kind: a [`PythonFrameInfo`] (since 1.8).
+pub const FRAME_PYTHON: u16 = 29;
+
+/// [`StackFrame::module`] of a Python frame: `offset` is a [`PythonFrameInfo::id`].
+pub const PYTHON_MODULE: u32 = u32::MAX;
 
 /// [`StackFrame::module`] of an address in no file-backed mapping (JIT code, an anonymous
 /// mapping, the vdso): `offset` is then the address itself.
@@ -35,6 +47,19 @@ pub struct ModuleInfo {
     pub path: String,
     /// Its GNU build id (empty: none found), to find the same file, or its debug file, later.
     pub build_id: Vec<u8>,
+}
+
+/// A Python frame met in sampled stacks: a line of a function of a file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PythonFrameInfo {
+    /// The id stack frames refer to (never 0).
+    pub id: u32,
+    /// The file, as the code object names it.
+    pub file: String,
+    /// The code object's qualified name (3.11+; its name before).
+    pub function: String,
+    /// The line the frame was at (0: unknown).
+    pub line: u32,
 }
 
 /// One frame of a stack.
@@ -103,6 +128,9 @@ mod tests {
         let stack = StackInfo { id: 1, frames, truncated: true };
         let samples = vec![CpuSample { time_ns: 5, pid: 10, tid: 11, stack: 1 }; 3];
         let info = SamplingInfo { hz: 250, samples: 3, lost: 1, refused: String::new(), stack_bytes: 16384 };
+        let python =
+            PythonFrameInfo { id: 1, file: "/srv/train.py".into(), function: "step".into(), line: 7 };
+        w.write_python_frame(&python).unwrap();
         w.write_module(&module).unwrap();
         w.write_stack(&stack).unwrap();
         w.write_samples(&samples).unwrap();
@@ -116,9 +144,10 @@ mod tests {
                 Frame::Stack(s) => seen.push(s == stack),
                 Frame::Samples(s) => seen.push(s == samples),
                 Frame::Sampling(s) => seen.push(s == info),
+                Frame::PythonFrame(p) => seen.push(p == python),
                 _ => {}
             }
         }
-        assert_eq!(seen, [true; 4]);
+        assert_eq!(seen, [true; 5]);
     }
 }

@@ -14,14 +14,17 @@
 //! Files, each one job: `attr` (the event), `refusal` (the one-line why), `ring` (one mapped
 //! ring, records cut out of it), `parse` (a record's fields), `maps` (`/proc/PID/maps`),
 //! `modules` (the mapped files and their unwind sections), `unwind` (per-process code maps,
-//! framehop), `gate` (the child held before exec), `sampler` (the passes over the rings),
-//! `recording` (the sampler on its own thread, its records as run-file frames).
+//! framehop), `python` (the Python frames of a sampled thread, set in place of the
+//! evaluation loop's native frames), `gate` (the child held before exec), `sampler` (the
+//! passes over the rings), `recording` (the sampler on its own thread, its records as
+//! run-file frames).
 
 mod attr;
 pub(crate) mod gate;
 mod maps;
 mod modules;
 mod parse;
+mod python;
 mod recording;
 mod refusal;
 mod ring;
@@ -75,6 +78,8 @@ pub(crate) enum Record<'a> {
         exec: bool,
         time_ns: u64,
     },
+    /// A Python frame met for the first time, before the first sample whose frames name it.
+    PythonFrame(mlprof_format::sample::PythonFrameInfo),
     /// Records the kernel could not write into a full ring (counted in [`Stats::lost`] too).
     Lost {
         records: u64,
@@ -85,6 +90,7 @@ pub(crate) enum Record<'a> {
 /// One sample: the thread, the CLOCK_MONOTONIC time, and the stack, leaf first. `frames[0]` is
 /// the sampled instruction; the others are return addresses (symbolize `address - 1`, which
 /// lies in the calling instruction). A stack the unwinder could not follow is just the leaf.
+/// Entries from [`python::PYTHON_FRAME_TAG`] up are Python frames.
 #[derive(Debug)]
 pub(crate) struct Sample<'a> {
     pub(crate) pid: u32,

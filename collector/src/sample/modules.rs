@@ -146,6 +146,26 @@ impl ModuleFile {
     }
 
     /// The section information framehop builds a module from.
+    /// The (address, size) of each symbol named, from the dynamic symbol table and, where
+    /// the file keeps one, the full one (ELF addresses: add the load bias). For the few files
+    /// whose symbols the sampler needs (the Python interpreter), so parsed again on demand.
+    pub(crate) fn symbols(&self, names: &[&str]) -> Vec<Option<(u64, u64)>> {
+        use object::ObjectSymbol;
+        let mut found = vec![None; names.len()];
+        let Ok(object) = object::File::parse(self.file.bytes()) else { return found };
+        for symbol in object.dynamic_symbols().chain(object.symbols()) {
+            let Ok(name) = symbol.name() else { continue };
+            if let Some(at) = names.iter().position(|n| *n == name)
+                && let Some(slot) = found.get_mut(at)
+                && slot.is_none()
+                && symbol.address() != 0
+            {
+                *slot = Some((symbol.address(), symbol.size()));
+            }
+        }
+        found
+    }
+
     pub(crate) fn section_info(self: &Arc<Self>) -> SectionInfo {
         SectionInfo { module: Arc::clone(self) }
     }

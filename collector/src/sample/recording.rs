@@ -18,9 +18,12 @@ use std::time::Duration;
 
 use mlprof_format::runfile::RunWriter;
 // Every sample hashes its stack: std's SipHash showed in a profile of the sampler thread.
-use mlprof_format::sample::{CpuSample, ModuleInfo, NO_MODULE, SamplingInfo, StackFrame, StackInfo};
+use mlprof_format::sample::{
+    CpuSample, ModuleInfo, NO_MODULE, PYTHON_MODULE, PythonFrameInfo, SamplingInfo, StackFrame, StackInfo,
+};
 use rustc_hash::FxHashMap as HashMap;
 
+use super::python::PYTHON_FRAME_TAG;
 use super::{Mapping, Record, Sampler, Stats};
 
 /// The longest wait on the rings between two drains.
@@ -29,6 +32,7 @@ const WAIT: Duration = Duration::from_millis(20);
 /// What the thread hands to the drain loop.
 enum Msg {
     Module(ModuleInfo),
+    PythonFrame(PythonFrameInfo),
     Stack(StackInfo),
     Samples(Vec<CpuSample>),
 }
@@ -58,6 +62,7 @@ impl Recording {
         while let Ok(msg) = self.rx.try_recv() {
             match msg {
                 Msg::Module(module) => writer.write_module(&module)?,
+                Msg::PythonFrame(frame) => writer.write_python_frame(&frame)?,
                 Msg::Stack(stack) => writer.write_stack(&stack)?,
                 Msg::Samples(samples) => writer.write_samples(&samples)?,
             }
@@ -113,6 +118,7 @@ impl Frames {
     fn take(&mut self, record: Record<'_>) {
         match record {
             Record::Mapping(mapping) => self.map(mapping),
+            Record::PythonFrame(frame) => self.out.push(Msg::PythonFrame(frame)),
             Record::Sample(sample) => {
                 let stack = self.stack(sample.pid, sample.frames);
                 self.samples.push(CpuSample {
@@ -167,6 +173,9 @@ impl Frames {
         let frames: Vec<StackFrame> = addresses
             .iter()
             .map(|&address| {
+                if address >= PYTHON_FRAME_TAG {
+                    return StackFrame { module: PYTHON_MODULE, offset: address & u64::from(u32::MAX) };
+                }
                 let mapped = process.and_then(|p| p.range(..=address).next_back());
                 match mapped {
                     Some((start, &(end, pgoff, module))) if address < end => {

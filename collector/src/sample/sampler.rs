@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::attr::{self, Start};
 use super::parse::{self, Raw};
+use super::python::{self, PythonStacks};
 use super::refusal::{Refusal, Stage};
 use super::ring::{self, RecordBytes, Ring};
 use super::unwind::{REGS_MASK, Unwinding};
@@ -35,6 +36,8 @@ pub(crate) struct Stats {
     pub(crate) malformed: u64,
     /// Distinct files mapped (loaded, or found unreadable).
     pub(crate) files: u64,
+    /// Python frames read into the stacks.
+    pub(crate) python: python::Stats,
 }
 
 /// The sampling events of one job, their rings and the processes' code maps.
@@ -44,6 +47,9 @@ pub(crate) struct Sampler {
     /// `wait`, which would otherwise return at once forever.
     hung_up: Vec<bool>,
     unwinding: Unwinding,
+    python: PythonStacks,
+    /// A sample's frames with its Python frames set in place.
+    merged: Vec<u64>,
     /// Mappings read from `/proc` at open, handed out by the first pass.
     initial: Vec<Mapping>,
     stats: Stats,
@@ -81,6 +87,8 @@ pub(crate) fn open_with(pid: u32, hz: u32, start: Start) -> Result<Sampler, Refu
         hung_up: vec![false; rings.len()],
         rings,
         unwinding: Unwinding::new(),
+        python: PythonStacks::default(),
+        merged: Vec::new(),
         initial: Vec::new(),
         stats: Stats::default(),
     };
@@ -118,6 +126,11 @@ impl Sampler {
         let time_ns = now_ns();
         for line in super::maps::read(pid) {
             let file = self.unwinding.map(pid, line.start, line.end, line.pgoff, &line.path, line.inode);
+            if let Some(file) = &file
+                && let Some(bias) = file.bias(line.start, line.pgoff, line.end - line.start)
+            {
+                self.python.map(pid, &line.path, file, bias);
+            }
             self.initial.push(Mapping {
                 pid,
                 start: line.start,
@@ -194,19 +207,36 @@ impl Sampler {
         }
         // Stable: records of one time keep their ring order.
         pending.sort_by_key(|(time, _)| *time);
+        let mut state = State {
+            unwinding: &mut self.unwinding,
+            python: &mut self.python,
+            merged: &mut self.merged,
+            stats: &mut self.stats,
+        };
         for (_, record) in &pending {
-            handle(record.bytes(), &mut self.unwinding, &mut self.stats, out);
+            handle(record.bytes(), &mut state, out);
         }
         drop(pending);
         for (ring, (tail, taken)) in self.rings.iter().zip(consumed) {
             ring.release(tail, taken);
         }
         self.stats.files = self.unwinding.files_seen() as u64;
+        self.stats.python = self.python.stats();
     }
 }
 
-/// One record: the code maps follow mappings, execs, forks and exits; samples are unwound.
-fn handle(bytes: &[u8], unwinding: &mut Unwinding, stats: &mut Stats, out: &mut impl FnMut(Record<'_>)) {
+/// What handling a record changes.
+struct State<'a> {
+    unwinding: &'a mut Unwinding,
+    python: &'a mut PythonStacks,
+    merged: &'a mut Vec<u64>,
+    stats: &'a mut Stats,
+}
+
+/// One record: the code maps follow mappings, execs, forks and exits; samples are unwound,
+/// their Python frames set in place.
+fn handle(bytes: &[u8], state: &mut State<'_>, out: &mut impl FnMut(Record<'_>)) {
+    let State { unwinding, python, merged, stats } = state;
     let Some(raw) = parse::decode(bytes) else {
         stats.malformed += 1;
         return;
@@ -216,10 +246,19 @@ fn handle(bytes: &[u8], unwinding: &mut Unwinding, stats: &mut Stats, out: &mut 
             let frames = unwinding.unwind(pid, ip, regs, stack);
             stats.samples += 1;
             stats.unwound += u64::from(frames.len() > 1);
+            let frames = if python.merge(pid, tid, time, frames, merged) { &merged[..] } else { frames };
+            for frame in python.new_frames.drain(..) {
+                out(Record::PythonFrame(frame));
+            }
             out(Record::Sample(Sample { pid, tid, time_ns: time, frames }));
         }
         Raw::Mmap2 { pid, time, start, len, pgoff, ino, path, .. } => {
             let file = unwinding.map(pid, start, start + len, pgoff, path, ino);
+            if let Some(file) = &file
+                && let Some(bias) = file.bias(start, pgoff, len)
+            {
+                python.map(pid, path, file, bias);
+            }
             out(Record::Mapping(Mapping {
                 pid,
                 start,
@@ -233,6 +272,7 @@ fn handle(bytes: &[u8], unwinding: &mut Unwinding, stats: &mut Stats, out: &mut 
         Raw::Comm { pid, tid, time, exec, name } => {
             if exec {
                 unwinding.exec(pid);
+                python.gone(pid);
             }
             let name = String::from_utf8_lossy(name).into_owned();
             out(Record::Comm { pid, tid, name, exec, time_ns: time });
@@ -240,12 +280,14 @@ fn handle(bytes: &[u8], unwinding: &mut Unwinding, stats: &mut Stats, out: &mut 
         Raw::Fork { pid, ppid, tid, time } => {
             if pid != ppid {
                 unwinding.fork(ppid, pid);
+                python.fork(ppid, pid);
             }
             out(Record::Fork { pid, ppid, tid, time_ns: time });
         }
         Raw::Exit { pid, tid, time, .. } => {
             if pid == tid {
                 unwinding.exit(pid);
+                python.gone(pid);
             }
             out(Record::Exit { pid, tid, time_ns: time });
         }

@@ -309,4 +309,6 @@ pub enum Frame<'a> {
     Samples(Vec<crate::sample::CpuSample>),
     /// [`crate::sample::FRAME_SAMPLING`] (since 1.7).
     Sampling(crate::sample::SamplingInfo),
+    /// [`crate::sample::FRAME_PYTHON`] (since 1.8).
+    PythonFrame(crate::sample::PythonFrameInfo),
 }

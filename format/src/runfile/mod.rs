@@ -40,7 +40,8 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// 1.5: [`FRAME_GPU_ACTIVITY`] frames (CUPTI activity records, [`crate::gpu`]).
 /// 1.6: call sites ([`crate::site`]): `FRAME_SITE` and `FRAME_EVENT_SITES` frames.
 /// 1.7: sampled stacks ([`crate::sample`]): module, stack, samples and sampling frames.
-pub const FORMAT_MINOR: u16 = 7;
+/// 1.8: Python frames in sampled stacks ([`crate::sample::FRAME_PYTHON`]).
+pub const FORMAT_MINOR: u16 = 8;
 /// Size of the header this version writes; readers skip the extra bytes of a larger one.
 const FILE_HEADER_BYTES: u32 = 16;
 

@@ -125,6 +125,11 @@ impl<W: Write> RunWriter<W> {
         self.write_meta(crate::sample::FRAME_MODULE, module)
     }
 
+    /// Writes a [`crate::sample::FRAME_PYTHON`].
+    pub fn write_python_frame(&mut self, frame: &crate::sample::PythonFrameInfo) -> io::Result<()> {
+        self.write_meta(crate::sample::FRAME_PYTHON, frame)
+    }
+
     /// Writes a [`crate::sample::FRAME_STACK`].
     pub fn write_stack(&mut self, stack: &crate::sample::StackInfo) -> io::Result<()> {
         self.write_meta(crate::sample::FRAME_STACK, stack)

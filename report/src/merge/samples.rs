@@ -6,12 +6,15 @@
 
 use std::collections::HashMap;
 
-use mlprof_format::sample::{CpuSample, ModuleInfo, NO_MODULE, SamplingInfo, StackFrame, StackInfo};
+use mlprof_format::sample::{
+    CpuSample, ModuleInfo, NO_MODULE, PYTHON_MODULE, PythonFrameInfo, SamplingInfo, StackFrame, StackInfo,
+};
 
 /// The merged run's modules and stacks, and each node's last sampling note.
 #[derive(Default)]
 pub(super) struct MergedSamples {
     modules: HashMap<(String, Vec<u8>), u32>,
+    python: HashMap<(String, String, u32), u32>,
     stacks: HashMap<Vec<StackFrame>, u32>,
 }
 
@@ -19,6 +22,7 @@ pub(super) struct MergedSamples {
 #[derive(Default)]
 pub(super) struct NodeSamples {
     modules: HashMap<u32, u32>,
+    python: HashMap<u32, u32>,
     stacks: HashMap<u32, u32>,
     pub(super) sampling: Option<SamplingInfo>,
 }
@@ -32,6 +36,19 @@ impl MergedSamples {
         (id == next).then_some(ModuleInfo { id, ..module })
     }
 
+    /// A node's Python frame: its merged id noted; the frame to write when new.
+    pub(super) fn python_frame(
+        &mut self,
+        node: &mut NodeSamples,
+        frame: PythonFrameInfo,
+    ) -> Option<PythonFrameInfo> {
+        let next = self.python.len() as u32 + 1;
+        let key = (frame.file.clone(), frame.function.clone(), frame.line);
+        let id = *self.python.entry(key).or_insert(next);
+        node.python.insert(frame.id, id);
+        (id == next).then_some(PythonFrameInfo { id, ..frame })
+    }
+
     /// A node's stack, its frames' modules renumbered: its merged id noted; the stack to write
     /// when new.
     pub(super) fn stack(&mut self, node: &mut NodeSamples, stack: StackInfo) -> Option<StackInfo> {
@@ -40,6 +57,10 @@ impl MergedSamples {
             .iter()
             .map(|f| match f.module {
                 NO_MODULE => *f,
+                PYTHON_MODULE => {
+                    let id = u32::try_from(f.offset).ok().and_then(|id| node.python.get(&id)).copied();
+                    StackFrame { offset: u64::from(id.unwrap_or(0)), ..*f }
+                }
                 module => {
                     StackFrame { module: node.modules.get(&module).copied().unwrap_or(NO_MODULE), ..*f }
                 }

@@ -252,6 +252,11 @@ fn advance(
                     out.write_module(&merged).map_err(write_err)?;
                 }
             }
+            Frame::PythonFrame(frame) => {
+                if let Some(merged) = shared.samples.python_frame(&mut input.samples, frame) {
+                    out.write_python_frame(&merged).map_err(write_err)?;
+                }
+            }
             Frame::Stack(stack) => {
                 if let Some(merged) = shared.samples.stack(&mut input.samples, stack) {
                     out.write_stack(&merged).map_err(write_err)?;
@@ -284,7 +289,11 @@ fn write_metadata(
         // Renumbered by `advance`.
         Frame::Site(_) | Frame::EventSites(_) => {}
         // Renumbered by `advance`; the sampling notes are merged at the end.
-        Frame::Module(_) | Frame::Stack(_) | Frame::Samples(_) | Frame::Sampling(_) => {}
+        Frame::Module(_)
+        | Frame::Stack(_)
+        | Frame::Samples(_)
+        | Frame::Sampling(_)
+        | Frame::PythonFrame(_) => {}
         Frame::String { id, bytes } => {
             if strings.insert(id) {
                 out.write_string(id, bytes)?;

@@ -65,6 +65,8 @@ pub struct RunMeta {
     /// (the samples themselves are read by the reports that use them).
     pub(crate) modules: HashMap<u32, mlprof_format::sample::ModuleInfo>,
     pub(crate) stacks: HashMap<u32, mlprof_format::sample::StackInfo>,
+    /// The Python frames sampled stacks pass through, by id (format 1.8).
+    pub(crate) python_frames: HashMap<u32, mlprof_format::sample::PythonFrameInfo>,
     pub(crate) sampling: Option<mlprof_format::sample::SamplingInfo>,
     /// Last cumulative sample per (stream, func, clock id).
     pub(crate) aggregates: HashMap<(u64, u16, Option<i32>), AggregateSample>,
@@ -168,6 +170,9 @@ impl RunMeta {
                     meta.stacks.insert(stack.id, stack);
                 }
                 Frame::Sampling(info) => meta.sampling = Some(info),
+                Frame::PythonFrame(frame) => {
+                    meta.python_frames.insert(frame.id, frame);
+                }
                 Frame::End(end) => meta.end = Some(end),
                 Frame::Node(node) => meta.nodes.push(node),
                 Frame::Events(events) => {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::rc::Rc;
 
-use mlprof_format::sample::{NO_MODULE, StackFrame};
+use mlprof_format::sample::{NO_MODULE, PYTHON_MODULE, StackFrame};
 use mlprof_symbols::Symbolizer;
 
 use super::RunMeta;
@@ -17,7 +17,8 @@ use super::RunMeta;
 pub(crate) struct FrameName {
     /// The function, when the module's symbol tables name it.
     pub(crate) function: Option<Rc<str>>,
-    /// The module's file name (`libc.so.6`); `None` for an address in no module.
+    /// The module's file name (`libc.so.6`), a Python frame's file as its code object names
+    /// it; `None` for an address in no module.
     pub(crate) module: Option<Rc<str>>,
 }
 
@@ -62,6 +63,9 @@ impl StackNames {
     pub(crate) fn frame(&mut self, meta: &RunMeta, frame: StackFrame, returns: bool) -> &FrameName {
         let StackNames { symbolizer, frames, modules } = self;
         frames.entry((frame, returns)).or_insert_with(|| {
+            if frame.module == PYTHON_MODULE {
+                return python_frame(meta, frame.offset);
+            }
             let Some(info) = meta.modules.get(&frame.module).filter(|_| frame.module != NO_MODULE) else {
                 return FrameName::default();
             };
@@ -74,4 +78,17 @@ impl StackNames {
             FrameName { function, module: Some(module.clone()) }
         })
     }
+}
+
+/// A Python frame of the run: `function (file.py:line)`, as py-spy names it, in its file.
+fn python_frame(meta: &RunMeta, id: u64) -> FrameName {
+    let Some(info) = u32::try_from(id).ok().and_then(|id| meta.python_frames.get(&id)) else {
+        return FrameName::default();
+    };
+    let file = Path::new(&info.file).file_name().map_or(info.file.as_str().into(), |f| f.to_string_lossy());
+    let function = match info.line {
+        0 => format!("{} ({file})", info.function),
+        line => format!("{} ({file}:{line})", info.function),
+    };
+    FrameName { function: Some(function.into()), module: Some(info.file.as_str().into()) }
 }
