@@ -288,8 +288,16 @@ impl Collector {
                 report_energy(&args, &cost);
             }
             if let Some(stats) = cpu_samples {
+                let python = match stats.python {
+                    p if p.samples + p.unmatched == 0 => String::new(),
+                    p => format!(
+                        ", {} with Python frames ({} not matched)",
+                        p.samples - p.unmatched,
+                        p.unmatched
+                    ),
+                };
                 eprintln!(
-                    "mlprof-collect: {} CPU samples at {} Hz ({} unwound past the leaf, {} lost); mlprof hotspots {}",
+                    "mlprof-collect: {} CPU samples at {} Hz ({} unwound past the leaf{python}, {} lost); mlprof hotspots {}",
                     stats.samples,
                     args.sample.unwrap_or(sample::DEFAULT_HZ),
                     stats.unwound,

@@ -36,6 +36,10 @@ pub struct Layout {
     pub tstate_frame: u32,
     /// `_PyCFrame` → `current_frame` (3.11/3.12: a second hop), or [`NONE`].
     pub cframe_current: u32,
+    /// `_PyCFrame` → `previous` (3.11/3.12), or [`NONE`]. A `_PyCFrame` is a local of each
+    /// activation of the evaluation loop, on the C stack, so a sampled stack's copy holds the
+    /// current frame each activation had when the sample was taken.
+    pub cframe_previous: u32,
     /// Frame → code object (`f_code`, 3.13 `f_executable`).
     pub frame_code: u32,
     /// Frame → its caller (`f_back`, `previous`).
@@ -103,6 +107,7 @@ const fn interp(
         kind: FrameKind::Interpreter,
         tstate_frame,
         cframe_current,
+        cframe_previous: if cframe_current == NONE { NONE } else { cframe_current + 8 },
         frame_code,
         frame_previous,
         frame_instr,
@@ -128,6 +133,7 @@ pub const V3_10: Layout = Layout {
     kind: FrameKind::Object,
     tstate_frame: 24,
     cframe_current: NONE,
+    cframe_previous: NONE,
     frame_code: 32,
     frame_previous: 24,
     frame_instr: 96,

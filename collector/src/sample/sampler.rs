@@ -8,7 +8,7 @@ use super::parse::{self, Raw};
 use super::python::{self, PythonStacks};
 use super::refusal::{Refusal, Stage};
 use super::ring::{self, RecordBytes, Ring};
-use super::unwind::{REGS_MASK, Unwinding};
+use super::unwind::{self, REGS_MASK, Unwinding};
 use super::{Mapping, Record, STACK_BYTES, Sample};
 
 /// Data pages of a CPU's ring: 128 (512 KiB) with the header page make the 516 KiB that
@@ -20,7 +20,7 @@ const MIN_RING_PAGES: usize = 16;
 /// Records this recent stay in their ring for the next pass (unless it is the last): a
 /// mapping written on one CPU just before a sample on another may not be visible yet when the
 /// second ring is read, and a sample unwound before the mapping it ran in loses its stack.
-const SETTLE_NS: u64 = 1_000_000;
+const SETTLE_NS: u64 = 200_000;
 
 /// What the sampler counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -73,7 +73,9 @@ pub(crate) fn open_with(pid: u32, hz: u32, start: Start) -> Result<Sampler, Refu
     let mut pages = RING_PAGES;
     let mut rings = Vec::with_capacity(cpus.len());
     for cpu in cpus {
-        let wakeup = (pages * ring::page_size() / 4) as u32;
+        // Woken at every record while it waits ([`Sampler::wait`]): the Python frames of a sample
+        // must be read before its thread moves on.
+        let wakeup = 1;
         let event = attr::sampling_attr(hz, STACK_BYTES, REGS_MASK, wakeup, start);
         let fd = match attr::perf_event_open(&event, pid as i32, cpu as i32) {
             Ok(fd) => fd,
@@ -158,12 +160,17 @@ impl Sampler {
         self.stats
     }
 
-    /// Sleeps until a ring is a quarter full (the events' watermark) or `timeout` passed.
-    /// Returns whether a ring has data to read. Sampling at [`super::DEFAULT_HZ`], a CPU busy
-    /// with the job fills a quarter ring in ~16 ms: the caller's loop should wait at most
-    /// ~30 ms, or the rings overflow (counted in [`Stats::lost`]).
+    /// Waits for records, at most `timeout`; whether a ring has data to read. While a sampled
+    /// process runs Python, every record wakes it (the events' watermark is one byte), so that
+    /// the sample's Python frames are read while its thread is still where it was sampled;
+    /// otherwise it sleeps `timeout` (the rings hold 32 samples, ~64 ms of a busy CPU at
+    /// [`super::DEFAULT_HZ`]: the caller's loop should wait at most ~30 ms).
     pub(crate) fn wait(&mut self, timeout: Duration) -> bool {
         use std::os::fd::AsRawFd;
+        if !self.python.any() || self.hung_up.iter().all(|&h| h) {
+            std::thread::sleep(timeout);
+            return false;
+        }
         let mut polls: Vec<libc::pollfd> = (self.rings.iter().zip(&self.hung_up))
             .map(|(ring, &hup)| libc::pollfd {
                 fd: if hup { -1 } else { ring.fd.as_raw_fd() },
@@ -171,17 +178,19 @@ impl Sampler {
                 revents: 0,
             })
             .collect();
-        if self.hung_up.iter().all(|&h| h) {
-            std::thread::sleep(timeout);
-            return false;
-        }
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // Safety: `polls` is a live array of as many pollfd as we pass.
         let ready = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms) };
         for (poll, hup) in polls.iter().zip(self.hung_up.iter_mut()) {
             *hup |= poll.revents & libc::POLLHUP != 0;
         }
-        ready > 0 && polls.iter().any(|p| p.revents & libc::POLLIN != 0)
+        let ready = ready > 0 && polls.iter().any(|p| p.revents & libc::POLLIN != 0);
+        if ready {
+            // The pass takes records once they are SETTLE_NS old: a ring still holding one
+            // would wake the next poll at once.
+            std::thread::sleep(Duration::from_nanos(SETTLE_NS));
+        }
+        ready
     }
 
     /// One pass: every record of every ring up to `cutoff`, sorted by time (the rings are each
@@ -243,10 +252,12 @@ fn handle(bytes: &[u8], state: &mut State<'_>, out: &mut impl FnMut(Record<'_>))
     };
     match raw {
         Raw::Sample { pid, tid, time, ip, regs, stack } => {
-            let frames = unwinding.unwind(pid, ip, regs, stack);
+            let (frames, complete) = unwinding.unwind(pid, ip, regs, stack);
             stats.samples += 1;
             stats.unwound += u64::from(frames.len() > 1);
-            let frames = if python.merge(pid, tid, time, frames, merged) { &merged[..] } else { frames };
+            let copy = unwind::stack_pointer(regs).map(|sp| python::StackCopy { sp, bytes: stack });
+            let native = python::Native { frames, complete, copy };
+            let frames = if python.merge(pid, tid, time, native, merged) { &merged[..] } else { frames };
             for frame in python.new_frames.drain(..) {
                 out(Record::PythonFrame(frame));
             }

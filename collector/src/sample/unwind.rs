@@ -37,6 +37,11 @@ mod arch {
 
 pub(crate) use arch::REGS_MASK;
 
+/// The stack pointer of a sample's registers: where the copied user stack starts.
+pub(crate) fn stack_pointer(regs: Option<[u64; 3]>) -> Option<u64> {
+    regs.map(|regs| arch::registers(regs).1)
+}
+
 /// The most frames kept of one stack: deeper ones are recursion, or garbage a lost frame
 /// pointer walks into; the bound keeps one sample's cost bounded.
 pub(crate) const MAX_FRAMES: usize = 256;
@@ -69,6 +74,9 @@ pub(crate) struct Unwinding {
     modules: ModuleCache,
     cache: arch::Cache,
     frames: Vec<u64>,
+    /// Whether the last stack unwound reached its root (the unwinder ended it, rather than a
+    /// frame it could not unwind, the end of the copied stack or [`MAX_FRAMES`]).
+    complete: bool,
 }
 
 impl Unwinding {
@@ -78,6 +86,7 @@ impl Unwinding {
             modules: ModuleCache::default(),
             cache: arch::Cache::new(),
             frames: Vec::with_capacity(MAX_FRAMES),
+            complete: false,
         }
     }
 
@@ -126,12 +135,20 @@ impl Unwinding {
 
     /// The frames of a sample, leaf first: the sampled instruction, then return addresses
     /// (a return address points after its call: symbolize `address - 1`). Without registers
-    /// (the kernel had none) the stack is just the ip.
-    pub(crate) fn unwind(&mut self, pid: u32, ip: u64, regs: Option<[u64; 3]>, stack: &[u8]) -> &[u64] {
+    /// (the kernel had none) the stack is just the ip. With them: whether the unwinding
+    /// reached the stack's root.
+    pub(crate) fn unwind(
+        &mut self,
+        pid: u32,
+        ip: u64,
+        regs: Option<[u64; 3]>,
+        stack: &[u8],
+    ) -> (&[u64], bool) {
         self.frames.clear();
+        self.complete = false;
         let (Some(regs), Some(process)) = (regs, self.processes.get(&pid)) else {
             self.frames.push(ip);
-            return &self.frames;
+            return (&self.frames, false);
         };
         let (pc, sp, unwind_regs) = arch::registers(regs);
         let pc = if pc == 0 { ip } else { pc };
@@ -144,13 +161,17 @@ impl Unwinding {
         while self.frames.len() < MAX_FRAMES {
             match frames.next() {
                 Ok(Some(frame)) => self.frames.push(frame.address()),
-                Ok(None) | Err(_) => break,
+                Ok(None) => {
+                    self.complete = true;
+                    break;
+                }
+                Err(_) => break,
             }
         }
         if self.frames.is_empty() {
             self.frames.push(ip);
         }
-        &self.frames
+        (&self.frames, self.complete)
     }
 
     /// Files loaded (or found unloadable) so far.
