@@ -105,9 +105,11 @@ pub(crate) struct Args {
     pub(crate) sites: Option<u32>,
     /// Sample the CPU of every thread of every process of the job (forks, spawned workers,
     /// exec'd programs) with perf_event_open's cpu-clock event, user stacks unwound with DWARF
-    /// CFI, `HZ` times a second per running thread (default 499); `mlprof hotspots` shows where
-    /// each span's CPU went. Where the kernel refuses (kernel.perf_event_paranoid 3 or more, a
-    /// container without CAP_PERFMON) one line says why and how to fix it; the job runs on.
+    /// CFI, Python 3.11+ frames (function, line) in place of the interpreter's, `HZ` times a
+    /// second per running thread (default 499); `mlprof hotspots` shows where each span's CPU
+    /// went. Attach mode samples each process that joins the session, from when it joins. Where
+    /// the kernel refuses (kernel.perf_event_paranoid 3 or more, a container without
+    /// CAP_PERFMON) one line says why and how to fix it; the job runs on.
     #[arg(long, value_name = "HZ", num_args = 0..=1, default_missing_value = "499", require_equals = true,
           value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub(crate) sample: Option<u32>,

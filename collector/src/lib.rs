@@ -110,12 +110,6 @@ impl Collector {
                     .into(),
             );
         }
-        if args.sample.is_some() && !launching {
-            return Err(
-                "--sample needs a command to launch: the sampler follows the launched process and                  everything it starts (attach mode cannot sample yet)"
-                    .into(),
-            );
-        }
         let session = session_name(&args)?;
         let shm_dir = segment::shm_dir();
         let shm_name = shm_name(launching, &session, &shm_dir, args.quiet)?;
@@ -246,9 +240,21 @@ impl Collector {
         Ok(code.map(|c| c as u8).unwrap_or_else(|| 128u8.wrapping_add(signal.unwrap_or(0) as u8)))
     }
 
-    /// Attach mode: serves the session until SIGINT or SIGTERM.
+    /// Attach mode: serves the session until SIGINT or SIGTERM; with `--sample`, samples each
+    /// process that joins it.
     fn serve_session(&mut self) -> Result<u8, String> {
         let Collector { args, session, drainer, sampler, cpu, .. } = self;
+        if let Some(hz) = args.sample {
+            match sample::Recording::serve(hz) {
+                Ok(recording) => {
+                    drainer.note_joined();
+                    *cpu = Some(recording);
+                }
+                Err(e) => eprintln!(
+                    "mlprof-collect: cannot start the CPU sampler thread ({e}); recording no samples"
+                ),
+            }
+        }
         if !args.quiet {
             eprintln!(
                 "mlprof-collect: session '{session}' ready; run programs with LD_PRELOAD={}{}; Ctrl-C to finish",
@@ -416,6 +422,9 @@ fn drain(
         sampler.write_pending(drainer.writer_mut()).map_err(|e| e.to_string())?;
     }
     if let Some(cpu) = cpu {
+        for pid in drainer.take_joined() {
+            cpu.follow(pid);
+        }
         cpu.write_pending(drainer.writer_mut()).map_err(|e| e.to_string())?;
     }
     Ok(wake)

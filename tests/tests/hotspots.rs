@@ -317,3 +317,56 @@ fn merged_runs_keep_their_samples() {
     check_tasks(&mut e, &rm, "merged");
     e.finish();
 }
+
+/// Attach mode (`mlprof-collect --session S --sample`): the C program, then the Python script,
+/// started on their own with LD_PRELOAD, are each sampled from when they join: the first
+/// opens the sampler's events, the second follows into its rings. Both tasks' samples have
+/// their hot functions as leaf, and the Python run's its calling lines above them.
+#[test]
+fn attach_mode_samples_each_process_that_joins() {
+    if !require_python_modules(&["ittapi"]) {
+        return;
+    }
+    let dir = TempDir::new("hotspots-attach");
+    let (lib, program) = hot_tasks_program(&dir);
+    let out = dir.join("run.bin");
+    let session = unique_session("sample");
+    let mut collector = AttachCollector::start_with_args(&out, &session, &["--sample"]);
+    let o = output_with_timeout(
+        {
+            let mut c = preloaded_command(&program, &session);
+            // ITT reaches mlprof as the launcher would set it (README: attach mode).
+            c.arg(MS).env("INTEL_LIBITTNOTIFY64", &bins().preload);
+            c
+        },
+        default_timeout(),
+    );
+    assert!(o.status.success(), "hot_tasks failed in the session\n{}", describe(&o));
+    let mut c = preloaded_command(python(), &session);
+    c.args([script("hot_tasks.py").display().to_string(), lib, MS.into()])
+        .env("INTEL_LIBITTNOTIFY64", &bins().preload);
+    let o = output_with_timeout(c, default_timeout());
+    assert!(o.status.success(), "hot_tasks.py failed in the session\n{}", describe(&o));
+    collector.stop_ok();
+    let report = hotspots(&out);
+    let summary = clean_summary(&out);
+    let mut e = summary.expect();
+    check_tasks(&mut e, &report, "attached C and Python");
+    for (task, line) in [("alpha", 21), ("beta", 23)] {
+        let span = report["spans"].as_array().and_then(|s| s.iter().find(|s| s["span"] == task));
+        let samples = span.and_then(|s| s["samples"].as_u64()).unwrap_or(0);
+        let name = format!("main (hot_tasks.py:{line})");
+        let total = span
+            .and_then(|s| s["functions"].as_array())
+            .and_then(|f| f.iter().find(|f| f["function"] == name.as_str()))
+            .and_then(|f| f["total"].as_u64())
+            .unwrap_or(0);
+        // Half the task's samples are the Python run's.
+        e.that(
+            format_args!("{task}: {total} of {samples} under {name} (want ≥ 40 %)"),
+            total * 5 >= samples * 2,
+        );
+        e.that(format_args!("{task}: {samples} samples from two runs (want ≥ 100)"), samples >= 100);
+    }
+    e.finish();
+}

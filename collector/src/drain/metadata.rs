@@ -20,6 +20,9 @@ pub(super) struct Metadata {
     /// Rank records waiting for the process start that follows them on the same lane (a
     /// pass can end between the two).
     pub(super) pending_ranks: HashMap<u32, RankInfo>,
+    /// Processes that joined since the last [`super::Drainer::take_joined`], when asked for
+    /// (`Some`: attach mode's sampler follows them).
+    pub(super) joined: Option<Vec<u32>>,
     /// Pids whose exit is recorded.
     pub(super) exits: HashSet<u32>,
     /// The call sites met.

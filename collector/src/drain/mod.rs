@@ -148,6 +148,16 @@ impl<R: DrainedRing> Drainer<R> {
     /// and freeing its pages). That was a third of a short run's fixed cost: the pass after
     /// the command's exit backed two spares for the thread it had just lost. Lanes already
     /// backed stay on offer to whatever the command left behind.
+    /// Notes the processes that join from now on, for [`Drainer::take_joined`].
+    pub fn note_joined(&mut self) {
+        self.metadata.joined.get_or_insert_with(Vec::new);
+    }
+
+    /// The processes that joined since the last call (none unless [`Drainer::note_joined`]).
+    pub fn take_joined(&mut self) -> Vec<u32> {
+        self.metadata.joined.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
     pub fn stop_offering_lanes(&mut self) {
         self.offer_lanes = false;
     }

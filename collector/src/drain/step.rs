@@ -127,6 +127,9 @@ impl RecordHandler<'_> {
             }
             KIND_PROCESS_START => {
                 self.totals.processes += 1;
+                if let Some(joined) = &mut self.metadata.joined {
+                    joined.push(pid);
+                }
                 let process = ProcessInfo {
                     pid,
                     ppid: event.arg as u32,

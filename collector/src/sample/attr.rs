@@ -154,6 +154,17 @@ pub(crate) fn disable(fd: &OwnedFd) {
     unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_DISABLE, 0) };
 }
 
+/// Sends `fd`'s records into the ring mapped from `into` (`PERF_EVENT_IOC_SET_OUTPUT`): both
+/// count on the same CPU with the same clock, so one ring per CPU serves every process
+/// followed.
+pub(crate) fn set_output(fd: &OwnedFd, into: &OwnedFd) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
+    // Safety: an ioctl on a perf event descriptor we own, whose argument is another one.
+    let done = unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_SET_OUTPUT, into.as_raw_fd()) };
+    if done < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
 /// The online CPUs, from `/sys/devices/system/cpu/online` (`0-3,8,10-11`); every CPU up to the
 /// configured count when the file cannot be read.
 pub(crate) fn online_cpus() -> Vec<u32> {

@@ -32,7 +32,7 @@ mod sampler;
 mod unwind;
 
 pub(crate) use recording::Recording;
-pub(crate) use sampler::{Sampler, Stats, open};
+pub(crate) use sampler::{Sampler, Stats, attach, open};
 
 /// The default rate, per CPU-second of each thread. 499 Hz: a prime a little under 500, so
 /// that sampling does not fall into step with periodic work (1 ms and 10 ms timers, a

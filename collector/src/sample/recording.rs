@@ -41,20 +41,45 @@ enum Msg {
 pub(crate) struct Recording {
     stop: Arc<AtomicBool>,
     rx: mpsc::Receiver<Msg>,
-    handle: Option<JoinHandle<Stats>>,
+    handle: Option<JoinHandle<Outcome>>,
     hz: u32,
+    /// Processes to follow (attach mode).
+    follow: mpsc::Sender<u32>,
+}
+
+/// What the thread ends with: its counts, and why it sampled nothing (attach mode).
+#[derive(Default)]
+struct Outcome {
+    stats: Stats,
+    refused: Option<String>,
 }
 
 impl Recording {
     /// Starts draining `sampler` (sampling at `hz`) on a thread of its own.
     pub(crate) fn start(sampler: Sampler, hz: u32) -> io::Result<Recording> {
+        Recording::spawn(Some(sampler), hz)
+    }
+
+    /// Starts the thread with nothing to sample yet (attach mode): it samples the processes it
+    /// is told of ([`Recording::follow`]).
+    pub(crate) fn serve(hz: u32) -> io::Result<Recording> {
+        Recording::spawn(None, hz)
+    }
+
+    fn spawn(sampler: Option<Sampler>, hz: u32) -> io::Result<Recording> {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel();
+        let (follow, followed) = mpsc::channel();
         let flag = stop.clone();
         let handle = std::thread::Builder::new()
             .name("mlprof-sample".into())
-            .spawn(move || run(sampler, &tx, &flag))?;
-        Ok(Recording { stop, rx, handle: Some(handle), hz })
+            .spawn(move || run(sampler, hz, &followed, &tx, &flag))?;
+        Ok(Recording { stop, rx, handle: Some(handle), hz, follow })
+    }
+
+    /// Samples process `pid` too, from now on (a process that joined the session).
+    pub(crate) fn follow(&self, pid: u32) {
+        let _ = self.follow.send(pid);
     }
 
     /// Writes what the thread has handed over so far.
@@ -73,30 +98,61 @@ impl Recording {
     /// Stops the events, drains the rest, writes it and the sampling note; the counts.
     pub(crate) fn stop(mut self, writer: &mut RunWriter<impl Write>) -> io::Result<Stats> {
         self.stop.store(true, Ordering::Release);
-        let stats = self.handle.take().and_then(|h| h.join().ok()).unwrap_or_default();
+        let Outcome { stats, refused } = self.handle.take().and_then(|h| h.join().ok()).unwrap_or_default();
         self.write_pending(writer)?;
         writer.write_sampling(&SamplingInfo {
             hz: self.hz,
             samples: stats.samples,
             lost: stats.lost,
-            refused: String::new(),
+            refused: refused.unwrap_or_default(),
             stack_bytes: super::STACK_BYTES,
         })?;
         Ok(stats)
     }
 }
 
-/// The thread: drain, convert, hand over, until asked to stop; then the last drain.
-fn run(mut sampler: Sampler, tx: &mpsc::Sender<Msg>, stop: &AtomicBool) -> Stats {
+/// The thread: drain, convert, hand over, until asked to stop; then the last drain. In attach
+/// mode the first process it is told of opens the events, the others follow into their rings;
+/// a refusal is said once and ends the sampling.
+fn run(
+    mut sampler: Option<Sampler>,
+    hz: u32,
+    followed: &mpsc::Receiver<u32>,
+    tx: &mpsc::Sender<Msg>,
+    stop: &AtomicBool,
+) -> Outcome {
     let mut frames = Frames::default();
+    let mut refused: Option<String> = None;
     while !stop.load(Ordering::Acquire) {
-        sampler.wait(WAIT);
-        sampler.drain(&mut |record| frames.take(record));
+        for pid in followed.try_iter() {
+            if refused.is_some() {
+                continue;
+            }
+            let done = match &mut sampler {
+                None => super::attach(pid, hz).map(|s| sampler = Some(s)),
+                Some(s) => {
+                    // Its fork record, if it was forked from a process followed, comes first.
+                    s.drain(&mut |record| frames.take(record));
+                    s.follow(pid).map(drop)
+                }
+            };
+            if let Err(refusal) = done {
+                eprintln!("mlprof-collect: no CPU samples: {refusal}");
+                refused = Some(refusal.to_string());
+            }
+        }
+        match &mut sampler {
+            Some(s) => {
+                s.wait(WAIT);
+                s.drain(&mut |record| frames.take(record));
+            }
+            None => std::thread::sleep(WAIT),
+        }
         frames.hand_over(tx);
     }
-    let stats = sampler.finish(&mut |record| frames.take(record));
+    let stats = sampler.map(|s| s.finish(&mut |record| frames.take(record))).unwrap_or_default();
     frames.hand_over(tx);
-    stats
+    Outcome { stats, refused }
 }
 
 /// A mapping of a process: its end, the file offset it starts at, and the module.

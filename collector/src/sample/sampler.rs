@@ -43,6 +43,11 @@ pub(crate) struct Stats {
 /// The sampling events of one job, their rings and the processes' code maps.
 pub(crate) struct Sampler {
     rings: Vec<Ring>,
+    /// The CPU of each ring.
+    cpus: Vec<u32>,
+    hz: u32,
+    /// Events of processes followed after the first (attach mode), writing into the rings.
+    followers: Vec<std::os::fd::OwnedFd>,
     /// Rings whose event hung up (the target and all it inherited to are gone): left out of
     /// `wait`, which would otherwise return at once forever.
     hung_up: Vec<bool>,
@@ -72,6 +77,7 @@ pub(crate) fn open_with(pid: u32, hz: u32, start: Start) -> Result<Sampler, Refu
     }
     let mut pages = RING_PAGES;
     let mut rings = Vec::with_capacity(cpus.len());
+    let mut ring_cpus = Vec::with_capacity(cpus.len());
     for cpu in cpus {
         // Woken at every record while it waits ([`Sampler::wait`]): the Python frames of a sample
         // must be read before its thread moves on.
@@ -84,10 +90,14 @@ pub(crate) fn open_with(pid: u32, hz: u32, start: Start) -> Result<Sampler, Refu
             Err(e) => return Err(Refusal::new(Stage::Open, &e)),
         };
         rings.push(map_ring(fd, &mut pages)?);
+        ring_cpus.push(cpu);
     }
     let mut sampler = Sampler {
         hung_up: vec![false; rings.len()],
         rings,
+        cpus: ring_cpus,
+        hz,
+        followers: Vec::new(),
         unwinding: Unwinding::new(),
         python: PythonStacks::default(),
         merged: Vec::new(),
@@ -98,6 +108,26 @@ pub(crate) fn open_with(pid: u32, hz: u32, start: Start) -> Result<Sampler, Refu
         sampler.read_initial_mappings(pid);
     }
     Ok(sampler)
+}
+
+/// Samples a running process (attach mode: the first to join the session) and every thread
+/// it has and starts from now on; [`Sampler::follow`] adds the others.
+pub(crate) fn attach(pid: u32, hz: u32) -> Result<Sampler, Refusal> {
+    let mut sampler = open_with(pid, hz, Start::Now)?;
+    let others: Vec<u32> = threads_of(pid).into_iter().filter(|&tid| tid != pid).collect();
+    sampler.follow_threads(&others)?;
+    Ok(sampler)
+}
+
+/// Every thread of a running process (`/proc/PID/task`): its main thread at least.
+fn threads_of(pid: u32) -> Vec<u32> {
+    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|dir| dir.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default();
+    if tids.is_empty() {
+        tids.push(pid);
+    }
+    tids
 }
 
 /// Maps the event's ring with `pages` data pages, halving them (for this CPU and the next
@@ -145,6 +175,37 @@ impl Sampler {
         }
     }
 
+    /// Samples a running process too (attach mode: one that joined the session), each of its
+    /// threads and what they start from now on, into the rings there are. `false` when it is
+    /// sampled already (forked from a process followed: it inherited the events).
+    pub(crate) fn follow(&mut self, pid: u32) -> Result<bool, Refusal> {
+        if self.unwinding.knows(pid) {
+            return Ok(false);
+        }
+        self.follow_threads(&threads_of(pid))?;
+        self.read_initial_mappings(pid);
+        Ok(true)
+    }
+
+    /// Events on `tids` for every ring's CPU, writing into that ring.
+    fn follow_threads(&mut self, tids: &[u32]) -> Result<(), Refusal> {
+        // Woken at every record, as the rings' own events ([`open_with`]).
+        let event = attr::sampling_attr(self.hz, STACK_BYTES, REGS_MASK, 1, Start::Now);
+        for &tid in tids {
+            for (ring, &cpu) in self.rings.iter().zip(&self.cpus) {
+                let fd = match attr::perf_event_open(&event, tid as i32, cpu as i32) {
+                    Ok(fd) => fd,
+                    // Gone meanwhile (the thread, or the CPU).
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::ESRCH | libc::ENODEV)) => continue,
+                    Err(e) => return Err(Refusal::new(Stage::Open, &e)),
+                };
+                attr::set_output(&fd, &ring.fd).map_err(|e| Refusal::new(Stage::Mmap, &e))?;
+                self.followers.push(fd);
+            }
+        }
+        Ok(())
+    }
+
     /// Reads what the rings hold, up to a millisecond ago, and hands it to `out` in time
     /// order (see [`SETTLE_NS`]).
     pub(crate) fn drain(&mut self, out: &mut impl FnMut(Record<'_>)) {
@@ -153,8 +214,8 @@ impl Sampler {
 
     /// Stops the events (the job goes on unsampled) and drains everything left.
     pub(crate) fn finish(mut self, out: &mut impl FnMut(Record<'_>)) -> Stats {
-        for ring in &self.rings {
-            attr::disable(&ring.fd);
+        for fd in self.rings.iter().map(|r| &r.fd).chain(&self.followers) {
+            attr::disable(fd);
         }
         self.pass(u64::MAX, out);
         self.stats

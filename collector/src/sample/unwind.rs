@@ -174,6 +174,12 @@ impl Unwinding {
         (&self.frames, self.complete)
     }
 
+    /// Whether `pid`'s code is known (its mappings were read, or it was forked from a process
+    /// sampled, so an event it inherited samples it already).
+    pub(crate) fn knows(&self, pid: u32) -> bool {
+        self.processes.contains_key(&pid)
+    }
+
     /// Files loaded (or found unloadable) so far.
     pub(crate) fn files_seen(&self) -> usize {
         self.modules.len()
