@@ -73,7 +73,10 @@ pub fn text(hotspots: &Hotspots, out: &mut dyn std::io::Write) -> std::io::Resul
         writeln!(out, "  {:>6} {:>6}  function (module)", "self", "total")?;
         for f in &span.functions {
             let share = |n: u64| 100.0 * n as f64 / span.samples.max(1) as f64;
-            let module = if f.module.is_empty() { String::new() } else { format!(" ({})", f.module) };
+            // A Python frame's name has its file in it already (`forward (transforms.py:981)`).
+            let file = f.module.rsplit('/').next().unwrap_or_default();
+            let named = !file.is_empty() && f.function.contains(&format!("({file}"));
+            let module = if f.module.is_empty() || named { String::new() } else { format!(" ({})", f.module) };
             writeln!(
                 out,
                 "  {:>5.1}% {:>5.1}%  {}{module}",
