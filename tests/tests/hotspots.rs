@@ -370,3 +370,71 @@ fn attach_mode_samples_each_process_that_joins() {
     }
     e.finish();
 }
+
+/// Python frames under each CPython the reader knows that is here: the test Python (3.11,
+/// required), and 3.12 and 3.13 where installed (on the path or pyenv's; `MLPROF_TEST_PYTHONS`,
+/// colon-separated, adds more). The library's hot function is called from `work` on line 13 of
+/// tests/scripts/hot_plain.py, itself called from line 16: ≥ 90 % of the samples in it have
+/// both lines above it.
+#[test]
+fn python_frames_under_each_cpython_here() {
+    let dir = TempDir::new("hotspots-pythons");
+    let (lib, _) = hot_tasks_program(&dir);
+    let home = std::env::var("HOME").unwrap_or_default();
+    let mut pythons = vec![python().display().to_string()];
+    for minor in [12, 13] {
+        pythons.push(format!("python3.{minor}"));
+        if let Ok(versions) = std::fs::read_dir(format!("{home}/.pyenv/versions")) {
+            for entry in versions
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("3.{minor}.")))
+            {
+                pythons.push(entry.path().join("bin/python3").display().to_string());
+            }
+        }
+    }
+    pythons.extend(
+        std::env::var("MLPROF_TEST_PYTHONS")
+            .unwrap_or_default()
+            .split(':')
+            .filter(|p| !p.is_empty())
+            .map(String::from),
+    );
+    let mut checked = Vec::new();
+    for (i, py) in pythons.iter().enumerate() {
+        let version = std::process::Command::new(py)
+            .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+        let Some(version) = version else {
+            assert!(i > 0, "the test Python {py} does not run");
+            continue;
+        };
+        if checked.contains(&version) {
+            continue;
+        }
+        let out = dir.join(format!("py{version}.bin"));
+        let cmd = [py.clone(), script("hot_plain.py").display().to_string(), lib.clone(), MS.into()];
+        let o = run_collect(&out, &["--sample"], &cmd);
+        assert!(o.status.success(), "{py} failed under --sample\n{}", describe(&o));
+        let o = mlprof_ok(&["hotspots", "--folded", &out.display().to_string()]);
+        let folded = String::from_utf8_lossy(&o.stdout);
+        let count = |line: &str| line.rsplit(' ').next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+        let hot: Vec<&str> = folded.lines().filter(|l| l.contains(";run_alpha;hot_alpha ")).collect();
+        let all: u64 = hot.iter().map(|l| count(l)).sum();
+        let framed: u64 = hot
+            .iter()
+            .filter(|l| l.contains(";<module> (hot_plain.py:16);work (hot_plain.py:13);"))
+            .map(|l| count(l))
+            .sum();
+        assert!(
+            all >= 50 && framed * 10 >= all * 9,
+            "{version} ({py}): {framed} of {all} samples under the script's lines\n{folded}"
+        );
+        eprintln!("Python frames checked under {version} ({py}): {framed} of {all}");
+        checked.push(version);
+    }
+    assert!(checked.iter().any(|v| v == "3.11"), "the test Python is 3.11 (checked {checked:?})");
+}

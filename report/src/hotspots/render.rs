@@ -76,7 +76,8 @@ pub fn text(hotspots: &Hotspots, out: &mut dyn std::io::Write) -> std::io::Resul
             // A Python frame's name has its file in it already (`forward (transforms.py:981)`).
             let file = f.module.rsplit('/').next().unwrap_or_default();
             let named = !file.is_empty() && f.function.contains(&format!("({file}"));
-            let module = if f.module.is_empty() || named { String::new() } else { format!(" ({})", f.module) };
+            let module =
+                if f.module.is_empty() || named { String::new() } else { format!(" ({})", f.module) };
             writeln!(
                 out,
                 "  {:>5.1}% {:>5.1}%  {}{module}",
