@@ -66,6 +66,37 @@ pub fn describe<M: Memory + ?Sized>(
     file: &mut [u8],
     func: &mut [u8],
 ) -> Option<Described> {
+    let named = names(mem, layout, types, code, file, func)?;
+    let mut bytes = Bytes::new(mem, named.table, named.table_len);
+    let line = line_at(layout, &mut bytes, named.firstlineno, offset);
+    if bytes.failed {
+        return None;
+    }
+    Some(Described { file_len: named.file_len, func_len: named.func_len, line: line.unwrap_or(0) })
+}
+
+/// What a code object holds for every offset into it: its names (written into the caller's
+/// buffers), its first line, and where its line table's bytes are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Named {
+    pub file_len: usize,
+    pub func_len: usize,
+    pub firstlineno: i32,
+    /// The line table's bytes: address and length.
+    pub table: usize,
+    pub table_len: usize,
+}
+
+/// [`describe`]'s reading of `code` without an offset, for a reader that keeps the line table
+/// (a copy read once) and finds each offset's line with [`line_at`].
+pub fn names<M: Memory + ?Sized>(
+    mem: &M,
+    layout: &Layout,
+    types: &Types,
+    code: usize,
+    file: &mut [u8],
+    func: &mut [u8],
+) -> Option<Named> {
     if mem.u64(code.wrapping_add(OB_TYPE))? != types.code as u64 {
         return None;
     }
@@ -77,19 +108,24 @@ pub fn describe<M: Memory + ?Sized>(
     if mem.u64(table.wrapping_add(OB_TYPE))? != types.bytes as u64 {
         return None;
     }
-    let size = mem.u64(table.wrapping_add(BYTES_SIZE))? as usize;
-    if size > MAX_TABLE {
+    let table_len = mem.u64(table.wrapping_add(BYTES_SIZE))? as usize;
+    if table_len > MAX_TABLE {
         return None;
     }
-    let mut bytes = Bytes::new(mem, table.wrapping_add(BYTES_DATA), size);
-    let line = match layout.kind {
-        FrameKind::Object => linetable::line_3_10(&mut bytes, firstlineno, offset),
-        FrameKind::Interpreter => linetable::line_pep657(&mut bytes, firstlineno, offset),
-    };
-    if bytes.failed {
-        return None;
+    Some(Named { file_len, func_len, firstlineno, table: table.wrapping_add(BYTES_DATA), table_len })
+}
+
+/// The line of byte `offset` from a line table's bytes, in `layout`'s format.
+pub fn line_at(
+    layout: &Layout,
+    table: impl Iterator<Item = u8>,
+    firstlineno: i32,
+    offset: u32,
+) -> Option<u32> {
+    match layout.kind {
+        FrameKind::Object => linetable::line_3_10(table, firstlineno, offset),
+        FrameKind::Interpreter => linetable::line_pep657(table, firstlineno, offset),
     }
-    Some(Described { file_len, func_len, line: line.unwrap_or(0) })
 }
 
 /// A `str` object as UTF-8 into `buf` (cut at a character boundary); its length. Only compact

@@ -245,13 +245,9 @@ impl Sampler {
         for (poll, hup) in polls.iter().zip(self.hung_up.iter_mut()) {
             *hup |= poll.revents & libc::POLLHUP != 0;
         }
-        let ready = ready > 0 && polls.iter().any(|p| p.revents & libc::POLLIN != 0);
-        if ready {
-            // The pass takes records once they are SETTLE_NS old: a ring still holding one
-            // would wake the next poll at once.
-            std::thread::sleep(Duration::from_nanos(SETTLE_NS));
-        }
-        ready
+        // A ring's poll answers each wake-up once (the kernel clears it), so records left for
+        // the next pass do not wake the next poll at once.
+        ready > 0 && polls.iter().any(|p| p.revents & libc::POLLIN != 0)
     }
 
     /// One pass: every record of every ring up to `cutoff`, sorted by time (the rings are each
@@ -262,19 +258,34 @@ impl Sampler {
             out(Record::Mapping(mapping));
         }
         let mut pending: Vec<(u64, RecordBytes<'_>)> = Vec::new();
+        let mut unsettled: Vec<RecordBytes<'_>> = Vec::new();
+        let early = self.python.any();
         let mut consumed = Vec::with_capacity(self.rings.len());
         for ring in &self.rings {
             let (first, second, tail) = ring.readable();
-            let taken = ring::split_records(first, second, |record| {
+            let (mut taken, mut settled) = (0, true);
+            let end = ring::split_records(first, second, |record| {
                 let time = parse::time(record.bytes());
-                if time > cutoff {
-                    return false;
+                settled &= time <= cutoff;
+                if settled {
+                    taken += record.bytes().len();
+                    pending.push((time, record));
+                    return true;
                 }
-                pending.push((time, record));
-                true
+                // Left for the next pass; its Python frames are read now, if it is a sample.
+                unsettled.push(record);
+                early
             });
-            consumed.push((tail, taken));
+            // All of it settled: up to where the records end (a malformed one ends them all).
+            consumed.push((tail, if settled { end } else { taken }));
         }
+        for record in &unsettled {
+            if let Some(Raw::Sample { pid, tid, time, regs, stack, .. }) = parse::decode(record.bytes()) {
+                let copy = unwind::stack_pointer(regs).map(|sp| python::StackCopy { sp, bytes: stack });
+                self.python.read_early(pid, tid, time, copy);
+            }
+        }
+        drop(unsettled);
         // Stable: records of one time keep their ring order.
         pending.sort_by_key(|(time, _)| *time);
         let mut state = State {
@@ -319,7 +330,7 @@ fn handle(bytes: &[u8], state: &mut State<'_>, out: &mut impl FnMut(Record<'_>))
             let copy = unwind::stack_pointer(regs).map(|sp| python::StackCopy { sp, bytes: stack });
             let native = python::Native { frames, complete, copy };
             let frames = if python.merge(pid, tid, time, native, merged) { &merged[..] } else { frames };
-            for frame in python.new_frames.drain(..) {
+            for frame in python.new_frames() {
                 out(Record::PythonFrame(frame));
             }
             out(Record::Sample(Sample { pid, tid, time_ns: time, frames }));

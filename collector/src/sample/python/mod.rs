@@ -3,17 +3,19 @@
 //! place of the loop's native frames.
 //!
 //! The frames are read from the process (`process_vm_readv`, through [`mlprof_pyframes`], the
-//! reader libmlprof.so uses for call sites) as soon as the sampler sees the sample: while a
-//! sampled process runs Python, every record wakes the sampler (measured here: under 1 ms
-//! after the kernel took it, for 9 samples in 10). A thread may still have moved on by then,
+//! reader libmlprof.so uses for call sites) as soon as the sampler sees the sample
+//! ([`PythonStacks::read_early`]): while a sampled process runs Python, every record wakes the
+//! sampler (measured here: under 1 ms after the kernel took it, for 9 samples in 10). A thread may still have moved on by then,
 //! so [`merge`] sets only the activations of the loop that the sample's copy of the stack
 //! proves were where they are now (3.11, 3.12), and [`Stats`] counts the samples where some
 //! were not: their loop frames stay native.
 //!
 //! Files: `remote` (the process's memory a page at a time), `interpreter` (finding it, its
-//! layout, its threads), `merge` (which activations were the sample's, and the frames set in
-//! place), here: the per-process state.
+//! layout, its threads), `codes` (code objects checked, named and their lines found once),
+//! `merge` (which activations were the sample's, and the frames set in place), here: the
+//! per-process state, the reading, early (at the sampler's first sight of a sample) or late.
 
+mod codes;
 mod interpreter;
 mod merge;
 mod remote;
@@ -22,11 +24,12 @@ use std::cell::RefCell;
 
 use mlprof_format::sample::PythonFrameInfo;
 use mlprof_pyframes::Frame;
-use mlprof_pyframes::code::{self, Described};
 use mlprof_pyframes::walk;
 use rustc_hash::FxHashMap;
 
+use codes::{Codes, FrameIds};
 use interpreter::{Interpreter, Statics};
+use merge::{Activation, Seen};
 use remote::{Reader, Remote};
 
 use super::modules::ModuleFile;
@@ -38,9 +41,8 @@ pub(crate) const PYTHON_FRAME_TAG: u64 = 1 << 63;
 
 /// The most Python frames read of one stack.
 const MAX_PYTHON_FRAMES: usize = 128;
-/// A code object known to be one is checked again after this long: its address may be reused
-/// by another object once it is freed (code made by `exec` or `compile`).
-const CODE_RECHECK_NS: u64 = 1_000_000_000;
+/// Reads made early whose sample never came (a lost record) are dropped once this old.
+const EARLY_KEPT_NS: u64 = 1_000_000_000;
 
 /// A sample's native stack, leaf first, whether the unwinding reached its root, and the user
 /// stack the kernel copied.
@@ -72,9 +74,9 @@ impl StackCopy<'_> {
 pub(crate) struct Stats {
     /// Samples given Python frames.
     pub(crate) samples: u64,
-    /// Samples whose native stack and Python frames did not agree on the number of the
-    /// evaluation loop's activations (the thread moved on before its frames were read, or the
-    /// native stack was cut short): their Python frames are kept where they fit.
+    /// Samples with an activation of the evaluation loop that was not the sample's (the thread
+    /// moved on before its frames were read), or a native stack that did not fit the
+    /// activations: their loop frames stay native there.
     pub(crate) unmatched: u64,
     /// `process_vm_readv` calls.
     pub(crate) reads: u64,
@@ -91,20 +93,31 @@ enum State {
 struct Process {
     state: State,
     remote: RefCell<Remote>,
-    /// Code objects checked: address → (identity, when checked).
-    codes: RefCell<FxHashMap<usize, (u64, u64)>>,
-    /// (code, offset) → Python frame id.
-    described: RefCell<FxHashMap<Frame, u32>>,
+    codes: RefCell<Codes>,
 }
 
 impl Process {
     fn new(pid: u32, state: State) -> Process {
-        Process {
-            state,
-            remote: RefCell::new(Remote::new(pid)),
-            codes: RefCell::default(),
-            described: RefCell::default(),
+        Process { state, remote: RefCell::new(Remote::new(pid)), codes: RefCell::default() }
+    }
+}
+
+/// A thread's Python frames as read: their ids, innermost first, in activations of the
+/// evaluation loop (how many frames each has, and what the sample's stack copy says of it).
+struct Read {
+    ids: Vec<u32>,
+    activations: Vec<(usize, Seen)>,
+}
+
+impl Read {
+    fn activations(&self) -> Vec<Activation<'_>> {
+        let mut start = 0;
+        let mut out = Vec::with_capacity(self.activations.len());
+        for &(len, seen) in &self.activations {
+            out.push(Activation { frames: self.ids.get(start..start + len).unwrap_or_default(), seen });
+            start += len;
         }
+        out
     }
 }
 
@@ -112,10 +125,10 @@ impl Process {
 #[derive(Default)]
 pub(crate) struct PythonStacks {
     processes: FxHashMap<u32, Process>,
-    ids: FxHashMap<(String, String, u32), u32>,
-    /// Python frames met for the first time, to write before the sample that uses them.
-    pub(crate) new_frames: Vec<PythonFrameInfo>,
-    pub(crate) stats: Stats,
+    frame_ids: FrameIds,
+    /// Frames read at the sampler's first sight of a sample, by (tid, time).
+    early: FxHashMap<(u32, u64), Read>,
+    stats: Stats,
     frames: Vec<Frame>,
     entries: Vec<bool>,
 }
@@ -150,6 +163,23 @@ impl PythonStacks {
         }
     }
 
+    /// Python frames met for the first time, to write before the next sample.
+    pub(crate) fn new_frames(&mut self) -> std::vec::Drain<'_, PythonFrameInfo> {
+        self.frame_ids.new_frames.drain(..)
+    }
+
+    /// Reads the Python frames of a sample the sampler has just seen, before its turn comes
+    /// (the records of the last moments wait for the records of other CPUs): its thread is
+    /// most likely still where it was sampled.
+    pub(crate) fn read_early(&mut self, pid: u32, tid: u32, time_ns: u64, copy: Option<StackCopy<'_>>) {
+        if self.early.contains_key(&(tid, time_ns)) {
+            return;
+        }
+        if let Some(read) = self.read(pid, tid, time_ns, copy) {
+            self.early.insert((tid, time_ns), read);
+        }
+    }
+
     /// `native` (leaf first, as unwound) with the Python frames of thread `tid` set in place,
     /// into `out`; `false` (and `out` untouched) where the thread runs no Python this reader
     /// can read.
@@ -161,71 +191,59 @@ impl PythonStacks {
         native: Native<'_>,
         out: &mut Vec<u64>,
     ) -> bool {
-        let Some(process) = self.processes.get_mut(&pid) else { return false };
+        if self.early.len() > 4096 {
+            self.early.retain(|&(_, time), _| time_ns.saturating_sub(time) < EARLY_KEPT_NS);
+        }
+        let read = match self.early.remove(&(tid, time_ns)) {
+            Some(read) => read,
+            None => match self.read(pid, tid, time_ns, native.copy) {
+                Some(read) => read,
+                None => return false,
+            },
+        };
+        let Some(interp) = self.processes.get(&pid).and_then(|p| match &p.state {
+            State::Ready(interp) => Some(interp),
+            _ => None,
+        }) else {
+            return false;
+        };
+        let matched = merge::set_in_place(native, &interp.eval, &read.activations(), out);
+        self.stats.samples += 1;
+        self.stats.unmatched += u64::from(!matched);
+        true
+    }
+
+    /// Thread `tid`'s Python frames now, checked against the sample's stack copy.
+    fn read(&mut self, pid: u32, tid: u32, time_ns: u64, copy: Option<StackCopy<'_>>) -> Option<Read> {
+        let PythonStacks { processes, frame_ids, frames, entries, .. } = self;
+        let process = processes.get_mut(&pid)?;
         if let State::Mapped(statics) = &process.state {
             process.state = match Interpreter::read(statics, &process.remote) {
                 Some(interp) => State::Ready(Box::new(interp)),
                 None => State::Unreadable,
             };
         }
-        let State::Ready(interp) = &mut process.state else { return false };
+        let State::Ready(interp) = &mut process.state else { return None };
         process.remote.borrow_mut().forget();
         let mem = Reader(&process.remote);
-        let Some(tstate) = interp.thread_state(&mem, tid, time_ns) else { return false };
-        let code_type = interp.types.code as u64;
-        let is_code = |at: usize| -> bool {
-            let mut codes = process.codes.borrow_mut();
-            match codes.get(&at) {
-                Some(&(_, checked)) if time_ns.saturating_sub(checked) < CODE_RECHECK_NS => true,
-                _ => {
-                    let identity = code::identity(&mem, &interp.layout, code_type as usize, at);
-                    if identity == 0 {
-                        return false;
-                    }
-                    if codes.insert(at, (identity, time_ns)).is_some_and(|(old, _)| old != identity) {
-                        process.described.borrow_mut().retain(|frame, _| frame.code != at);
-                    }
-                    true
-                }
-            }
-        };
-        self.frames.resize(MAX_PYTHON_FRAMES, Frame::default());
-        self.entries.clear();
-        self.entries.resize(MAX_PYTHON_FRAMES, false);
-        let walked = walk::frames_and_entries_of(
-            &mem,
-            &interp.layout,
-            &is_code,
-            tstate,
-            &mut self.frames,
-            &mut self.entries,
-        );
+        let tstate = interp.thread_state(&mem, tid, time_ns)?;
+        let interp: &Interpreter = interp;
+        let is_code = |at: usize| process.codes.borrow_mut().is_code(&mem, interp, at, time_ns);
+        frames.clear();
+        frames.resize(MAX_PYTHON_FRAMES, Frame::default());
+        entries.clear();
+        entries.resize(MAX_PYTHON_FRAMES, false);
+        let walked = walk::frames_and_entries_of(&mem, &interp.layout, &is_code, tstate, frames, entries);
         if walked.count == 0 {
-            return false;
+            return None;
         }
-        let mut ids = Vec::with_capacity(walked.count);
-        for &frame in self.frames.iter().take(walked.count) {
-            let known = process.described.borrow().get(&frame).copied();
-            let id = match known {
-                Some(id) => id,
-                None => {
-                    // A code object that cannot be described now keeps its place, unnamed.
-                    let key = describe(&mem, interp, frame)
-                        .unwrap_or_else(|| (String::new(), "<unreadable>".into(), 0));
-                    let id = intern(key, &mut self.ids, &mut self.new_frames);
-                    process.described.borrow_mut().insert(frame, id);
-                    id
-                }
-            };
-            ids.push(id);
-        }
-        let entries = self.entries.get(..walked.count).unwrap_or_default();
-        let mut activations = merge::activations(&ids, entries);
-        merge::check(&mem, &interp.layout, tstate, native.copy, &mut activations);
-        let matched = merge::set_in_place(native, &interp.eval, &activations, out);
-        self.stats.samples += 1;
-        self.stats.unmatched += u64::from(!matched);
-        true
+        let mut codes = process.codes.borrow_mut();
+        let ids: Vec<u32> =
+            frames.iter().take(walked.count).map(|&frame| codes.id(&mem, interp, frame, frame_ids)).collect();
+        let mut activations = merge::activations(&ids, entries.get(..walked.count).unwrap_or_default());
+        merge::check(&mem, &interp.layout, tstate, copy, &mut activations);
+        let activations = activations.iter().map(|a| (a.frames.len(), a.seen)).collect();
+        Some(Read { ids, activations })
     }
 
     /// The counts, with the reads of the processes still known.
@@ -233,36 +251,4 @@ impl PythonStacks {
         let reads: u64 = self.processes.values().map(|p| p.remote.borrow().reads).sum();
         Stats { reads: self.stats.reads + reads, ..self.stats }
     }
-}
-
-/// `frame`'s (file, function, line).
-fn describe(mem: &Reader<'_>, interp: &Interpreter, frame: Frame) -> Option<(String, String, u32)> {
-    let (mut file, mut function) = ([0u8; 512], [0u8; 256]);
-    let Described { file_len, func_len, line } = code::describe(
-        mem,
-        &interp.layout,
-        &interp.types,
-        frame.code,
-        frame.offset,
-        &mut file,
-        &mut function,
-    )?;
-    let text =
-        |buf: &[u8], len: usize| String::from_utf8_lossy(buf.get(..len).unwrap_or_default()).into_owned();
-    Some((text(&file, file_len), text(&function, func_len), line))
-}
-
-/// The id of a (file, function, line), a new [`PythonFrameInfo`] when first met.
-fn intern(
-    key: (String, String, u32),
-    ids: &mut FxHashMap<(String, String, u32), u32>,
-    new_frames: &mut Vec<PythonFrameInfo>,
-) -> u32 {
-    let next = ids.len() as u32 + 1;
-    let id = *ids.entry(key.clone()).or_insert(next);
-    if id == next {
-        let (file, function, line) = key;
-        new_frames.push(PythonFrameInfo { id, file, function, line });
-    }
-    id
 }
