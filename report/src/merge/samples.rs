@@ -153,4 +153,29 @@ mod tests {
             (10, 1, "b: perf_event_open refused (EACCES)")
         );
     }
+
+    /// The same Python line on two nodes (ids 3 and 1 on their sides) is one merged frame,
+    /// written once, and the nodes' stacks through it are one stack.
+    #[test]
+    fn the_same_python_frame_on_two_nodes_is_one() {
+        let mut merged = MergedSamples::default();
+        let (mut a, mut b) = (NodeSamples::default(), NodeSamples::default());
+        let line =
+            |id| PythonFrameInfo { id, file: "/srv/train.py".into(), function: "step".into(), line: 7 };
+        let other = PythonFrameInfo { id: 1, file: "/srv/train.py".into(), function: "load".into(), line: 3 };
+        assert_eq!(merged.python_frame(&mut a, other).map(|f| f.id), Some(1));
+        assert_eq!(merged.python_frame(&mut a, line(3)).map(|f| f.id), Some(2));
+        assert_eq!(merged.python_frame(&mut b, line(1)), None);
+        let stack = |id, python| StackInfo {
+            id,
+            frames: vec![
+                StackFrame { module: NO_MODULE, offset: 0x10 },
+                StackFrame { module: PYTHON_MODULE, offset: python },
+            ],
+            truncated: false,
+        };
+        let first = merged.stack(&mut a, stack(1, 3)).unwrap();
+        assert_eq!(first.frames[1], StackFrame { module: PYTHON_MODULE, offset: 2 });
+        assert_eq!(merged.stack(&mut b, stack(5, 1)), None, "the same stack");
+    }
 }
