@@ -309,4 +309,8 @@ pub enum Frame<'a> {
     Samples(Vec<crate::sample::CpuSample>),
     /// [`crate::sample::FRAME_SAMPLING`] (since 1.7).
     Sampling(crate::sample::SamplingInfo),
+    /// [`crate::range::FRAME_CAPTURE`] (since 1.9).
+    Capture(crate::range::CaptureInfo),
+    /// [`crate::range::FRAME_RANGE_EDGE`] (since 1.9).
+    RangeEdge(crate::range::RangeEdge),
 }

@@ -40,7 +40,10 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// 1.5: [`FRAME_GPU_ACTIVITY`] frames (CUPTI activity records, [`crate::gpu`]).
 /// 1.6: call sites ([`crate::site`]): `FRAME_SITE` and `FRAME_EVENT_SITES` frames.
 /// 1.7: sampled stacks ([`crate::sample`]): module, stack, samples and sampling frames.
-pub const FORMAT_MINOR: u16 = 7;
+/// 1.8: (Python frames in sampled stacks; kinds 29 and 30.)
+/// 1.9: capture ranges ([`crate::range`]): capture (31) and range edge (32) frames; ring
+///      control kind `KIND_CAPTURE_EDGE` (0x8010).
+pub const FORMAT_MINOR: u16 = 9;
 /// Size of the header this version writes; readers skip the extra bytes of a larger one.
 const FILE_HEADER_BYTES: u32 = 16;
 
