@@ -186,7 +186,8 @@ pub unsafe fn task_begin(domain: *const IttDomain, id: IttId, parent: IttId, nam
         domain: domain.id,
         id: id.d1,
         parent: parent.d1,
-        record: !own,
+        // Outside a capture range the task is not recorded (decided at its begin, as a call's).
+        record: !own && recorder::session::capturing(),
     };
     let _ = with_stack(|_, stack| {
         let depth = stack.depth.get();
@@ -227,8 +228,14 @@ pub unsafe fn frame_begin(domain: *const IttDomain, id: *const IttId) {
     let (domain, own) = domain_identity(domain);
     // Safety: a frame id pointer is either null or points to the caller's id.
     let id = unsafe { id.as_ref() }.map_or(0, |id| id.d1);
-    let task =
-        OpenTask { start: crate::clock::now(), name: 0, domain: domain.id, id, parent: 0, record: !own };
+    let task = OpenTask {
+        start: crate::clock::now(),
+        name: 0,
+        domain: domain.id,
+        id,
+        parent: 0,
+        record: !own && recorder::session::capturing(),
+    };
     let _ = with_stack(|_, stack| stack.frame.set(task));
     if !own {
         send_names(&[&domain]);
@@ -253,7 +260,7 @@ pub fn frame_end() {
 /// `__itt_*_create` (ours or its own) and NUL-terminated names, alive for the process's life.
 pub unsafe fn instant(func: Func, domain: *const IttDomain, name: *const IttStringHandle, id: u64) {
     let (domain, own) = domain_identity(domain);
-    if own {
+    if own || !recorder::session::capturing() {
         return;
     }
     let name = handle_identity(name);
