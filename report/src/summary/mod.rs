@@ -92,6 +92,9 @@ pub struct Summary {
     pub(crate) sites: Vec<sites::SiteRow>,
     /// Calls and spans of a run with sites that have none.
     pub(crate) sites_missing: u64,
+    /// Capture ranges: what was recorded of the job (one range, the whole run, without a
+    /// capture option).
+    pub(crate) capture: crate::run::ranges::Capture,
 }
 
 /// One process image: a process, or a program it exec'd into.
@@ -370,6 +373,7 @@ impl Tally {
             startup: std::mem::take(&mut self.startup).finish(&meta, start_ns, end_ns),
             syscalls: std::mem::take(&mut self.syscalls).finish(),
             sites_missing: self.sites.without_site(),
+            capture: meta.capture(start_ns.min(self.first_ns), end_ns.max(self.last_ns)),
             sites: self.sites.finish(&meta),
             command: meta.info.command,
             host: meta.info.host,

@@ -1,0 +1,146 @@
+//! Capture ranges (format 1.9, [`mlprof_format::range`]): the run's edges paired into ranges.
+//! A run without a capture frame (no capture option, or an older file) is one range, the
+//! whole run.
+
+use std::collections::BTreeMap;
+
+use mlprof_format::range::RangeEdge;
+use mlprof_format::ring::{CaptureSource, Trigger};
+
+use super::RunMeta;
+
+/// One range, times relative to the run's start.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub(crate) struct Range {
+    /// 1, 2, … (as the gate counted them).
+    pub(crate) number: u32,
+    pub(crate) start_ns: u64,
+    pub(crate) end_ns: u64,
+    pub(crate) duration_ns: u64,
+    /// The trigger's name (`cudaProfilerStart`, `__itt_resume`, `delay`, …; `start of run`
+    /// for a run without capture, `unknown` for an edge that was lost).
+    pub(crate) opened_by: String,
+    pub(crate) closed_by: String,
+    /// The processes whose calls made the edges (0: the collector, or none).
+    pub(crate) opened_pid: u32,
+    pub(crate) closed_pid: u32,
+}
+
+/// The run's capture: how, and the ranges.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub(crate) struct Capture {
+    /// `None` without a capture option (the one range is the whole run); else the source's
+    /// name (`cudaProfilerApi`, `itt`, `time`, `steps`).
+    pub(crate) source: Option<&'static str>,
+    /// Ranges allowed (0: no limit).
+    pub(crate) limit: u32,
+    pub(crate) ranges: Vec<Range>,
+    /// Time inside the ranges, and the rest of the run.
+    pub(crate) recorded_ns: u64,
+    pub(crate) outside_ns: u64,
+}
+
+impl RunMeta {
+    /// The run's ranges, for a run that spans `run_start..run_end` (CLOCK_MONOTONIC ns).
+    pub(crate) fn capture(&self, run_start: u64, run_end: u64) -> Capture {
+        let run_ns = run_end.saturating_sub(run_start);
+        let Some(info) = &self.capture else {
+            let whole = Range {
+                number: 1,
+                start_ns: 0,
+                end_ns: run_ns,
+                duration_ns: run_ns,
+                opened_by: "start of run".into(),
+                closed_by: Trigger::RunEnd.name().into(),
+                opened_pid: 0,
+                closed_pid: 0,
+            };
+            return Capture {
+                source: None,
+                limit: 0,
+                ranges: vec![whole],
+                recorded_ns: run_ns,
+                outside_ns: 0,
+            };
+        };
+        let ranges = pair(&self.range_edges, run_start, run_end);
+        let recorded_ns = ranges.iter().map(|r| r.duration_ns).sum::<u64>().min(run_ns);
+        Capture {
+            source: Some(CaptureSource::from_u32(info.source).map_or("unknown", CaptureSource::name)),
+            limit: info.limit,
+            ranges,
+            recorded_ns,
+            outside_ns: run_ns - recorded_ns,
+        }
+    }
+}
+
+/// Edges paired by range number: an open edge with no close ends with the run, a close with
+/// no open (its edge lost) starts with it.
+fn pair(edges: &[RangeEdge], run_start: u64, run_end: u64) -> Vec<Range> {
+    let mut by_number: BTreeMap<u32, (Option<&RangeEdge>, Option<&RangeEdge>)> = BTreeMap::new();
+    for edge in edges {
+        let slot = by_number.entry(edge.range).or_default();
+        if edge.opened {
+            slot.0.get_or_insert(edge);
+        } else {
+            slot.1.get_or_insert(edge);
+        }
+    }
+    let name = |edge: Option<&RangeEdge>, missing: Trigger| {
+        edge.map_or(missing.name(), |e| Trigger::from_u32(e.trigger).name()).to_string()
+    };
+    by_number
+        .into_iter()
+        .map(|(number, (open, close))| {
+            let start = open.map_or(run_start, |e| e.time_ns).clamp(run_start, run_end);
+            let end = close.map_or(run_end, |e| e.time_ns).clamp(start, run_end.max(start));
+            Range {
+                number,
+                start_ns: start - run_start,
+                end_ns: end - run_start,
+                duration_ns: end - start,
+                opened_by: name(open, Trigger::Unknown),
+                closed_by: name(close, Trigger::RunEnd),
+                opened_pid: open.map_or(0, |e| e.pid),
+                closed_pid: close.map_or(0, |e| e.pid),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edge(range: u32, opened: bool, time_ns: u64, trigger: Trigger) -> RangeEdge {
+        RangeEdge { range, opened, time_ns, pid: 7, tid: 7, trigger: trigger as u32 }
+    }
+
+    #[test]
+    fn edges_pair_by_number_and_open_ranges_end_with_the_run() {
+        let edges = [
+            edge(2, true, 1_500, Trigger::CudaProfilerStart),
+            edge(1, true, 1_100, Trigger::CudaProfilerStart),
+            edge(1, false, 1_200, Trigger::CuProfilerStop),
+        ];
+        let ranges = pair(&edges, 1_000, 2_000);
+        assert_eq!(ranges.len(), 2);
+        assert_eq!((ranges[0].start_ns, ranges[0].end_ns, ranges[0].duration_ns), (100, 200, 100));
+        assert_eq!(ranges[0].closed_by, "cuProfilerStop");
+        assert_eq!((ranges[1].start_ns, ranges[1].end_ns), (500, 1_000));
+        assert_eq!(ranges[1].closed_by, "end of run");
+        let mut meta = RunMeta { capture: Some(Default::default()), ..RunMeta::default() };
+        meta.range_edges = edges.to_vec();
+        let capture = meta.capture(1_000, 2_000);
+        assert_eq!((capture.recorded_ns, capture.outside_ns), (600, 400));
+    }
+
+    #[test]
+    fn a_run_without_capture_is_one_range() {
+        let capture = RunMeta::default().capture(10, 110);
+        assert_eq!(capture.source, None);
+        assert_eq!(capture.ranges.len(), 1);
+        assert_eq!((capture.recorded_ns, capture.outside_ns), (100, 0));
+    }
+}
