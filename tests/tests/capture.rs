@@ -1,0 +1,190 @@
+//! Capture ranges (issue 38): the hooks record only inside the ranges the program marks, in
+//! every process of the tree, and count nothing outside them (neither recorded nor dropped).
+//! Each program makes known numbers of calls before, inside, between and after two ranges;
+//! `mlprof summary --json` must count exactly those inside, and list the ranges.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use mlprof_tests::*;
+
+/// Parent and child pwrite counts per phase of tests/programs/capture_ranges.c.
+const PARENT: [u64; 5] = [3, 5, 7, 11, 13];
+const CHILD: [u64; 5] = [2, 20, 2, 40, 2];
+
+/// `(opened_by, closed_by)` of each range of the summary.
+fn ranges(summary: &Summary) -> Vec<(String, String)> {
+    summary.json["ranges"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no ranges in the summary {}", summary.dump().display()))
+        .iter()
+        .map(|r| (r["opened_by"].as_str().unwrap().to_string(), r["closed_by"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+/// pwrite counts of the parent and its forked child.
+fn pwrites(summary: &Summary, program: &str) -> (u64, u64) {
+    let procs = summary.procs_with_cmdline(program);
+    let parent = procs.iter().find(|p| !p.describe().contains("fork")).map(|p| p.pid());
+    let count = |forked: bool| {
+        summary
+            .processes()
+            .iter()
+            .filter(|p| p.cmdline().contains(program) && (Some(p.pid()) == parent) != forked)
+            .map(|p| p.calls().count("pwrite"))
+            .sum::<u64>()
+    };
+    (count(false), count(true))
+}
+
+fn statuses(path: &Path) -> BTreeMap<String, i64> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(n, c)| (n.to_string(), c.trim().parse().unwrap()))
+        .collect()
+}
+
+/// Builds capture_ranges.c against the wheel's libcudart; `None` (skipped, said) without one.
+fn capture_program(dir: &TempDir) -> Option<String> {
+    let (cudart_dir, cudart) = nvidia_library(&["libcudart.so.13", "libcudart.so.12"])?;
+    let exe = dir.join("capture_ranges").display().to_string();
+    let source = tests_dir().join("programs").join("capture_ranges.c").display().to_string();
+    let (libdir, link, rpath) = (
+        format!("-L{}", cudart_dir.display()),
+        format!("-l:{cudart}"),
+        format!("-Wl,-rpath,{}", cudart_dir.display()),
+    );
+    gcc(&["-O1", "-pthread", "-U_FORTIFY_SOURCE", "-o", &exe, &source, &libdir, &link, &rpath]);
+    Some(exe)
+}
+
+/// Runs the program under `mlprof-collect OPTIONS`; returns the summary and the statuses the
+/// profiler calls returned.
+fn run_ranges(dir: &TempDir, exe: &str, name: &str, options: &[&str]) -> (Summary, BTreeMap<String, i64>) {
+    let sub = dir.join(name);
+    std::fs::create_dir_all(&sub).unwrap();
+    let out = sub.join("run.bin");
+    let o = run_collect(&out, options, &[exe, sub.to_str().unwrap()]);
+    assert!(o.status.success(), "mlprof-collect {options:?} failed\n{}", describe(&o));
+    let summary = Summary::load(&out);
+    summary.assert_clean();
+    (summary, statuses(&sub.join("status.txt")))
+}
+
+#[test]
+fn cuda_profiler_api_ranges_count_exactly_in_parent_and_forked_child() {
+    let dir = TempDir::new("capture-cuda");
+    let Some(exe) = capture_program(&dir) else { return };
+    // Without mlprof: what the real runtime returns (an error without a driver).
+    let bare = dir.join("bare");
+    std::fs::create_dir_all(&bare).unwrap();
+    let mut cmd = Command::new(&exe);
+    clean_env(&mut cmd).arg(&bare);
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{}", describe(&o));
+    let real = statuses(&bare.join("status.txt"));
+
+    // No capture option: everything, one range (the whole run), profiler calls change nothing.
+    let (whole, got) = run_ranges(&dir, &exe, "whole", &[]);
+    assert_eq!(got, real, "the profiler calls must return what the runtime returns");
+    assert_eq!(pwrites(&whole, "capture_ranges"), (PARENT.iter().sum(), CHILD.iter().sum()));
+    assert_eq!(ranges(&whole), [("start of run".to_string(), "end of run".to_string())]);
+    assert!(whole.json["capture"].is_null());
+
+    // stop (the default): the first range only.
+    for (name, options) in [
+        ("stop", &["--capture-range=cudaProfilerApi"][..]),
+        ("stop-explicit", &["--capture-range=cudaProfilerApi", "--capture-range-end=stop"][..]),
+        ("repeat1", &["--capture-range=cudaProfilerApi", "--capture-range-end=repeat:1"][..]),
+    ] {
+        let (summary, got) = run_ranges(&dir, &exe, name, options);
+        assert_eq!(got, real, "{name}: the profiler calls must return what the runtime returns");
+        assert_eq!(pwrites(&summary, "capture_ranges"), (PARENT[1], CHILD[1]), "{name}");
+        let pair = ("cudaProfilerStart".to_string(), "cudaProfilerStop".to_string());
+        assert_eq!(ranges(&summary), [pair], "{name}");
+        assert_eq!(summary.json["capture"]["source"], "cudaProfilerApi");
+        let (recorded, outside) = (
+            summary.json["capture"]["recorded_ns"].as_u64().unwrap(),
+            summary.json["capture"]["outside_ns"].as_u64().unwrap(),
+        );
+        assert!(recorded > 0 && outside > 0);
+        assert_eq!(recorded + outside, summary.json["duration_ns"].as_u64().unwrap());
+    }
+
+    // repeat and repeat:2: both ranges.
+    for (name, end) in [("repeat", "--capture-range-end=repeat"), ("repeat2", "--capture-range-end=repeat:2")]
+    {
+        let (summary, got) = run_ranges(&dir, &exe, name, &["--capture-range=cudaProfilerApi", end]);
+        assert_eq!(got, real);
+        assert_eq!(
+            pwrites(&summary, "capture_ranges"),
+            (PARENT[1] + PARENT[3], CHILD[1] + CHILD[3]),
+            "{name}"
+        );
+        assert_eq!(ranges(&summary).len(), 2, "{name}");
+    }
+
+    // ITT markers do not open a cudaProfilerApi run's ranges, nor the reverse: with
+    // --capture-range=itt this program (no ITT calls) records nothing of its calls.
+    let (itt, _) = run_ranges(&dir, &exe, "itt", &["--capture-range=itt"]);
+    assert_eq!(pwrites(&itt, "capture_ranges"), (0, 0));
+    assert_eq!(ranges(&itt), Vec::<(String, String)>::new());
+}
+
+#[test]
+fn itt_resume_pause_detach_ranges_count_exactly() {
+    if !require_python_modules(&["ittapi"]) {
+        return;
+    }
+    let dir = TempDir::new("capture-itt");
+    let python = python().display().to_string();
+    let script = script("capture_itt.py").display().to_string();
+    let writes = |summary: &Summary| -> u64 {
+        summary.procs_with_cmdline("capture_itt.py").iter().map(|p| p.calls().count("write")).sum()
+    };
+    for (name, options, expected, opened) in [
+        ("stop", &["--capture-range=itt"][..], 5, vec![("__itt_resume", "__itt_pause")]),
+        (
+            "repeat",
+            &["--capture-range=itt", "--capture-range-end=repeat"][..],
+            5 + 11,
+            vec![("__itt_resume", "__itt_pause"), ("__itt_resume", "__itt_detach")],
+        ),
+    ] {
+        let out = dir.join(format!("{name}.bin"));
+        let o = run_collect(&out, options, &[python.as_str(), script.as_str()]);
+        assert!(o.status.success(), "{}", describe(&o));
+        let summary = Summary::load(&out);
+        summary.assert_clean();
+        assert_eq!(writes(&summary), expected, "{name}: summary in {}", summary.dump().display());
+        let want: Vec<(String, String)> =
+            opened.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        assert_eq!(ranges(&summary), want, "{name}");
+        // The pause instant lies inside the range it closes, the resume inside the one it opens.
+        assert_eq!(summary.calls().count("itt_resume"), want.len() as u64, "{name}");
+    }
+}
+
+#[test]
+fn bad_capture_options_are_refused_with_a_reason() {
+    let dir = TempDir::new("capture-bad");
+    let out = dir.join("run.bin");
+    for (options, says) in [
+        (&["--capture-range=nvtx"][..], "expected cudaProfilerApi or itt"),
+        (&["--capture-range=itt", "--capture-range-end=repeat:0"][..], "repeat:N with N"),
+        (&["--capture-range-end=stop"][..], "needs --capture-range"),
+        (&["--capture-range=itt", "--delay=2"][..], "use one"),
+        (&["--delay=-1"][..], "seconds"),
+        (&["--duration=0"][..], "more than 0"),
+        (&["--steps=3-1", "--torch"][..], "1 ≤ A ≤ B"),
+        (&["--steps=1-3"][..], "--torch"),
+    ] {
+        let o = run_collect(&out, options, &["true"]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{options:?} must be refused\n{}", describe(&o));
+        assert!(stderr.contains(says), "{options:?}: {stderr}");
+    }
+}
