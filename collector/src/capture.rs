@@ -19,6 +19,8 @@ use crate::timebase;
 pub(crate) struct Capture {
     pub(crate) plan: CapturePlan,
     pub(crate) info: CaptureInfo,
+    /// `--delay` and `--duration` (from the delay's end), until [`Capture::arm`].
+    window: Option<(Duration, Option<Duration>)>,
     /// `--delay`: when the timer opens the range.
     open_at: Option<Instant>,
     /// `--duration`: when the timer closes it.
@@ -73,6 +75,7 @@ impl Capture {
         let mut capture = Capture {
             plan: CapturePlan::WHOLE_RUN,
             info: CaptureInfo::default(),
+            window: None,
             open_at: None,
             close_at: None,
         };
@@ -83,10 +86,8 @@ impl Capture {
             if duration == Some(0.0) {
                 return Err("--duration must be more than 0 seconds".into());
             }
-            let now = Instant::now();
             capture.plan = CapturePlan { source: CaptureSource::Time, limit: 1, paused: delay > 0.0 };
-            capture.open_at = (delay > 0.0).then(|| now + Duration::from_secs_f64(delay));
-            capture.close_at = duration.map(|d| now + Duration::from_secs_f64(delay + d));
+            capture.window = Some((Duration::from_secs_f64(delay), duration.map(Duration::from_secs_f64)));
             capture.info.delay_ns = (delay * 1e9) as u64;
             capture.info.duration_ns = duration.map_or(0, |d| (d * 1e9) as u64);
         } else if let Some((first, last)) = args.steps {
@@ -124,6 +125,16 @@ impl Capture {
             writer.write_range_edge(&collector_edge(1, true, start_ns, trigger))?;
         }
         Ok(())
+    }
+
+    /// Starts the `--delay`/`--duration` timer: when the command is launched, or when an
+    /// attached collector starts serving.
+    pub(crate) fn arm(&mut self) {
+        if let Some((delay, duration)) = self.window.take() {
+            let now = Instant::now();
+            self.open_at = (!delay.is_zero()).then(|| now + delay);
+            self.close_at = duration.map(|d| now + delay + d);
+        }
     }
 
     /// The timer: flips the gate when `--delay` or `--duration` ran out, and writes the edge.

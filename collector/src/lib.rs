@@ -234,6 +234,7 @@ impl Collector {
             }
         };
         let child_pid = child.id();
+        capture.arm();
         drainer.watch_launched(child_pid);
         let mut since = Instant::now();
         let status = loop {
@@ -277,6 +278,7 @@ impl Collector {
             eprintln!("mlprof-collect: session '{session}' ready");
         }
         let mut since = Instant::now();
+        capture.arm();
         while !launch::termination_requested() {
             let wake = drain(drainer, sampler, cpu, capture)?;
             pause(drainer, wake, &mut since, capture);

@@ -188,3 +188,31 @@ fn bad_capture_options_are_refused_with_a_reason() {
         assert!(stderr.contains(says), "{options:?}: {stderr}");
     }
 }
+
+#[test]
+fn delay_and_duration_record_one_window_of_a_paced_writer() {
+    // 25 ms between writes for 2.5 s; the window is 0.6 s long, from 0.5 s: 24 writes, give
+    // or take one (where the window's edges fall between two writes).
+    const PACE_MS: u64 = 25;
+    let dir = TempDir::new("capture-time");
+    let exe = compile("paced_writer", &dir);
+    let out = dir.join("run.bin");
+    let o =
+        run_collect(&out, &["--delay=0.5", "--duration=0.6"], &[exe.as_str(), &PACE_MS.to_string(), "100"]);
+    assert!(o.status.success(), "{}", describe(&o));
+    let summary = Summary::load(&out);
+    summary.assert_clean();
+    let writes = summary.calls().count("pwrite");
+    let expected = 600 / PACE_MS;
+    assert!(
+        (expected - 1..=expected + 1).contains(&writes),
+        "{writes} writes in the window, expected {expected} ± 1; summary in {}",
+        summary.dump().display()
+    );
+    assert_eq!(ranges(&summary), [("delay".to_string(), "duration".to_string())]);
+    let range = &summary.json["ranges"][0];
+    let (start, length) = (range["start_ns"].as_u64().unwrap(), range["duration_ns"].as_u64().unwrap());
+    assert!((500_000_000..560_000_000).contains(&start), "range starts at {start} ns");
+    assert!((590_000_000..660_000_000).contains(&length), "range lasts {length} ns");
+    assert_eq!(summary.json["capture"]["source"], "time");
+}
