@@ -216,3 +216,87 @@ fn delay_and_duration_record_one_window_of_a_paced_writer() {
     assert!((590_000_000..660_000_000).contains(&length), "range lasts {length} ns");
     assert_eq!(summary.json["capture"]["source"], "time");
 }
+
+#[test]
+fn wheel_start_stop_and_capture_mark_ranges_and_do_nothing_without_a_collector() {
+    let dir = TempDir::new("capture-api");
+    let python = python().display().to_string();
+    let script = script("capture_api.py").display().to_string();
+    // The wheel's package from the source tree (tests/tests/wheel.rs installs the built wheel).
+    let package = workspace_root().join("wheel").join("python").display().to_string();
+    let env = [("PYTHONPATH", package.as_str())];
+    let writes = |summary: &Summary| -> u64 {
+        summary.procs_with_cmdline("capture_api.py").iter().map(|p| p.calls().count("write")).sum()
+    };
+
+    let out = dir.join("repeat.bin");
+    let options = ["--capture-range=itt", "--capture-range-end=repeat"];
+    let o = run_collect_env(&out, &options, &[python.as_str(), script.as_str()], &env, default_timeout());
+    assert!(o.status.success(), "{}", describe(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "True True False");
+    let summary = Summary::load(&out);
+    summary.assert_clean();
+    assert_eq!(writes(&summary), 5 + 11, "summary in {}", summary.dump().display());
+    let pair = ("mlprof.start".to_string(), "mlprof.stop".to_string());
+    assert_eq!(ranges(&summary), [pair.clone(), pair]);
+
+    // Another source: the calls change nothing and nothing of the job is recorded.
+    let out = dir.join("cuda.bin");
+    let options = ["--capture-range=cudaProfilerApi"];
+    let o = run_collect_env(&out, &options, &[python.as_str(), script.as_str()], &env, default_timeout());
+    assert!(o.status.success(), "{}", describe(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "False False False");
+    assert_eq!(writes(&Summary::load(&out)), 0);
+
+    // No collector: no-ops.
+    let mut cmd = Command::new(&python);
+    clean_env(&mut cmd).arg(&script).env("PYTHONPATH", &package);
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{}", describe(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "False False False");
+}
+
+#[test]
+fn torch_steps_record_exactly_the_steps_asked_for() {
+    if !require_torch() {
+        return;
+    }
+    let dir = TempDir::new("capture-steps");
+    let python = python().display().to_string();
+    let script = script("capture_steps.py").display().to_string();
+    let writes = |summary: &Summary| -> u64 {
+        summary.procs_with_cmdline("capture_steps.py").iter().map(|p| p.calls().count("write")).sum()
+    };
+    // Step 1 runs from the job's start: its writes are the whole run's less those of steps 3
+    // to 8 and the 7 after the loop (the interpreter may write before the script runs).
+    let whole_out = dir.join("whole.bin");
+    let whole = [python.as_str(), script.as_str(), "8"];
+    let o = run_collect_env(&whole_out, &["--torch"], &whole, &[], default_timeout());
+    assert!(o.status.success(), "{}", describe(&o));
+    let first_two = writes(&Summary::load(&whole_out)) - (3..=8).sum::<u64>() - 7;
+    assert!(first_two >= 5 + 1 + 2);
+    // Step k makes k writes before its optimizer.step().
+    for (steps, expected) in [("3-5", 3 + 4 + 5), ("1-2", first_two), ("8-8", 8)] {
+        let out = dir.join(format!("steps-{steps}.bin"));
+        let options = ["--torch", "--steps", steps];
+        let o =
+            run_collect_env(&out, &options, &[python.as_str(), script.as_str(), "8"], &[], default_timeout());
+        assert!(o.status.success(), "{}", describe(&o));
+        assert!(
+            !String::from_utf8_lossy(&o.stderr).contains("--torch hook"),
+            "the hook warned\n{}",
+            describe(&o)
+        );
+        let summary = Summary::load(&out);
+        summary.assert_clean();
+        assert_eq!(writes(&summary), expected, "--steps {steps}: summary in {}", summary.dump().display());
+        assert_eq!(ranges(&summary), [("steps".to_string(), "steps".to_string())], "--steps {steps}");
+        // The optimizer.step spans of the steps inside the range, and only those.
+        let (first, last) = steps.split_once('-').unwrap();
+        let count = last.parse::<u64>().unwrap() - first.parse::<u64>().unwrap() + 1;
+        let spans = summary.json["spans"].as_array().unwrap();
+        let optimizer_steps =
+            spans.iter().find(|s| s["name"] == "optimizer.step").map_or(0, |s| s["count"].as_u64().unwrap());
+        assert_eq!(optimizer_steps, count, "--steps {steps}");
+    }
+}
