@@ -41,7 +41,7 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
     EnvOption {
         name: "MLPROF_STEPS",
         read_by: ReadBy::TorchHook,
-        default: "",
+        default: "(unset: every step)",
         meaning: "A-B (set by --steps): under --torch, open the capture range when step A begins and close it when step B's optimizer.step() returns",
     },
     EnvOption {
