@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 use mlprof_tests::*;
+use serde_json::Value;
 
 /// Parent and child pwrite counts per phase of tests/programs/capture_ranges.c.
 const PARENT: [u64; 5] = [3, 5, 7, 11, 13];
@@ -74,6 +75,54 @@ fn run_ranges(dir: &TempDir, exe: &str, name: &str, options: &[&str]) -> (Summar
     (summary, statuses(&sub.join("status.txt")))
 }
 
+/// `mlprof convert`'s track of ranges and `mlprof export`'s `ranges` table hold the summary's
+/// ranges (the Parquet table read with duckdb, when the test Python has it).
+fn traced_and_exported_ranges(summary: &Summary, dir: &TempDir) {
+    let want: Vec<Value> = summary.json["ranges"].as_array().unwrap().clone();
+    let trace = convert_trace(&summary.run_bin);
+    let slices: Vec<&Value> =
+        trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "mlprof.capture").collect();
+    assert_eq!(slices.len(), want.len(), "range slices in the trace");
+    for (slice, range) in slices.iter().zip(&want) {
+        assert_eq!(slice["name"], format!("range {}", range["number"]));
+        assert_eq!(slice["args"]["opened_by"], range["opened_by"]);
+        assert_eq!(slice["args"]["closed_by"], range["closed_by"]);
+    }
+    if !require_python_modules(&["duckdb"]) {
+        return;
+    }
+    let out = dir.join("parquet");
+    let mut c = Command::new(&bins().mlprof);
+    c.args(["export", "--parquet", out.to_str().unwrap(), summary.run_bin.to_str().unwrap()]);
+    let o = output_with_timeout(c, default_timeout());
+    assert!(o.status.success(), "mlprof export failed\n{}", describe(&o));
+    let query = format!(
+        "import duckdb, json\n\
+         rows = duckdb.sql(\"select number, source, duration_ns, opened_by, closed_by \
+         from read_parquet('{}/ranges/**/*.parquet', hive_partitioning=true) order by number\").fetchall()\n\
+         print(json.dumps(rows))",
+        out.display()
+    );
+    let mut c = Command::new(python());
+    c.args(["-c", &query]);
+    let o = output_with_timeout(c, default_timeout());
+    assert!(o.status.success(), "duckdb query failed\n{}", describe(&o));
+    let rows: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let expected: Vec<Value> = want
+        .iter()
+        .map(|r| {
+            serde_json::json!([
+                r["number"],
+                "cudaProfilerApi",
+                r["duration_ns"],
+                r["opened_by"],
+                r["closed_by"]
+            ])
+        })
+        .collect();
+    assert_eq!(rows, Value::Array(expected));
+}
+
 #[test]
 fn cuda_profiler_api_ranges_count_exactly_in_parent_and_forked_child() {
     let dir = TempDir::new("capture-cuda");
@@ -125,6 +174,9 @@ fn cuda_profiler_api_ranges_count_exactly_in_parent_and_forked_child() {
             "{name}"
         );
         assert_eq!(ranges(&summary).len(), 2, "{name}");
+        if name == "repeat" {
+            traced_and_exported_ranges(&summary, &dir);
+        }
     }
 
     // ITT markers do not open a cudaProfilerApi run's ranges, nor the reverse: with
