@@ -88,6 +88,14 @@ fn traced_and_exported_ranges(summary: &Summary, dir: &TempDir) {
         assert_eq!(slice["args"]["opened_by"], range["opened_by"]);
         assert_eq!(slice["args"]["closed_by"], range["closed_by"]);
     }
+    // The HTML report says how much of the job the ranges hold.
+    let html = dir.join("report.html");
+    mlprof_ok(&["report", summary.run_bin.to_str().unwrap(), "-o", html.to_str().unwrap()]);
+    let page = std::fs::read_to_string(&html).unwrap();
+    let recorded = summary.json["capture"]["recorded_ns"].as_u64().unwrap();
+    assert!(page.contains(&format!(
+        r#"data-k="capture_recorded_ns" data-v="{recorded}">Capture ranges (cudaProfilerApi)"#
+    )));
     if !require_python_modules(&["duckdb"]) {
         return;
     }
