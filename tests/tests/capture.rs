@@ -360,3 +360,28 @@ fn torch_steps_record_exactly_the_steps_asked_for() {
         assert_eq!(optimizer_steps, count, "--steps {steps}");
     }
 }
+
+#[test]
+fn cpu_samples_follow_the_ranges() {
+    // A Python loop spinning 1.5 s on one thread, sampled at 499 Hz: the whole run holds ~750
+    // samples; a 0.4 s window from 0.5 s ~200. The sampler runs throughout; the reports keep
+    // the samples inside the ranges.
+    let dir = TempDir::new("capture-samples");
+    let out = dir.join("run.bin");
+    let python = python().display().to_string();
+    let spin = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 1.5:\n    pass\n";
+    let options = ["--sample", "--delay=0.5", "--duration=0.4"];
+    let o = run_collect(&out, &options, &[python.as_str(), "-c", spin]);
+    assert!(o.status.success(), "{}", describe(&o));
+    if String::from_utf8_lossy(&o.stderr).contains("no CPU samples") {
+        skip("the kernel refused perf_event_open here");
+        return;
+    }
+    let o = mlprof_ok(&["hotspots", "--json", out.to_str().unwrap()]);
+    let hotspots: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let samples = hotspots["samples"].as_u64().unwrap();
+    assert!((100..=300).contains(&samples), "{samples} samples in a 0.4 s window at 499 Hz");
+    let by_span: u64 =
+        hotspots["spans"].as_array().unwrap().iter().map(|s| s["samples"].as_u64().unwrap()).sum();
+    assert_eq!(by_span, samples, "the spans hold the samples of the ranges only");
+}

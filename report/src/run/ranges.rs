@@ -4,8 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use mlprof_format::range::RangeEdge;
+use mlprof_format::gpu::{ACTIVITY_LINK, GpuActivity};
+use mlprof_format::range::{CaptureInfo, RangeEdge};
 use mlprof_format::ring::{CaptureSource, Trigger};
+use mlprof_format::sample::CpuSample;
 
 use super::RunMeta;
 
@@ -75,6 +77,59 @@ impl RunMeta {
     }
 }
 
+/// The ranges as absolute intervals (CLOCK_MONOTONIC ns), for what the process does not gate
+/// itself and the reports filter when they read it: GPU activities (CUPTI hands them over
+/// late, buffered: a kernel launched inside a range may run and be flushed after its close)
+/// and CPU samples (the collector's sampler). `None`: no capture option, everything is kept.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Window(Option<Vec<(u64, u64)>>);
+
+impl Window {
+    /// The window of a run that has `capture` and `edges` and spans `start..end`.
+    pub(crate) fn new(capture: Option<&CaptureInfo>, edges: &[RangeEdge], start: u64, end: u64) -> Window {
+        if capture.is_none() {
+            return Window(None);
+        }
+        let end = edges.iter().map(|e| e.time_ns).fold(end, u64::max);
+        Window(Some(pair(edges, start, end).iter().map(|r| (start + r.start_ns, start + r.end_ns)).collect()))
+    }
+
+    /// Whether something from `start` lasting `dur` ns falls in a range (an instant: `dur` 0).
+    pub(crate) fn overlaps(&self, start: u64, dur: u64) -> bool {
+        let Some(ranges) = &self.0 else { return true };
+        let end = start.saturating_add(dur);
+        ranges.iter().any(|&(a, b)| start < b.max(a + 1) && end >= a)
+    }
+
+    /// Keeps the GPU activities that ran, at least partly, inside a range (and every link of a
+    /// call to its work: the call decides, by being recorded or not).
+    pub(crate) fn keep_gpu(&self, records: &mut Vec<GpuActivity>) {
+        if self.0.is_some() {
+            records.retain(|r| r.what == ACTIVITY_LINK || self.overlaps(r.start, r.dur));
+        }
+    }
+
+    /// Keeps the CPU samples taken inside a range.
+    pub(crate) fn keep_samples(&self, samples: &mut Vec<CpuSample>) {
+        if self.0.is_some() {
+            samples.retain(|s| self.overlaps(s.time_ns, 0));
+        }
+    }
+}
+
+impl RunMeta {
+    /// The run's [`Window`].
+    pub(crate) fn window(&self) -> Window {
+        let start = self.info.start_mono_ns;
+        Window::new(
+            self.capture.as_ref(),
+            &self.range_edges,
+            start,
+            self.end.as_ref().map_or(start, |e| e.end_ns),
+        )
+    }
+}
+
 /// Edges paired by range number: an open edge with no close ends with the run, a close with
 /// no open (its edge lost) starts with it.
 fn pair(edges: &[RangeEdge], run_start: u64, run_end: u64) -> Vec<Range> {
@@ -134,6 +189,25 @@ mod tests {
         meta.range_edges = edges.to_vec();
         let capture = meta.capture(1_000, 2_000);
         assert_eq!((capture.recorded_ns, capture.outside_ns), (600, 400));
+    }
+
+    #[test]
+    fn the_window_keeps_what_falls_in_a_range() {
+        let edges = [edge(1, true, 1_100, Trigger::Delay), edge(1, false, 1_200, Trigger::Duration)];
+        let window = Window::new(Some(&CaptureInfo::default()), &edges, 1_000, 2_000);
+        assert!(window.overlaps(1_150, 0) && window.overlaps(1_050, 60) && window.overlaps(1_199, 500));
+        assert!(!window.overlaps(1_050, 10) && !window.overlaps(1_200, 0) && !window.overlaps(1_900, 5));
+        let mut samples: Vec<CpuSample> = [1_099, 1_100, 1_150, 1_250]
+            .map(|time_ns| CpuSample { time_ns, ..CpuSample::default() })
+            .to_vec();
+        window.keep_samples(&mut samples);
+        assert_eq!(samples.iter().map(|s| s.time_ns).collect::<Vec<_>>(), [1_100, 1_150]);
+        let gpu = |start, what| GpuActivity { start, dur: 10, what, ..GpuActivity::default() };
+        let mut records = vec![gpu(1_000, 0), gpu(1_195, 0), gpu(1_500, ACTIVITY_LINK), gpu(1_500, 0)];
+        window.keep_gpu(&mut records);
+        assert_eq!(records.iter().map(|r| r.start).collect::<Vec<_>>(), [1_195, 1_500]);
+        // No capture: everything.
+        assert!(Window::new(None, &edges, 1_000, 2_000).overlaps(1_900, 0));
     }
 
     #[test]

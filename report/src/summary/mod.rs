@@ -146,6 +146,8 @@ impl Summary {
             ..Tally::default()
         };
         let mut reader = run::open(path)?;
+        // What the processes do not gate themselves follows the capture ranges here.
+        let window = meta.window();
         while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
             match frame {
                 Frame::Events(events) => {
@@ -155,7 +157,10 @@ impl Summary {
                     }
                 }
                 Frame::EventSites(sites) => tally.sites.sites(&meta, &sites),
-                Frame::GpuActivity(records) => tally.timeline.add(&records),
+                Frame::GpuActivity(mut records) => {
+                    window.keep_gpu(&mut records);
+                    tally.timeline.add(&records);
+                }
                 _ => {}
             }
         }
