@@ -385,3 +385,70 @@ fn cpu_samples_follow_the_ranges() {
         hotspots["spans"].as_array().unwrap().iter().map(|s| s["samples"].as_u64().unwrap()).sum();
     assert_eq!(by_span, samples, "the spans hold the samples of the ranges only");
 }
+
+#[test]
+fn attach_mode_serves_the_capture_ranges() {
+    let dir = TempDir::new("capture-attach");
+    let Some(exe) = capture_program(&dir) else { return };
+    let session = unique_session("capture");
+    let out = dir.join("run.bin");
+    let options = ["--capture-range=cudaProfilerApi", "--capture-range-end=repeat:2"];
+    let mut collector = AttachCollector::start_with_args(&out, &session, &options);
+    let run_dir = dir.join("attached");
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let mut c = preloaded_command(&exe, &session);
+    c.arg(&run_dir);
+    let o = output_with_timeout(c, default_timeout());
+    assert!(o.status.success(), "{}", describe(&o));
+    collector.stop_ok();
+    let summary = Summary::load(&out);
+    summary.assert_clean();
+    assert_eq!(pwrites(&summary, "capture_ranges"), (PARENT[1] + PARENT[3], CHILD[1] + CHILD[3]));
+    assert_eq!(ranges(&summary).len(), 2);
+}
+
+/// Sends `command` to the script and waits for its "ok".
+fn ask(child: &mut std::process::Child, out: &mut impl std::io::BufRead, command: &str) {
+    use std::io::Write;
+    writeln!(child.stdin.as_mut().unwrap(), "{command}").unwrap();
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ok", "answer to {command:?}");
+}
+
+#[test]
+fn a_process_paused_when_its_collector_ends_joins_the_sessions_next_collector() {
+    if !require_python_modules(&["ittapi"]) {
+        return;
+    }
+    let dir = TempDir::new("capture-next");
+    let session = unique_session("next");
+    let (first, second) = (dir.join("first.bin"), dir.join("second.bin"));
+    let mut collector = AttachCollector::start_with_args(&first, &session, &["--capture-range=itt"]);
+    let script = script("capture_attach.py").display().to_string();
+    let mut c = preloaded_command(python(), &session);
+    c.env("INTEL_LIBITTNOTIFY64", &bins().preload).args([script.as_str(), dir.file("w.dat").as_str()]);
+    c.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut answers = std::io::BufReader::new(child.stdout.take().unwrap());
+    for command in ["write 3", "resume", "write 5", "pause", "write 7"] {
+        ask(&mut child, &mut answers, command);
+    }
+    collector.stop_ok();
+    // Its writes inside the range: the 5, and the answers to `resume` and `write 5`.
+    let summary = Summary::load(&first);
+    let writes = |s: &Summary| -> u64 {
+        s.procs_with_cmdline("capture_attach.py").iter().map(|p| p.calls().count("write")).sum()
+    };
+    assert_eq!(writes(&summary), 5 + 2);
+    assert_eq!(ranges(&summary), [("__itt_resume".to_string(), "__itt_pause".to_string())]);
+    // The next collector of the session (no capture option) gets the process back: paused on
+    // a ring whose collector had gone, it would pass every call through for good.
+    let mut next = AttachCollector::start(&second, &session);
+    ask(&mut child, &mut answers, "pace 40");
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    next.stop_ok();
+    let joined = writes(&Summary::load(&second));
+    assert!(joined >= 20, "{joined} of the 40 paced writes recorded by the next collector");
+}
