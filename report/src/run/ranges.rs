@@ -109,6 +109,16 @@ impl Window {
         }
     }
 
+    /// The parts of `from..to` inside the ranges (all of it without a capture option).
+    pub(crate) fn spans(&self, from: u64, to: u64) -> Vec<(u64, u64)> {
+        match &self.0 {
+            None => vec![(from, to)],
+            Some(ranges) => {
+                ranges.iter().map(|&(a, b)| (a.max(from), b.min(to))).filter(|(a, b)| a < b).collect()
+            }
+        }
+    }
+
     /// Keeps the CPU samples taken inside a range.
     pub(crate) fn keep_samples(&self, samples: &mut Vec<CpuSample>) {
         if self.0.is_some() {
@@ -206,8 +216,10 @@ mod tests {
         let mut records = vec![gpu(1_000, 0), gpu(1_195, 0), gpu(1_500, ACTIVITY_LINK), gpu(1_500, 0)];
         window.keep_gpu(&mut records);
         assert_eq!(records.iter().map(|r| r.start).collect::<Vec<_>>(), [1_195, 1_500]);
+        assert_eq!(window.spans(1_150, 2_000), [(1_150, 1_200)]);
         // No capture: everything.
         assert!(Window::new(None, &edges, 1_000, 2_000).overlaps(1_900, 0));
+        assert_eq!(Window::new(None, &edges, 1_000, 2_000).spans(1_000, 2_000), [(1_000, 2_000)]);
     }
 
     #[test]
