@@ -82,6 +82,28 @@ mod tests {
     }
 
     #[test]
+    fn capture_and_range_edge_frames_round_trip() {
+        use crate::range::{CaptureInfo, RangeEdge};
+        let info = CaptureInfo { source: 1, limit: 2, paused: true, steps: (3, 5), ..Default::default() };
+        let edge = RangeEdge { range: 2, opened: true, time_ns: 99, pid: 7, tid: 8, trigger: 5 };
+        let mut w = RunWriter::new(Vec::new(), &RunInfo::default()).unwrap();
+        w.write_capture(&info).unwrap();
+        w.write_range_edge(&edge).unwrap();
+        let bytes = w.finish(&RunEnd::default()).unwrap();
+        let mut r = RunReader::new(&bytes[..]).unwrap();
+        let (mut got_info, mut got_edge) = (None, None);
+        while let Some(frame) = r.next_frame().unwrap() {
+            match frame {
+                Frame::Capture(i) => got_info = Some(i),
+                Frame::RangeEdge(e) => got_edge = Some(e),
+                _ => {}
+            }
+        }
+        assert_eq!((got_info, got_edge), (Some(info), Some(edge)));
+        assert_eq!(r.skipped_frames(), 0);
+    }
+
+    #[test]
     fn round_trip() {
         let bytes = sample_file();
         let mut r = RunReader::new(&bytes[..]).unwrap();
