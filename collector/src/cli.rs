@@ -113,10 +113,47 @@ pub(crate) struct Args {
     #[arg(long, value_name = "HZ", num_args = 0..=1, default_missing_value = "499", require_equals = true,
           value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub(crate) sample: Option<u32>,
+    /// Record only between the program's own markers (the job starts outside a range):
+    /// `cudaProfilerApi`: between cudaProfilerStart and cudaProfilerStop (or the driver's
+    /// cuProfilerStart/cuProfilerStop; torch.cuda.profiler.start()/stop()), whatever the real
+    /// call returns; `itt`: between ITT __itt_resume and __itt_pause/__itt_detach (ittapi's
+    /// itt.resume()/pause()/detach(), torch.profiler.itt, C code) or the wheel's
+    /// mlprof.start()/stop(). Every process of the tree follows at once; outside a range the
+    /// hooks pass straight through (calls there are neither recorded nor dropped).
+    #[arg(long, value_name = "SOURCE", value_parser = parse_capture_range)]
+    pub(crate) capture_range: Option<mlprof_format::ring::CaptureSource>,
+    /// With --capture-range: `stop` (the default) records the first range only; `repeat`
+    /// every range; `repeat:N` the first N ranges (later markers are ignored).
+    #[arg(long, value_name = "stop|repeat[:N]", value_parser = crate::capture::parse_range_end)]
+    pub(crate) capture_range_end: Option<u32>,
+    /// Start recording SECONDS after the launch (attach mode: after the collector starts); the
+    /// job runs unprofiled until then.
+    #[arg(long, value_name = "SECONDS", value_parser = crate::capture::parse_seconds)]
+    pub(crate) delay: Option<f64>,
+    /// Stop recording SECONDS after it started (after --delay); the job goes on unprofiled and
+    /// the launcher still waits for it and exits with its status.
+    #[arg(long, value_name = "SECONDS", value_parser = crate::capture::parse_seconds)]
+    pub(crate) duration: Option<f64>,
+    /// With --torch: record training steps A to B (1-based), counted by the main process's
+    /// completed optimizer.step() calls: step k runs from the return of step k-1's
+    /// optimizer.step() (the job's start for k = 1) to the return of its own. DataLoader
+    /// workers and every other process follow the main process's range.
+    #[arg(long, value_name = "A-B", value_parser = crate::capture::parse_steps)]
+    pub(crate) steps: Option<(u32, u32)>,
     /// Print nothing but errors.
     #[arg(long, short)]
     pub(crate) quiet: bool,
     /// The command to run (launcher mode); none = attach mode.
     #[arg(last = true)]
     pub(crate) command: Vec<String>,
+}
+
+/// `--capture-range`: `cudaProfilerApi` or `itt` (Nsight Systems' spelling; any case).
+fn parse_capture_range(value: &str) -> Result<mlprof_format::ring::CaptureSource, String> {
+    use mlprof_format::ring::CaptureSource;
+    match value.to_ascii_lowercase().as_str() {
+        "cudaprofilerapi" => Ok(CaptureSource::CudaProfilerApi),
+        "itt" => Ok(CaptureSource::Itt),
+        _ => Err(format!("'{value}': expected cudaProfilerApi or itt")),
+    }
 }

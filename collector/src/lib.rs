@@ -5,6 +5,7 @@
 //! calls it, and so does the `mlprof-collect` of the Python wheel (crate `wheel/`), which then
 //! reuses this crate as compiled by `cargo build --release` instead of compiling it again.
 
+mod capture;
 mod cli;
 mod drain;
 mod energy;
@@ -85,6 +86,8 @@ struct Collector {
     sampler: Option<energy::Sampler>,
     /// CPU samples (`--sample`), once the launched child is attached.
     cpu: Option<sample::Recording>,
+    /// Capture ranges: the plan and the `--delay`/`--duration` timer.
+    capture: capture::Capture,
     started: Instant,
 }
 
@@ -110,6 +113,7 @@ impl Collector {
                     .into(),
             );
         }
+        let capture = capture::Capture::from_args(&args, torch, launching)?;
         let session = session_name(&args)?;
         let shm_dir = segment::shm_dir();
         let shm_name = shm_name(launching, &session, &shm_dir, args.quiet)?;
@@ -134,7 +138,14 @@ impl Collector {
             eprintln!("mlprof-collect: warning: {note}");
         }
         let check_period = timebase.ticks_for_ns(100_000_000);
-        let segment = match Segment::create(&shm_dir, &shm_name, &plan, timebase.source(), check_period) {
+        let segment = match Segment::create(
+            &shm_dir,
+            &shm_name,
+            &plan,
+            timebase.source(),
+            check_period,
+            capture.plan,
+        ) {
             Ok(segment) => segment,
             Err(e) => {
                 // Safety: geteuid cannot fail.
@@ -149,6 +160,7 @@ impl Collector {
         };
         let info = run_info(&args, &session, &timebase, plan.geometry);
         let writer = create_run_file(&args.out, &info)
+            .and_then(|mut w| capture.write_start(&mut w, info.start_mono_ns).map(|()| w))
             .map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;
         let drainer = Drainer::new(segment, timebase, writer, args.quiet);
         let sampler = (!args.no_energy).then(|| energy::Sampler::start(energy_config(&args)));
@@ -164,6 +176,7 @@ impl Collector {
             drainer,
             sampler,
             cpu: None,
+            capture,
             started,
         }))
     }
@@ -181,12 +194,15 @@ impl Collector {
     /// Launcher mode: runs the command, drains while it runs and, for up to `--linger-ms`,
     /// while threads it left behind still record.
     fn serve_launched(&mut self, preload: &Path) -> Result<u8, String> {
-        let Collector { args, session, torch, shm_path, drainer, sampler, cpu, .. } = self;
+        let Collector { args, session, torch, shm_path, drainer, sampler, cpu, capture, .. } = self;
         let torch_hook = if *torch { Some(torch_hook::TorchHook::create()?) } else { None };
         let mut extra_env: Vec<(&str, std::ffi::OsString)> =
             torch_hook.iter().map(|hook| ("PYTHONPATH", hook.python_path())).collect();
         if args.torch_shapes {
             extra_env.push(("MLPROF_TORCH_SHAPES", "1".into()));
+        }
+        if let Some((first, last)) = args.steps {
+            extra_env.push(("MLPROF_STEPS", format!("{first}-{last}").into()));
         }
         if args.all_syscalls {
             extra_env.push(("MLPROF_ALL_SYSCALLS", "1".into()));
@@ -212,6 +228,7 @@ impl Collector {
             }
         };
         let child_pid = child.id();
+        capture.arm();
         drainer.watch_launched(child_pid);
         let mut since = Instant::now();
         let status = loop {
@@ -221,18 +238,18 @@ impl Collector {
                 drainer.stop_offering_lanes();
                 drainer.launched_reaped();
             }
-            let wake = drain(drainer, sampler, cpu)?;
+            let wake = drain(drainer, sampler, cpu, capture)?;
             if let Some(status) = exited {
                 break status;
             }
             launch::forward_termination(child_pid);
-            pause(drainer, wake, &mut since);
+            pause(drainer, wake, &mut since, capture);
         };
         // Children the command left behind (or that are still exiting) get a grace period.
         let deadline = Instant::now() + Duration::from_millis(args.linger_ms);
         while Instant::now() < deadline && drainer.has_live_lanes() {
-            let wake = drain(drainer, sampler, cpu)?;
-            pause(drainer, wake, &mut since);
+            let wake = drain(drainer, sampler, cpu, capture)?;
+            pause(drainer, wake, &mut since, capture);
         }
         drop(torch_hook);
         let (code, signal) = launch::describe(status);
@@ -243,7 +260,7 @@ impl Collector {
     /// Attach mode: serves the session until SIGINT or SIGTERM; with `--sample`, samples each
     /// process that joins it.
     fn serve_session(&mut self) -> Result<u8, String> {
-        let Collector { args, session, drainer, sampler, cpu, .. } = self;
+        let Collector { args, session, drainer, sampler, cpu, capture, .. } = self;
         if let Some(hz) = args.sample {
             match sample::Recording::serve(hz) {
                 Ok(recording) => {
@@ -267,9 +284,10 @@ impl Collector {
             eprintln!("mlprof-collect: session '{session}' ready");
         }
         let mut since = Instant::now();
+        capture.arm();
         while !launch::termination_requested() {
-            let wake = drain(drainer, sampler, cpu)?;
-            pause(drainer, wake, &mut since);
+            let wake = drain(drainer, sampler, cpu, capture)?;
+            pause(drainer, wake, &mut since, capture);
         }
         Ok(0)
     }
@@ -415,7 +433,11 @@ fn drain(
     drainer: &mut Drainer,
     sampler: &mut Option<energy::Sampler>,
     cpu: &mut Option<sample::Recording>,
+    capture: &mut capture::Capture,
 ) -> Result<u32, String> {
+    let header = drainer.segment().view().header() as *const mlprof_format::ring::RingHeader;
+    // Safety: the header lies in the segment's mapping, which outlives this call.
+    capture.tick(unsafe { &*header }, drainer.writer_mut()).map_err(|e| e.to_string())?;
     let wake = drainer.segment().wake_count();
     drainer.drain_once().map_err(|e| e.to_string())?;
     if let Some(sampler) = sampler {
@@ -493,9 +515,10 @@ fn energy_config(args: &Args) -> energy::EnergyConfig {
 /// the previous sleep, as before, divided them by this pass's few microseconds: the rate came
 /// out hundreds of times too high and a collector at a thousand calls a second slept 20 ms,
 /// not 100.)
-fn pause(drainer: &Drainer, wake: u32, since: &mut Instant) {
+fn pause(drainer: &Drainer, wake: u32, since: &mut Instant, capture: &capture::Capture) {
     let now = Instant::now();
-    let sleep = drainer.next_sleep(now.duration_since(*since));
+    let mut sleep = drainer.next_sleep(now.duration_since(*since));
+    sleep = capture.until_next().map_or(sleep, |next| sleep.min(next));
     *since = now;
     drainer.segment().sleep(wake, sleep);
 }

@@ -13,6 +13,7 @@ const FILES: &[(&str, &str)] = &[
     ("mlprof_torch/itt.py", include_str!("../../python/mlprof_torch/itt.py")),
     ("mlprof_torch/hooks.py", include_str!("../../python/mlprof_torch/hooks.py")),
     ("mlprof_torch/shapes.py", include_str!("../../python/mlprof_torch/shapes.py")),
+    ("mlprof_torch/steps.py", include_str!("../../python/mlprof_torch/steps.py")),
 ];
 
 /// The hook's directory for one run; removed on drop.

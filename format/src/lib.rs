@@ -26,6 +26,7 @@ pub mod energy;
 pub mod func;
 pub mod gpu;
 pub mod options;
+pub mod range;
 pub mod rank;
 pub mod record;
 pub mod ring;

@@ -39,6 +39,12 @@ pub const ENV_OPTIONS: &[EnvOption] = &[
         meaning: "1 (set by --torch-shapes): under --torch, also record each op's input shapes and dtypes (markers in domain mlprof.shapes)",
     },
     EnvOption {
+        name: "MLPROF_STEPS",
+        read_by: ReadBy::TorchHook,
+        default: "(unset: every step)",
+        meaning: "A-B (set by --steps): under --torch, open the capture range when step A begins and close it when step B's optimizer.step() returns",
+    },
+    EnvOption {
         name: "MLPROF_ALL_SYSCALLS",
         read_by: ReadBy::Preload,
         default: "0",

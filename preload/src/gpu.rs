@@ -43,3 +43,24 @@ macro_rules! gpu_hook {
     };
 }
 pub(crate) use gpu_hook;
+
+/// Defines a profiler-control hook `$sym() -> status` (`cudaProfilerStart`, `cuProfilerStop`,
+/// …): with `--capture-range=cudaProfilerApi` it flips the capture gate for `$trigger` (see
+/// `recorder::capture`) before the real call, which then runs and whose status is returned
+/// whatever it is. The call itself is not recorded: its edge is.
+macro_rules! profiler_hook {
+    ($libs:expr, $sym:ident => $trigger:ident) => {
+        crate::gpu::real_slot!($sym, $libs);
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $sym() -> core::ffi::c_int {
+            mlprof_preload_core::recorder::capture::flip(mlprof_format::ring::Trigger::$trigger);
+            let Some(addr) = $sym::REAL.get() else { return crate::gpu::NOT_FOUND_STATUS };
+            type Real = unsafe extern "C" fn() -> core::ffi::c_int;
+            // Safety: the slot was resolved for this very symbol, whose C prototype is `int f(void)`.
+            let real: Real = unsafe { mlprof_preload_core::real::as_fn(addr) };
+            // Safety: the real function, called as the application called ours.
+            unsafe { real() }
+        }
+    };
+}
+pub(crate) use profiler_hook;

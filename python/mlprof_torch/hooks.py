@@ -6,7 +6,7 @@ import threading
 import weakref
 from _thread import get_ident
 
-from . import warn
+from . import steps, warn
 from .itt import load
 
 PHASE = "mlprof.phase"
@@ -22,6 +22,7 @@ if _itt is not None:
 
     _tracker = Tracker(_itt)
 
+_steps = steps.load()
 _local = threading.local()
 _state = {"steps": 0, "loaders": 0, "ops": None, "worker": None}
 _loader_info = weakref.WeakKeyDictionary()  # DataLoader -> [serial, epochs begun]
@@ -134,6 +135,8 @@ def _step_post(optimizer, args, kwargs):
             token = stack.pop()
             if token is not None:
                 _state["steps"] += 1
+                if _steps is not None:
+                    _steps.completed(_state["steps"])
             _end(token)
     except Exception:
         pass

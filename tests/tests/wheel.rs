@@ -248,6 +248,31 @@ fn wheel_install_run_uninstall() {
     let via_python: Value = serde_json::from_slice(&o.stdout).expect("python -m mlprof JSON");
     assert_eq!(via_python, launched, "python -m mlprof summary differs from mlprof summary");
 
+    // Capture ranges from the installed package: mlprof.start()/stop() and capture() mark two
+    // ranges of tests/scripts/capture_api.py under --capture-range=itt (5 + 11 of its writes).
+    let script = mlprof_tests::script("capture_api.py").display().to_string();
+    let mut c = command("mlprof-collect");
+    c.env("PATH", &path).current_dir(&work).args([
+        "--out",
+        "capture.bin",
+        "--capture-range=itt",
+        "--capture-range-end=repeat",
+        "--",
+    ]);
+    c.arg(&venv_python).arg(&script);
+    let o = run_ok(c, "mlprof-collect --capture-range=itt -- python capture_api.py");
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "True True False", "start, stop, stop");
+    let captured = installed_summary(&path, &work, "capture.bin");
+    let writes: u64 = captured["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["cmdline"].as_str().unwrap_or("").contains("capture_api.py"))
+        .map(|p| Calls(&p["calls"]).count("write"))
+        .sum();
+    assert_eq!(writes, 5 + 11, "writes inside mlprof.start()/stop() and capture()");
+    assert_eq!(captured["ranges"].as_array().map(Vec::len), Some(2));
+
     // Attach mode: --print-preload names the package's library, and a program started with
     // LD_PRELOAD=$(mlprof-collect --print-preload), as the README shows, joins the session.
     let mut c = command("mlprof-collect");

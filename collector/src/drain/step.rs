@@ -9,12 +9,13 @@ use std::sync::atomic::Ordering;
 use mlprof_filewrite::BackgroundFile;
 use mlprof_format::func::Func;
 use mlprof_format::gpu::{ACTIVITY_FLAG_MONOTONIC, ACTIVITY_LINK, GpuActivity, KIND_GPU_ACTIVITY};
+use mlprof_format::range::RangeEdge;
 use mlprof_format::rank::RankRecord;
 use mlprof_format::record::{
     CONTROL_KIND_BASE, Event, FLAG_CORRELATED, KIND_PROCESS_EXIT, KIND_PROCESS_RANK, KIND_PROCESS_START,
     KIND_SYMBOL_DEF, PROC_FORKED,
 };
-use mlprof_format::ring::{Drained, LaneItem};
+use mlprof_format::ring::{Drained, KIND_CAPTURE_EDGE, LaneItem};
 use mlprof_format::runfile::{ProcessExit, ProcessInfo, RunWriter, SymbolInfo};
 use mlprof_format::site::{FLAG_SITE, KIND_SITE_DEF};
 
@@ -114,7 +115,8 @@ impl RecordHandler<'_> {
         self.event(event)
     }
 
-    /// A control record: a process's rank, start, symbol, site or exit, a GPU activity; other
+    /// A control record: a process's rank, start, symbol, site or exit, a GPU activity, a
+    /// capture range's edge; other
     /// kinds are skipped.
     #[inline]
     fn control_record(&mut self, event: &Event) -> io::Result<()> {
@@ -160,6 +162,16 @@ impl RecordHandler<'_> {
                 self.writer.write_symbol(&SymbolInfo { pid, handle: event.arg, name: event.arg2 })?;
             }
             KIND_SITE_DEF => self.metadata.sites.define(self.writer, pid, event)?,
+            KIND_CAPTURE_EDGE => {
+                self.writer.write_range_edge(&RangeEdge {
+                    range: event.arg as u32,
+                    opened: event.fd != 0,
+                    time_ns: timebase.to_ns(event.start),
+                    pid,
+                    tid: event.tid,
+                    trigger: event.extra,
+                })?;
+            }
             KIND_PROCESS_EXIT => {
                 self.metadata.exits.insert(pid);
                 self.writer.write_process_exit(&ProcessExit {

@@ -176,6 +176,7 @@ impl Segment {
         plan: &Plan,
         clock_source: u32,
         check_period: u64,
+        capture: mlprof_format::ring::CapturePlan,
     ) -> io::Result<Segment> {
         let geometry = plan.geometry;
         let path = dir.join(name);
@@ -244,6 +245,8 @@ impl Segment {
             replenished_busy: None,
         };
         segment.replenish(false, true);
+        // Before anyone can see the ring: a process that joins finds the gate as planned.
+        segment.header().set_capture(capture);
         if let Err(err) = rename_no_replace(&temporary, &segment.path) {
             let _ = std::fs::remove_file(&temporary);
             return Err(err);
@@ -410,6 +413,11 @@ impl Segment {
 impl Drop for Segment {
     fn drop(&mut self) {
         self.unlink();
+        // After the last drain: a paused process passes every call through without looking at
+        // the ring's state, so it would never see it closed (nor join the session's next
+        // collector). Open, its next call records into the closed ring, unread, and its next
+        // look at the ring (~100 ms) lets it go.
+        self.header().capture.store(0, Ordering::Release);
         // Safety: unmapping our own mapping once.
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
     }
@@ -444,6 +452,9 @@ fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mlprof_format::ring::CapturePlan;
+
+    const WHOLE_RUN: CapturePlan = CapturePlan::WHOLE_RUN;
 
     const MIB: u64 = 1 << 20;
 
@@ -484,7 +495,8 @@ mod tests {
         let plan = Plan { geometry, max_backed_lanes: 4, note: None };
         let dir = std::env::temp_dir();
         let name = format!("mlprof-segment-test-{}", std::process::id());
-        let segment = Segment::create(&dir, &name, &plan, mlprof_format::ring::CLOCK_MONOTONIC, 1).unwrap();
+        let segment =
+            Segment::create(&dir, &name, &plan, mlprof_format::ring::CLOCK_MONOTONIC, 1, WHOLE_RUN).unwrap();
         let first = segment.first_backed;
         assert!(first == 4096 || first == geometry.lane_capacity as u64, "a first part, or whole lanes");
         let offered: Vec<u32> = (0..4)
@@ -521,9 +533,15 @@ mod tests {
         let geometry = RingGeometry { lane_count: 4, lane_capacity: 4 * 4096 };
         let plan = Plan { geometry, max_backed_lanes: 4, note: None };
         let name = format!("mlprof-replenish-test-{}", std::process::id());
-        let mut segment =
-            Segment::create(&std::env::temp_dir(), &name, &plan, mlprof_format::ring::CLOCK_MONOTONIC, 1)
-                .unwrap();
+        let mut segment = Segment::create(
+            &std::env::temp_dir(),
+            &name,
+            &plan,
+            mlprof_format::ring::CLOCK_MONOTONIC,
+            1,
+            WHOLE_RUN,
+        )
+        .unwrap();
         let states = |segment: &Segment| -> Vec<u32> {
             (0..4)
                 .map(|i| lane_state(segment.view().lane(i).unwrap().state.load(Ordering::Relaxed)))

@@ -114,8 +114,20 @@ pub struct RingHeader {
     /// (and now and then), not all of them on every pass. Those 256 state words lie on 48
     /// pages; on these VMs, after a 100 ms sleep, their first read cost up to ~80 µs a pass.
     pub lanes_claimed: AtomicU32,
+    /// The capture gate (in bytes that were reserved, so no ABI bump: an older collector
+    /// leaves them zero, which means "record"): every hook loads it before it claims a lane or
+    /// reads the clock and passes straight through while [`crate::ring::CAPTURE_PAUSED`] is
+    /// set. The range count above that bit moves with each range opened; all transitions are
+    /// compare-and-swaps (see `ring::capture`).
+    pub capture: AtomicU32,
+    /// What may open and close ranges ([`crate::ring::CaptureSource`] as a number; 0: nothing,
+    /// the whole run is one range). Set before the magic; constant.
+    pub capture_source: AtomicU32,
+    /// How many ranges may be opened (`--capture-range-end`: 1 for `stop`, N for `repeat:N`,
+    /// 0 for `repeat` without end). Set before the magic; constant.
+    pub capture_limit: AtomicU32,
     /// Zero; places `no_lane_drops` at offset 1024.
-    pub _reserved3: [u8; 912],
+    pub _reserved3: [u8; 900],
     /// Records dropped because no lane was free, spread over cache lines: a thread adds to
     /// counter `tid % NO_LANE_COUNTERS` (with a locked add: any thread of any process may).
     /// The total is their sum.
@@ -123,6 +135,7 @@ pub struct RingHeader {
 }
 const _: () = assert!(core::mem::size_of::<RingHeader>() <= HEADER_BYTES);
 const _: () = assert!(core::mem::offset_of!(RingHeader, lanes_claimed) == 108);
+const _: () = assert!(core::mem::offset_of!(RingHeader, capture) == 112);
 const _: () = assert!(core::mem::offset_of!(RingHeader, no_lane_drops) == 1024);
 
 impl RingHeader {

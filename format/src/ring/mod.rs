@@ -29,13 +29,16 @@
 //! * `view`: [`RingView`], the mapped ring and its address arithmetic;
 //! * `producer`: claiming a lane, [`RingView::push`], [`RingView::push_string`], drop counts;
 //! * `consumer`: [`LaneConsumer::drain`], the one consumer step (position checks, copy-out,
-//!   [`LaneItems`], tail release) that the collector and the fuzz target both run.
+//!   [`LaneItems`], tail release) that the collector and the fuzz target both run;
+//! * `capture`: the capture gate, its sources and triggers (ranges).
 
+mod capture;
 mod consumer;
 mod layout;
 mod producer;
 mod view;
 
+pub use capture::{CAPTURE_PAUSED, CapturePlan, CaptureSource, Flipped, KIND_CAPTURE_EDGE, Trigger};
 pub use consumer::{DRAIN_BLOCK, Drained, LaneConsumer, LaneItem, LaneItems};
 pub use layout::{
     AggSlot, CLOCK_MONOTONIC, CLOCK_TSC, GROW_RETRY_DROPS, HEADER_BYTES, LANE_ACTIVE, LANE_BYTES,

@@ -311,4 +311,8 @@ pub enum Frame<'a> {
     Sampling(crate::sample::SamplingInfo),
     /// [`crate::sample::FRAME_PYTHON`] (since 1.8).
     PythonFrame(crate::sample::PythonFrameInfo),
+    /// [`crate::range::FRAME_CAPTURE`] (since 1.9).
+    Capture(crate::range::CaptureInfo),
+    /// [`crate::range::FRAME_RANGE_EDGE`] (since 1.9).
+    RangeEdge(crate::range::RangeEdge),
 }

@@ -40,8 +40,10 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// 1.5: [`FRAME_GPU_ACTIVITY`] frames (CUPTI activity records, [`crate::gpu`]).
 /// 1.6: call sites ([`crate::site`]): `FRAME_SITE` and `FRAME_EVENT_SITES` frames.
 /// 1.7: sampled stacks ([`crate::sample`]): module, stack, samples and sampling frames.
-/// 1.8: Python frames in sampled stacks ([`crate::sample::FRAME_PYTHON`]).
-pub const FORMAT_MINOR: u16 = 8;
+/// 1.8: Python frames in sampled stacks ([`crate::sample::FRAME_PYTHON`], kind 29).
+/// 1.9: capture ranges ([`crate::range`]): capture (31) and range edge (32) frames; ring
+///      control kind `KIND_CAPTURE_EDGE` (0x8010).
+pub const FORMAT_MINOR: u16 = 9;
 /// Size of the header this version writes; readers skip the extra bytes of a larger one.
 const FILE_HEADER_BYTES: u32 = 16;
 
@@ -77,6 +79,28 @@ mod tests {
             }
         }
         Ok((events, r.truncated(), r.complete(), r.skipped_frames()))
+    }
+
+    #[test]
+    fn capture_and_range_edge_frames_round_trip() {
+        use crate::range::{CaptureInfo, RangeEdge};
+        let info = CaptureInfo { source: 1, limit: 2, paused: true, steps: (3, 5), ..Default::default() };
+        let edge = RangeEdge { range: 2, opened: true, time_ns: 99, pid: 7, tid: 8, trigger: 5 };
+        let mut w = RunWriter::new(Vec::new(), &RunInfo::default()).unwrap();
+        w.write_capture(&info).unwrap();
+        w.write_range_edge(&edge).unwrap();
+        let bytes = w.finish(&RunEnd::default()).unwrap();
+        let mut r = RunReader::new(&bytes[..]).unwrap();
+        let (mut got_info, mut got_edge) = (None, None);
+        while let Some(frame) = r.next_frame().unwrap() {
+            match frame {
+                Frame::Capture(i) => got_info = Some(i),
+                Frame::RangeEdge(e) => got_edge = Some(e),
+                _ => {}
+            }
+        }
+        assert_eq!((got_info, got_edge), (Some(info), Some(edge)));
+        assert_eq!(r.skipped_frames(), 0);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use super::frames::{
 };
 use super::{FILE_HEADER_BYTES, FILE_MAGIC, FORMAT_MAJOR, padding_for};
 use crate::gpu::GpuActivity;
+use crate::range::{FRAME_CAPTURE, FRAME_RANGE_EDGE};
 use crate::record::{Event, RECORD_BYTES};
 use crate::sample::{FRAME_MODULE, FRAME_PYTHON, FRAME_SAMPLES, FRAME_SAMPLING, FRAME_STACK};
 use crate::site::{FRAME_EVENT_SITES, FRAME_SITE, decode_event_sites};
@@ -334,6 +335,8 @@ impl<R: Read> RunReader<R> {
                 FRAME_SAMPLES => Frame::Samples(decode(payload).map_err(corrupt)?),
                 FRAME_SAMPLING => Frame::Sampling(decode(payload).map_err(corrupt)?),
                 FRAME_PYTHON => Frame::PythonFrame(decode(payload).map_err(corrupt)?),
+                FRAME_CAPTURE => Frame::Capture(decode(payload).map_err(corrupt)?),
+                FRAME_RANGE_EDGE => Frame::RangeEdge(decode(payload).map_err(corrupt)?),
                 FRAME_EVENT_SITES => {
                     let Some(events) = previous_events else {
                         return Err(corrupt("event sites without the events frame they belong to".into()));

@@ -148,6 +148,16 @@ impl<W: Write> RunWriter<W> {
         self.write_meta(crate::sample::FRAME_SAMPLING, info)
     }
 
+    /// Writes a [`crate::range::FRAME_CAPTURE`].
+    pub fn write_capture(&mut self, info: &crate::range::CaptureInfo) -> io::Result<()> {
+        self.write_meta(crate::range::FRAME_CAPTURE, info)
+    }
+
+    /// Writes a [`crate::range::FRAME_RANGE_EDGE`].
+    pub fn write_range_edge(&mut self, edge: &crate::range::RangeEdge) -> io::Result<()> {
+        self.write_meta(crate::range::FRAME_RANGE_EDGE, edge)
+    }
+
     /// Writes a [`FRAME_NODE`] (merged runs).
     pub fn write_node(&mut self, node: &NodeInfo) -> io::Result<()> {
         self.write_meta(FRAME_NODE, node)

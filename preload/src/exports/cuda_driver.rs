@@ -299,4 +299,11 @@ wrappers! {
     "cuEventRecord" => cuEventRecord, cuEventRecord_ptsz;
     "cuGraphLaunch" => cuGraphLaunch, cuGraphLaunch_ptsz;
     "cuInit" => cuInit;
+    "cuProfilerStart" => cuProfilerStart;
+    "cuProfilerStop" => cuProfilerStop;
 }
+
+// ---- profiler control (`--capture-range=cudaProfilerApi`) ---------------------------------
+
+crate::gpu::profiler_hook!(crate::real::CUDA_DRIVER, cuProfilerStart => CuProfilerStart);
+crate::gpu::profiler_hook!(crate::real::CUDA_DRIVER, cuProfilerStop => CuProfilerStop);

@@ -253,6 +253,11 @@ gpu_hook!(outer_call, crate::real::CUDA_RUNTIME, cudaGraphLaunch => CudaGraphLau
 gpu_hook!(outer_call, crate::real::CUDA_RUNTIME, cudaGraphLaunch_ptsz => CudaGraphLaunchPtsz(graph: *mut c_void, stream: Stream),
     |status| GpuCall { stream: stream as u64, object: graph as u64, ..GpuCall::default() });
 
+// ---- profiler control (`--capture-range=cudaProfilerApi`) ---------------------------------
+
+crate::gpu::profiler_hook!(crate::real::CUDA_RUNTIME, cudaProfilerStart => CudaProfilerStart);
+crate::gpu::profiler_hook!(crate::real::CUDA_RUNTIME, cudaProfilerStop => CudaProfilerStop);
+
 // ---- device selection (the device recorded on this thread's later calls) -------------------
 
 real_slot!(cudaSetDevice, crate::real::CUDA_RUNTIME);

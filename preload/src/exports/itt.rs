@@ -5,6 +5,8 @@ use core::ffi::{CStr, c_char, c_int, c_void};
 use core::sync::atomic::Ordering;
 
 use mlprof_format::func::Func;
+use mlprof_format::ring::Trigger;
+use mlprof_preload_core::recorder::capture;
 
 use crate::itt::{self, CHAIN, IttDomain, IttGlobal, IttId, IttStringHandle};
 use crate::real::as_fn;
@@ -58,6 +60,7 @@ entries! {
     c"__itt_marker" => __itt_marker,
     c"__itt_pause" => __itt_pause,
     c"__itt_resume" => __itt_resume,
+    c"__itt_detach" => __itt_detach,
     c"__itt_thread_set_name" => __itt_thread_set_name,
 }
 
@@ -184,13 +187,24 @@ pub unsafe extern "C" fn __itt_pause() {
     forward!(pause, unsafe extern "C" fn(), ());
     // Safety: null objects are allowed.
     unsafe { itt::instant(Func::IttPause, core::ptr::null(), core::ptr::null(), 0) };
+    // `--capture-range=itt`: the range closes after the instant, which it holds.
+    capture::flip(Trigger::IttPause);
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __itt_resume() {
     forward!(resume, unsafe extern "C" fn(), ());
+    // `--capture-range=itt`: the range opens before the instant, which it holds.
+    capture::flip(Trigger::IttResume);
     // Safety: null objects are allowed.
     unsafe { itt::instant(Func::IttResume, core::ptr::null(), core::ptr::null(), 0) };
+}
+
+/// `__itt_detach`: the tool is told to stop for good; with `--capture-range=itt` it closes the
+/// range like `__itt_pause` (a chained collector is not told: the chain has no slot for it).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __itt_detach() {
+    capture::flip(Trigger::IttDetach);
 }
 
 #[unsafe(no_mangle)]

@@ -70,6 +70,7 @@ fn iov_bytes(iov: *const iovec, count: c_int, ret: ssize_t) -> usize {
     iov.iter().fold(0usize, |sum, v| sum.saturating_add(v.iov_len))
 }
 
+mod capture;
 pub mod cuda_driver;
 mod cuda_runtime;
 mod cupti;

@@ -26,6 +26,7 @@ mod converter;
 mod gpu;
 mod itt;
 mod options;
+mod ranges;
 mod samples;
 
 use std::io;
@@ -152,6 +153,7 @@ fn convert_pass<W: TraceWriter>(
     let total_bytes = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0);
     let mut converter = Converter::new(meta, options, open(0)?);
     converter.declare_named_tracks(&stream.learned().span_threads)?;
+    ranges::write(&mut converter)?;
     let mut outcome = Outcome { parts: 1, ..Outcome::default() };
     let mut reported = None;
     let mut report = |events, stream: &EventStream<'_>| {

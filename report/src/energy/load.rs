@@ -126,6 +126,7 @@ impl EnergyRun {
         let mut key_of: HashMap<(u16, u64, u64), u32> = HashMap::new();
         let mut spans = Vec::new();
         let mut last_ns = meta.info.start_mono_ns;
+        let window = meta.window();
         let mut shapes = ShapeMatcher::default();
         let mut gpu = GpuFrames::default();
         while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
@@ -194,7 +195,10 @@ impl EnergyRun {
                         spans.push(Span { start: event.start, end, key, pid: event.pid, tid: event.tid });
                     }
                 }
-                Frame::GpuActivity(records) => gpu.add(&records),
+                Frame::GpuActivity(mut records) => {
+                    window.keep_gpu(&mut records);
+                    gpu.add(&records);
+                }
                 _ => {}
             }
         }

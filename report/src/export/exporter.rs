@@ -27,8 +27,18 @@ use crate::run::stream::{Batch, Learned};
 use crate::run::{PathIndex, RunMeta, bytes_moved};
 
 /// Every table of an export, in the order their folders are named and their rows counted.
-const TABLES: [&str; 9] =
-    ["events", "spans", "gpu_calls", "gpu_activity", "samples", "processes", "files", "energy", "runs"];
+const TABLES: [&str; 10] = [
+    "events",
+    "spans",
+    "gpu_calls",
+    "gpu_activity",
+    "samples",
+    "processes",
+    "files",
+    "energy",
+    "runs",
+    "ranges",
+];
 
 /// The tables rows are added to while the events stream, and what names their values.
 pub(super) struct Exporter<'a> {
@@ -342,12 +352,13 @@ impl<'a> Exporter<'a> {
         let mut processes = self.processes()?;
         let mut files = self.files()?;
         let mut runs = self.run(source)?;
-        for table in [&mut samples, &mut processes, &mut files, &mut runs, &mut self.events] {
+        let mut ranges = self.ranges()?;
+        for table in [&mut samples, &mut processes, &mut files, &mut runs, &mut ranges, &mut self.events] {
             table.close(&self.symbols)?;
         }
         let mut exported = Exported { run_id: self.id.to_string(), warnings, ..Default::default() };
         let Exporter { events, spans, gpu, gpu_activity, energy, symbols, .. } = self;
-        let tables = [events, spans, gpu, gpu_activity, samples, processes, files, energy, runs];
+        let tables = [events, spans, gpu, gpu_activity, samples, processes, files, energy, runs, ranges];
         for (name, table) in TABLES.into_iter().zip(tables) {
             let table = table.finish(&symbols)?;
             exported.rows.push((name, table.rows));
@@ -402,6 +413,27 @@ impl<'a> Exporter<'a> {
         for (path, totals) in &paths {
             let path = text(&mut self.symbols, path);
             table.push(&self.symbols, part, |row| rows::file(row, path, totals))?;
+        }
+        Ok(table)
+    }
+
+    /// `ranges`: the capture ranges (one, the whole run, without a capture option).
+    fn ranges(&mut self) -> io::Result<Table> {
+        let meta = self.meta;
+        let mut table = self.metadata_table("ranges", rows::RANGES)?;
+        let part = table.partition("");
+        let start = meta.info.start_mono_ns;
+        let last_edge = meta.range_edges.iter().map(|e| e.time_ns).max().unwrap_or(start);
+        let end = meta.end.as_ref().map_or(last_edge, |e| e.end_ns.max(last_edge));
+        let capture = meta.capture(start, end);
+        let source = text(&mut self.symbols, capture.source.unwrap_or("none"));
+        for range in &capture.ranges {
+            let texts = [
+                source,
+                text(&mut self.symbols, &range.opened_by),
+                text(&mut self.symbols, &range.closed_by),
+            ];
+            table.push(&self.symbols, part, |row| rows::range(row, start, range, texts))?;
         }
         Ok(table)
     }

@@ -12,6 +12,7 @@
 //! DIR/files/run=<id>/part-0.parquet                per-path totals
 //! DIR/energy/run=<id>/part-0.parquet               energy and device samples
 //! DIR/runs/run=<id>/part-0.parquet                 one row: the run itself
+//! DIR/ranges/run=<id>/part-0.parquet               capture ranges (one, the whole run, without)
 //! ```
 //!
 //! `run` and `rank` are partition columns: they are in the paths, not in the files (an engine

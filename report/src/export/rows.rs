@@ -340,3 +340,35 @@ pub(super) fn run(row: &mut Row<'_>, meta: &RunMeta, [source, host, command, ses
         .i32(meta.nodes.len().max(1) as i32)
         .bool(meta.truncated);
 }
+
+/// `ranges`: the capture ranges, times on the run's axis.
+pub(super) const RANGES: &[Spec] = &[
+    col("number", Kind::I32),
+    col("source", Kind::Str),
+    col("start_ns", Kind::I64),
+    col("end_ns", Kind::I64),
+    col("duration_ns", Kind::I64),
+    col("opened_by", Kind::Str),
+    col("closed_by", Kind::Str),
+    col("opened_pid", Kind::I32),
+    col("closed_pid", Kind::I32),
+];
+
+/// Range `r` of a run that started at `start` (its times are relative to it); `texts`:
+/// symbols of the capture source and of what opened and closed it.
+pub(super) fn range(
+    row: &mut Row<'_>,
+    start: u64,
+    r: &crate::run::ranges::Range,
+    [source, opened, closed]: [u32; 3],
+) {
+    row.i32(r.number as i32)
+        .str(source)
+        .i64(i64_of(start + r.start_ns))
+        .i64(i64_of(start + r.end_ns))
+        .i64(i64_of(r.duration_ns))
+        .str(opened)
+        .str(closed)
+        .i32(r.opened_pid as i32)
+        .i32(r.closed_pid as i32);
+}

@@ -232,8 +232,10 @@ impl TimelineTally {
         let started =
             self.states.values().any(|s| s.iter().any(|(state, _)| *state == GpuTimelineState::Started));
         let intervals = std::mem::take(&mut self.intervals);
+        // Busy and idle time within the capture ranges (the whole job without them).
+        let spans = meta.window().spans(from, to);
         let devices =
-            intervals.into_iter().map(|(index, intervals)| self.device(index, intervals, from, to)).collect();
+            intervals.into_iter().map(|(index, intervals)| self.device(index, intervals, &spans)).collect();
         let mut by_name: HashMap<String, (u64, u64)> = HashMap::new();
         for ((_, name), (count, ns)) in self.kernels {
             let name = if name == 0 { "(unnamed kernel)".to_string() } else { demangle(&meta.string(name)) };
@@ -260,9 +262,10 @@ impl TimelineTally {
 }
 
 impl TimelineTally {
-    /// Device `index`'s busy time (the union of its work's `intervals`) within the job, and its
-    /// idle time split by what its main process did meanwhile.
-    fn device(&self, index: u8, intervals: Vec<(u64, u64)>, from: u64, to: u64) -> DeviceTime {
+    /// Device `index`'s busy time (the union of its work's `intervals`) within the job's
+    /// `spans` (the capture ranges, or the whole job), and its idle time split by what its main
+    /// process did meanwhile.
+    fn device(&self, index: u8, intervals: Vec<(u64, u64)>, spans: &[(u64, u64)]) -> DeviceTime {
         let main_pid = self
             .work_by
             .iter()
@@ -275,8 +278,13 @@ impl TimelineTally {
             busy_regions.iter().map(|&(start, end)| (0, start, end)).collect();
         let host = self.host.get(&main_pid).map_or(&[][..], Vec::as_slice);
         all.extend(host.iter().map(|&(category, start, end)| (1 + category as usize, start, end)));
-        let [busy_ns, data_wait, sync, io, ops] = exclusive_times(&all, |i| i, from, to);
-        let job_ns = to.saturating_sub(from);
+        let mut times = [0u64; 5];
+        for &(from, to) in spans {
+            let span: [u64; 5] = exclusive_times(&all, |i| i, from, to);
+            times.iter_mut().zip(span).for_each(|(total, t)| *total += t);
+        }
+        let [busy_ns, data_wait, sync, io, ops] = times;
+        let job_ns = spans.iter().map(|&(from, to)| to.saturating_sub(from)).sum::<u64>();
         let idle_ns = job_ns.saturating_sub(busy_ns);
         let other = idle_ns.saturating_sub(data_wait + sync + io + ops);
         DeviceTime {

@@ -129,3 +129,26 @@ fn idle_time_is_split_by_what_the_main_process_did_first_thing_first() {
     assert_eq!((device.busy_ns, device.idle_ns, device.main_pid), (20, 80, 1));
     assert_eq!(device.idle_by, IdleBy { data_wait: 20, sync: 15, io: 0, ops: 3, other: 42 });
 }
+
+#[test]
+fn busy_and_idle_time_count_within_the_capture_ranges_only() {
+    use mlprof_format::range::{CaptureInfo, RangeEdge};
+    let edge = |opened, time_ns| RangeEdge { range: 1, opened, time_ns, ..RangeEdge::default() };
+    // One range, 20–60 of a 0–100 ns job; the GPU works 0–10, 30–40 and 50–70.
+    let meta = RunMeta {
+        capture: Some(CaptureInfo::default()),
+        range_edges: vec![edge(true, 20), edge(false, 60)],
+        ..RunMeta::default()
+    };
+    let mut tally = TimelineTally::default();
+    tally.candidates.insert(1);
+    tally.add(&[
+        record(ACTIVITY_KERNEL, 1, 1, 0, 10),
+        record(ACTIVITY_KERNEL, 1, 2, 30, 10),
+        record(ACTIVITY_KERNEL, 1, 3, 50, 20),
+    ]);
+    let device = &tally.finish(&meta, (0, 100), true).devices[0];
+    // Busy 30–40 and 50–60 of the 40 ns range: 20 busy, 20 idle.
+    assert_eq!((device.busy_ns, device.idle_ns), (20, 20));
+    assert_eq!(device.busy_fraction, 0.5);
+}

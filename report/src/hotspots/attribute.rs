@@ -36,12 +36,20 @@ struct Pending {
 pub(crate) fn read_samples(path: &Path) -> Result<Vec<CpuSample>, String> {
     let mut reader = mlprof_format::runfile::RunReader::open_metadata(path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut samples = Vec::new();
+    let (mut samples, mut capture, mut edges, mut start, mut end) = (Vec::new(), None, Vec::new(), 0, 0);
     while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
-        if let Frame::Samples(batch) = frame {
-            samples.extend(batch);
+        match frame {
+            Frame::Samples(batch) => samples.extend(batch),
+            Frame::Capture(info) => capture = Some(info),
+            Frame::RangeEdge(edge) => edges.push(edge),
+            Frame::RunInfo(info) => start = info.start_mono_ns,
+            Frame::End(run_end) => end = run_end.end_ns,
+            _ => {}
         }
     }
+    // Samples follow the capture ranges (the sampler runs regardless of them).
+    crate::run::ranges::Window::new(capture.as_ref(), &edges, start, end.max(start))
+        .keep_samples(&mut samples);
     Ok(samples)
 }
 

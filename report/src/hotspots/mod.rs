@@ -85,6 +85,10 @@ pub fn compute(path: &Path, options: &Options) -> Result<Hotspots, String> {
         return Ok(hotspots);
     }
     let samples = attribute::read_samples(path)?;
+    if meta.capture.is_some() {
+        // Those inside the capture ranges (the sampler counted every one).
+        hotspots.samples = samples.len() as u64;
+    }
     let spans = attribute::attribute(path, samples)?;
     let mut names = StackNames::default();
     let mut by_span: HashMap<String, SpanTally> = HashMap::new();

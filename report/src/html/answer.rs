@@ -44,10 +44,43 @@ impl Page {
         for warning in &summary.warnings {
             let _ = write!(self.out, r#"<p class="warn">warning: {}</p>"#, escape(warning));
         }
+        self.capture_line(&summary.capture);
         self.out.push_str(
             "<nav><a href=\"#breakdown\">Wall time</a><a href=\"#timelines\">Timelines</a>\
              <a href=\"#pipeline\">Data pipeline</a><a href=\"#files\">Files</a><a href=\"#ops\">Ops</a>\
              <a href=\"#calls\">Calls</a><a href=\"#gpu\">GPU</a><a href=\"#energy\">Energy</a></nav></header>",
+        );
+    }
+
+    /// A run recorded with a capture option: one line saying how much of the job its ranges
+    /// hold, and which they are (the figures below are of the ranges only).
+    fn capture_line(&mut self, capture: &crate::run::ranges::Capture) {
+        let Some(source) = capture.source else { return };
+        let total = capture.recorded_ns + capture.outside_ns;
+        let ranges: Vec<String> = capture
+            .ranges
+            .iter()
+            .map(|r| {
+                format!(
+                    "#{} {}–{} ({} → {})",
+                    r.number,
+                    seconds(r.start_ns),
+                    seconds(r.end_ns),
+                    escape(&r.opened_by),
+                    escape(&r.closed_by)
+                )
+            })
+            .collect();
+        let _ = write!(
+            self.out,
+            r#"<p class="capture" data-k="capture_recorded_ns" data-v="{}">Capture ranges ({}): {} of {} recorded ({:.1} %), {} outside and not recorded; the figures below are of the ranges only. {}</p>"#,
+            capture.recorded_ns,
+            escape(source),
+            seconds(capture.recorded_ns),
+            seconds(total),
+            capture.recorded_ns as f64 * 100.0 / total.max(1) as f64,
+            seconds(capture.outside_ns),
+            ranges.join(", ")
         );
     }
 

@@ -327,6 +327,15 @@ fn write_metadata(
             }
             out.write_gpu_activity(&records)?;
         }
+        // Each node's ranges, on the merged axis (numbered per node: the reports pair edges
+        // by number, so a merged run of nodes that each captured shows node 0's numbering).
+        Frame::Capture(info) => out.write_capture(&info)?,
+        Frame::RangeEdge(mut edge) => {
+            edge.pid = rw.pid(edge.pid);
+            edge.tid = rw.pid(edge.tid);
+            edge.time_ns = shift(edge.time_ns, rw.offset);
+            out.write_range_edge(&edge)?;
+        }
         Frame::Symbol(mut symbol) => {
             symbol.pid = rw.pid(symbol.pid);
             out.write_symbol(&symbol)?;

@@ -7,6 +7,7 @@ pub(crate) mod kinds;
 mod mapped;
 mod native_sites;
 mod path_table;
+pub(crate) mod ranges;
 mod ranks;
 pub(crate) mod source;
 pub(crate) mod stack_names;
@@ -84,6 +85,10 @@ pub struct RunMeta {
     /// The nodes of a merged run (`mlprof merge`), by [`NodeInfo::node`]; empty for a run of
     /// one collector.
     pub nodes: Vec<NodeInfo>,
+    /// How the run captured (`None`: no capture option, or a file before format 1.9: the
+    /// whole run is one range) and the edges of its ranges, in file order.
+    pub(crate) capture: Option<mlprof_format::range::CaptureInfo>,
+    pub(crate) range_edges: Vec<mlprof_format::range::RangeEdge>,
 }
 
 /// Opens a run file for a streaming pass, with the path in any error message.
@@ -173,6 +178,8 @@ impl RunMeta {
                 Frame::PythonFrame(frame) => {
                     meta.python_frames.insert(frame.id, frame);
                 }
+                Frame::Capture(info) => meta.capture = Some(info),
+                Frame::RangeEdge(edge) => meta.range_edges.push(edge),
                 Frame::End(end) => meta.end = Some(end),
                 Frame::Node(node) => meta.nodes.push(node),
                 Frame::Events(events) => {

@@ -280,6 +280,7 @@ fn one_pass<T, E: From<String>>(
         learned,
         done_reading: false,
         read_error: None,
+        ranges: meta.window(),
     };
     pass(&mut stream)
 }
@@ -303,6 +304,8 @@ pub(crate) struct EventStream<'m> {
     learned: Learned,
     done_reading: bool,
     read_error: Option<String>,
+    /// The capture ranges: GPU activities and CPU samples outside them are not handed out.
+    ranges: super::ranges::Window,
 }
 
 impl<'m> EventStream<'m> {
@@ -319,12 +322,15 @@ impl<'m> EventStream<'m> {
         {
             self.read_ahead()?;
         }
-        let Some(item) = self.window.pop_front() else {
+        let Some(mut item) = self.window.pop_front() else {
             self.exact()?;
             return Ok(None);
         };
-        if let Item::Events(batch) = &item {
-            self.ahead -= batch.records().len();
+        match &mut item {
+            Item::Events(batch) => self.ahead -= batch.records().len(),
+            Item::Gpu(records) => self.ranges.keep_gpu(records),
+            Item::Samples(samples) => self.ranges.keep_samples(samples),
+            _ => {}
         }
         Ok(Some(item))
     }

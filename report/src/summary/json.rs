@@ -30,6 +30,13 @@ pub fn render(summary: &Summary) -> Value {
         "startup": summary.startup.iter().map(startup).collect::<Vec<_>>(),
         "sites": summary.sites,
         "sites_missing": summary.sites_missing,
+        "ranges": summary.capture.ranges,
+        "capture": summary.capture.source.map_or(Value::Null, |source| json!({
+            "source": source,
+            "limit": summary.capture.limit,
+            "recorded_ns": summary.capture.recorded_ns,
+            "outside_ns": summary.capture.outside_ns,
+        })),
     })
 }
 

@@ -92,6 +92,9 @@ pub struct Summary {
     pub(crate) sites: Vec<sites::SiteRow>,
     /// Calls and spans of a run with sites that have none.
     pub(crate) sites_missing: u64,
+    /// Capture ranges: what was recorded of the job (one range, the whole run, without a
+    /// capture option).
+    pub(crate) capture: crate::run::ranges::Capture,
 }
 
 /// One process image: a process, or a program it exec'd into.
@@ -143,6 +146,8 @@ impl Summary {
             ..Tally::default()
         };
         let mut reader = run::open(path)?;
+        // What the processes do not gate themselves follows the capture ranges here.
+        let window = meta.window();
         while let Some(frame) = reader.next_frame().map_err(|e| format!("{}: {e}", path.display()))? {
             match frame {
                 Frame::Events(events) => {
@@ -152,7 +157,10 @@ impl Summary {
                     }
                 }
                 Frame::EventSites(sites) => tally.sites.sites(&meta, &sites),
-                Frame::GpuActivity(records) => tally.timeline.add(&records),
+                Frame::GpuActivity(mut records) => {
+                    window.keep_gpu(&mut records);
+                    tally.timeline.add(&records);
+                }
                 _ => {}
             }
         }
@@ -370,6 +378,7 @@ impl Tally {
             startup: std::mem::take(&mut self.startup).finish(&meta, start_ns, end_ns),
             syscalls: std::mem::take(&mut self.syscalls).finish(),
             sites_missing: self.sites.without_site(),
+            capture: meta.capture(start_ns.min(self.first_ns), end_ns.max(self.last_ns)),
             sites: self.sites.finish(&meta),
             command: meta.info.command,
             host: meta.info.host,

@@ -27,6 +27,7 @@ pub fn write(summary: &Summary, top: usize, out: &mut dyn Write) -> io::Result<(
     for warning in &summary.warnings {
         writeln!(out, "warning: {warning}")?;
     }
+    capture(&summary.capture, summary.duration_ns, out)?;
     writeln!(out)?;
     writeln!(out, "Whole process tree:")?;
     call_table(&calls_only(&summary.calls), out)?;
@@ -501,6 +502,42 @@ pub fn write_syscalls(summary: &Summary, out: &mut dyn Write) -> io::Result<()> 
     if !view.not_folded.is_empty() {
         let list: Vec<String> = view.not_folded.iter().map(|(name, n)| format!("{name} {n}")).collect();
         writeln!(out, "Recorded but not folded (no fixed system call): {}", list.join(", "))?;
+    }
+    Ok(())
+}
+
+/// The capture ranges (only for a run recorded with a capture option): what was recorded of
+/// the job, and when.
+fn capture(capture: &crate::run::ranges::Capture, run_ns: u64, out: &mut dyn Write) -> io::Result<()> {
+    let Some(source) = capture.source else { return Ok(()) };
+    let limit = match capture.limit {
+        0 => "repeat".to_string(),
+        1 => "stop".to_string(),
+        n => format!("repeat:{n}"),
+    };
+    writeln!(
+        out,
+        "Capture ranges ({source}, {limit}): {} range(s), {} recorded of {} ({:.1} %); {} outside, not recorded",
+        capture.ranges.len(),
+        format_ns(capture.recorded_ns),
+        format_ns(run_ns),
+        capture.recorded_ns as f64 * 100.0 / run_ns.max(1) as f64,
+        format_ns(capture.outside_ns)
+    )?;
+    let pid = |pid: u32| if pid == 0 { String::new() } else { format!(" (pid {pid})") };
+    for r in &capture.ranges {
+        writeln!(
+            out,
+            "  #{:<3} {} – {} ({}): opened by {}{}, closed by {}{}",
+            r.number,
+            format_ns(r.start_ns),
+            format_ns(r.end_ns),
+            format_ns(r.duration_ns),
+            r.opened_by,
+            pid(r.opened_pid),
+            r.closed_by,
+            pid(r.closed_pid)
+        )?;
     }
     Ok(())
 }

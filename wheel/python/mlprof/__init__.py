@@ -7,17 +7,22 @@ holds ``libmlprof.so`` and a few helpers for scripts and notebooks:
 - ``program(name)``: the absolute path of ``mlprof`` or ``mlprof-collect`` of this installation;
 - ``summary(run)``: ``mlprof summary --json RUN`` as a dict (e.g.
   ``pandas.DataFrame.from_dict(summary("run.bin")["calls"], orient="index")``);
+- ``start()``, ``stop()`` and ``with capture():``: mark the capture range in the script, for
+  ``mlprof-collect --capture-range=itt`` (they act like ITT resume and pause; without a
+  collector, or without that option, they do nothing);
 - ``python -m mlprof ARGS`` runs ``mlprof ARGS``, ``python -m mlprof collect ARGS`` runs
   ``mlprof-collect ARGS``.
 """
 
+import contextlib
+import ctypes
 import json
 import os
 import shutil
 import subprocess
 import sys
 
-__all__ = ["PROGRAMS", "preload_path", "program", "summary"]
+__all__ = ["PROGRAMS", "capture", "preload_path", "program", "start", "stop", "summary"]
 
 PROGRAMS = ("mlprof", "mlprof-collect")
 
@@ -81,3 +86,49 @@ def _main(argv=None):
         name, args = "mlprof-collect", args[1:]
     path = program(name)
     os.execv(path, [path, *args])
+
+
+_ENTRIES = {}
+
+
+def _entry(name):
+    """libmlprof.so's entry point ``name`` when the library is loaded in this process (a
+    collector preloaded it), else None; looked up once, so that a range's ``stop()`` makes no
+    call the range would record."""
+    if name not in _ENTRIES:
+        try:
+            function = getattr(ctypes.CDLL(None), name)
+            function.argtypes = []
+            function.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            function = None
+        _ENTRIES[name] = function
+    return _ENTRIES[name]
+
+
+def start():
+    """Opens a capture range: with ``mlprof-collect --capture-range=itt``, every process of the
+    job records from here (like ITT's ``__itt_resume``). True when a range opened; False when
+    nothing changed (no collector, another capture option, a range already open, or past the
+    last range ``--capture-range-end`` allows)."""
+    function = _entry("mlprof_capture_start")
+    return bool(function()) if function is not None else False
+
+
+def stop():
+    """Closes the capture range (like ITT's ``__itt_pause``): the job goes on unrecorded. True
+    when a range closed."""
+    function = _entry("mlprof_capture_stop")
+    return bool(function()) if function is not None else False
+
+
+@contextlib.contextmanager
+def capture():
+    """``with mlprof.capture():`` records the block (``start()`` on entry, ``stop()`` on exit,
+    also when it raises)."""
+    _entry("mlprof_capture_stop")
+    start()
+    try:
+        yield
+    finally:
+        stop()

@@ -180,13 +180,16 @@ fn send_unsent(names: &[&Identity<'_>], drop_when_unsent: bool) -> bool {
 pub unsafe fn task_begin(domain: *const IttDomain, id: IttId, parent: IttId, name: *const IttStringHandle) {
     let (domain, own) = domain_identity(domain);
     let name = handle_identity(name);
+    // Outside a capture range the task is not recorded (decided at its begin, as a call's),
+    // and the clock is not read; it still goes on the stack, for its end to pop.
+    let record = !own && recorder::session::capturing();
     let task = OpenTask {
-        start: crate::clock::now(),
+        start: if record { crate::clock::now() } else { 0 },
         name: name.id,
         domain: domain.id,
         id: id.d1,
         parent: parent.d1,
-        record: !own,
+        record,
     };
     let _ = with_stack(|_, stack| {
         let depth = stack.depth.get();
@@ -227,8 +230,15 @@ pub unsafe fn frame_begin(domain: *const IttDomain, id: *const IttId) {
     let (domain, own) = domain_identity(domain);
     // Safety: a frame id pointer is either null or points to the caller's id.
     let id = unsafe { id.as_ref() }.map_or(0, |id| id.d1);
-    let task =
-        OpenTask { start: crate::clock::now(), name: 0, domain: domain.id, id, parent: 0, record: !own };
+    let record = !own && recorder::session::capturing();
+    let task = OpenTask {
+        start: if record { crate::clock::now() } else { 0 },
+        name: 0,
+        domain: domain.id,
+        id,
+        parent: 0,
+        record,
+    };
     let _ = with_stack(|_, stack| stack.frame.set(task));
     if !own {
         send_names(&[&domain]);
@@ -253,7 +263,7 @@ pub fn frame_end() {
 /// `__itt_*_create` (ours or its own) and NUL-terminated names, alive for the process's life.
 pub unsafe fn instant(func: Func, domain: *const IttDomain, name: *const IttStringHandle, id: u64) {
     let (domain, own) = domain_identity(domain);
-    if own {
+    if own || !recorder::session::capturing() {
         return;
     }
     let name = handle_identity(name);

@@ -6,7 +6,9 @@
 //! * [`lane`]: this thread's lane (claimed on first use, backed as it grows, retired at thread
 //!   exit) and strings sent once per process;
 //! * [`lifecycle`]: joining and announcing the process, fork, exit, vfork;
-//! * [`stamp`]: where ITT stamping is plugged in.
+//! * [`stamp`]: where ITT stamping is plugged in;
+//! * [`capture`]: capture ranges' triggers flipping the ring's gate (over `session` and the
+//!   lane API of this file).
 //!
 //! Each imports only those listed above it: `session` nothing of the recorder (the lane backer
 //! is an argument of its `join`, and announcing the process is left to the caller,
@@ -17,6 +19,7 @@
 //! A hook does `Span::begin(func)` (or `None`: pass straight through), calls the real function,
 //! and finishes the span with the record's fields.
 
+pub mod capture;
 pub mod lane;
 pub mod lifecycle;
 pub mod session;
@@ -71,10 +74,14 @@ fn join_now(state: &ThreadRef) -> bool {
 /// own calls (reentrancy; a signal handler's is counted), no session, or a vfork child running
 /// on its parent's memory.
 ///
-/// The process-wide state is tested first: a process that does not record never touches its
-/// thread's state (one load and a branch per hook).
+/// The capture gate is tested first: outside a capture range a hook passes straight through
+/// (two dependent loads and a branch: no lane, no clock, no count). Then the process-wide
+/// state: a process that does not record never touches its thread's state.
 #[inline(always)]
 fn recording_thread() -> Option<ThreadRef> {
+    if !session::capturing() {
+        return None;
+    }
     if !session::is_active_quick() {
         return thread_that_may_join();
     }
@@ -103,7 +110,8 @@ fn thread_that_may_join() -> Option<ThreadRef> {
         return None;
     }
     let state = guard::current()?;
-    if state.in_hook.get() || !join_now(&state) {
+    // A process that just joined a paused ring passes through like the others.
+    if state.in_hook.get() || !join_now(&state) || !session::capturing() {
         return None;
     }
     if state.vfork_pending.get() && !lifecycle::vfork_parent_resumed(&state) {
@@ -218,7 +226,7 @@ impl Span {
     /// stamp: a trapped call is below the libc call that may be stamped already.
     #[inline(always)]
     pub fn begin_trapped() -> Option<Span> {
-        if !session::is_active_quick() {
+        if !session::capturing() || !session::is_active_quick() {
             return None;
         }
         let thread = guard::current()?;
@@ -438,6 +446,9 @@ impl AggregateCall {
     /// Counts a call in this thread's aggregate `slot`; `None` when it passes through.
     #[inline(always)]
     pub fn begin(slot: usize) -> Option<AggregateCall> {
+        if !session::capturing() {
+            return None;
+        }
         let state = if session::is_active_quick() {
             let state = guard::current()?;
             if state.in_hook.get() {

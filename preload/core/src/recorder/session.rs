@@ -16,7 +16,7 @@
 //! from above comes in as arguments or goes back as results: how lanes are backed
 //! (`join`'s `back`), and announcing the process (`Join::JustJoined` tells the caller to).
 
-use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use mlprof_format::ring::{
@@ -62,6 +62,11 @@ static CHECK_PERIOD: AtomicU64 = AtomicU64::new(u64::MAX);
 static NEXT_ATTEMPT: AtomicU64 = AtomicU64::new(0);
 /// How long a waiting process lets pass between two join attempts.
 const RETRY_NS: u64 = 500_000_000;
+/// The capture gate hooks load (`RingHeader::capture` of the current ring; `ZERO_GATE`, which
+/// records, before the first join). A ring's memory is never unmapped (see `release`), so the
+/// pointer stays valid; a released ring's gate reads zero, and its process is not `ACTIVE`.
+static GATE: AtomicPtr<AtomicU32> = AtomicPtr::new(&ZERO_GATE as *const AtomicU32 as *mut AtomicU32);
+static ZERO_GATE: AtomicU32 = AtomicU32::new(0);
 
 /// The ring of the current epoch, if any.
 #[inline(always)]
@@ -115,6 +120,16 @@ pub fn clock_events() -> bool {
 #[inline(always)]
 pub(super) fn timing_mask() -> u64 {
     TIMING_MASK.load(Ordering::Relaxed)
+}
+
+/// Whether the ring's capture gate lets calls be recorded now (see `mlprof_format::ring`'s
+/// `capture`): two dependent loads and a branch, before any other work of a hook.
+#[inline(always)]
+pub fn capturing() -> bool {
+    // Safety: `GATE` points at a static or at the header of a ring, whose memory stays mapped
+    // for the life of the process (see `GATE`).
+    let gate = unsafe { &*GATE.load(Ordering::Relaxed) };
+    gate.load(Ordering::Relaxed) & mlprof_format::ring::CAPTURE_PAUSED == 0
 }
 
 /// Whether this process records (joined a ring), without trying to join.
@@ -296,6 +311,7 @@ fn adopt(slot: usize, view: RingView, header: &RingHeader) {
     if let Some(entry) = RINGS.get(slot - 1) {
         let _ = entry.set(view);
     }
+    GATE.store(&header.capture as *const AtomicU32 as *mut AtomicU32, Ordering::Relaxed);
     IDENTITY.store((slot as u64) << 32 | sys::getpid() as u64, Ordering::Relaxed);
     EPOCH.store(slot as u32, Ordering::Release);
 }
