@@ -222,7 +222,7 @@ impl Collector {
             None => launch::spawn(&args.command, preload, shm_path, session, &extra_env)?,
             Some(hz) => {
                 let cmd = launch::profiled_command(&args.command, preload, shm_path, session, &extra_env);
-                let (child, cpu_samples) = sample_launched(cmd, hz, drainer)?;
+                let (child, cpu_samples) = sample::start::launched(cmd, hz, drainer.writer_mut())?;
                 *cpu = cpu_samples;
                 child.map_err(|e| format!("cannot run {}: {e}", args.command[0]))?
             }
@@ -262,15 +262,8 @@ impl Collector {
     fn serve_session(&mut self) -> Result<u8, String> {
         let Collector { args, session, drainer, sampler, cpu, capture, .. } = self;
         if let Some(hz) = args.sample {
-            match sample::Recording::serve(hz) {
-                Ok(recording) => {
-                    drainer.note_joined();
-                    *cpu = Some(recording);
-                }
-                Err(e) => eprintln!(
-                    "mlprof-collect: cannot start the CPU sampler thread ({e}); recording no samples"
-                ),
-            }
+            *cpu = sample::start::served(hz);
+            drainer.note_joined();
         }
         if !args.quiet {
             eprintln!(
@@ -312,22 +305,8 @@ impl Collector {
                 report_energy(&args, &cost);
             }
             if let Some(stats) = cpu_samples {
-                let python = match stats.python {
-                    p if p.samples + p.unmatched == 0 => String::new(),
-                    p => format!(
-                        ", {} with Python frames ({} not matched)",
-                        p.samples - p.unmatched,
-                        p.unmatched
-                    ),
-                };
-                eprintln!(
-                    "mlprof-collect: {} CPU samples at {} Hz ({} unwound past the leaf{python}, {} lost); mlprof hotspots {}",
-                    stats.samples,
-                    args.sample.unwrap_or(sample::DEFAULT_HZ),
-                    stats.unwound,
-                    stats.lost,
-                    args.out.display()
-                );
+                let hz = args.sample.unwrap_or(sample::DEFAULT_HZ);
+                eprintln!("{}", sample::start::summary(&stats, hz, &args.out));
             }
         }
         Ok(ExitCode::from(exit_code))
@@ -450,39 +429,6 @@ fn drain(
         cpu.write_pending(drainer.writer_mut()).map_err(|e| e.to_string())?;
     }
     Ok(wake)
-}
-
-/// Spawns `cmd` with its child held before exec while the CPU sampler attaches to it
-/// (`--sample`): the child and the sampler's recording, or, when the kernel refused, one line
-/// saying why (also in the run file) and no recording.
-fn sample_launched(
-    cmd: std::process::Command,
-    hz: u32,
-    drainer: &mut Drainer,
-) -> Result<(std::io::Result<std::process::Child>, Option<sample::Recording>), String> {
-    let (child, opened) = sample::gate::spawn_attached(cmd, |pid| sample::open(pid, hz));
-    let recording = match opened {
-        Some(Ok(sampler)) => match sample::Recording::start(sampler, hz) {
-            Ok(recording) => Some(recording),
-            Err(e) => {
-                eprintln!("mlprof-collect: cannot start the CPU sampler thread ({e}); recording no samples");
-                None
-            }
-        },
-        Some(Err(refusal)) => {
-            eprintln!("mlprof-collect: no CPU samples: {refusal}");
-            let note = mlprof_format::sample::SamplingInfo {
-                hz,
-                refused: refusal.to_string(),
-                stack_bytes: sample::STACK_BYTES,
-                ..Default::default()
-            };
-            drainer.writer_mut().write_sampling(&note).map_err(|e| e.to_string())?;
-            None
-        }
-        None => None,
-    };
-    Ok((child, recording))
 }
 
 fn energy_config(args: &Args) -> energy::EnergyConfig {

@@ -29,6 +29,7 @@ mod recording;
 mod refusal;
 mod ring;
 mod sampler;
+pub(crate) mod start;
 mod unwind;
 
 pub(crate) use recording::Recording;
