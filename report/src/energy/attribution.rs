@@ -35,6 +35,8 @@ pub struct EnergyReport {
     pub(crate) notes: Vec<String>,
     /// The GPUs' energy split the GPU side's way (runs with a GPU timeline and a measured GPU).
     pub(crate) gpu_side: Option<GpuSideTotals>,
+    /// The capture ranges' energy (`None`: no capture option, the run is one range).
+    pub(crate) ranges: Option<super::ranges::RangesEnergy>,
 }
 
 /// The GPU side's split of the GPUs' energy, J: the ops' kernels, the idle time, the work
@@ -134,6 +136,8 @@ impl EnergyReport {
         // The devices that belong to the run, with their curves.
         let curves: Vec<(&Device, EnergyCurve)> =
             run.devices.iter().zip(curves).filter_map(|(d, c)| Some((d, c?))).collect();
+        let capture = run.meta.capture(run.start_ns, run.end_ns);
+        let ranges = super::ranges::of_ranges(&capture, run.start_ns, curves.iter().map(|(_, c)| c));
 
         let by_layer = share_by_layer(run, &curves);
         let mut classes: BTreeMap<String, Figure> = BTreeMap::new();
@@ -208,6 +212,7 @@ impl EnergyReport {
             processes: process_energy(run, &curves, &by_layer.per_pid),
             notes,
             gpu_side,
+            ranges,
         }
     }
 }

@@ -75,6 +75,20 @@ pub fn render(report: &EnergyReport) -> Value {
         },
         "coverage_by_layer": layers,
         "notes": report.notes,
+        "ranges": report.ranges.as_ref().map_or(Value::Null, |r| json!({
+            "source": r.source,
+            "time_s": round(r.time_s, 9),
+            "energy_j": round(r.energy_j, 6),
+            "uncertainty_j": round(r.uncertainty_j, 6),
+            "share": round(report.share_of(r.energy_j), 6),
+            "ranges": r.ranges.iter().map(|range| json!({
+                "range": range.number,
+                "start_ns": range.start_ns,
+                "end_ns": range.end_ns,
+                "energy_j": round(range.energy_j, 6),
+                "uncertainty_j": round(range.uncertainty_j, 6),
+            })).collect::<Vec<_>>(),
+        })),
         "gpu_side": report.gpu_side.map_or(Value::Null, |g| json!({
             "ops_j": round(g.ops_j, 6),
             "idle_j": round(g.idle_j, 6),

@@ -5,7 +5,8 @@
 //! * [`curve`]: a device's energy as a function of time, and its uncertainty.
 //! * [`load`]: devices, samples and spans read from a run.
 //! * `share`: the overlap rule that gives each span its part of the energy.
-//! * [`attribution`]: the report's figures ([`EnergyReport`]), computed from a loaded run.
+//! * [`attribution`]: the report's figures ([`EnergyReport`]), computed from a loaded run;
+//!   [`ranges`]: the capture ranges' energy.
 //! * [`json`], [`text`], [`csv`]: renderings of the report.
 //! * [`tracks`]: the counter tracks of a trace.
 //!
@@ -27,6 +28,7 @@ pub(crate) mod curve;
 mod gpu_side;
 pub mod json;
 pub(crate) mod load;
+pub(crate) mod ranges;
 mod share;
 #[cfg(test)]
 mod testing;

@@ -54,6 +54,21 @@ pub fn write(report: &EnergyReport, top: usize, out: &mut dyn Write) -> io::Resu
         report.measured_uncertainty_j,
         report.measured_j / duration_s.max(1e-9)
     )?;
+    if let Some(ranges) = &report.ranges {
+        writeln!(
+            out,
+            "{:<28} {:<17} {:>12.3} {:>10.3} {:>10.2}  {} range(s) ({}), {:.3} s of {:.3} s",
+            "in the capture ranges",
+            "",
+            ranges.energy_j,
+            ranges.uncertainty_j,
+            ranges.energy_j / ranges.time_s.max(1e-9),
+            ranges.ranges.len(),
+            ranges.source,
+            ranges.time_s,
+            duration_s
+        )?;
+    }
     writeln!(out)?;
     writeln!(
         out,
@@ -211,6 +226,7 @@ mod tests {
             processes: Vec::new(),
             notes: Vec::new(),
             gpu_side: None,
+            ranges: None,
         }
     }
 
