@@ -513,3 +513,43 @@ fn html_report_of_an_energy_run_in_chromium() {
     let png = browser::png_stats(&rendered.png);
     assert!(png.width == 1280 && png.colors >= 32 && png.ink >= 0.03, "blank screenshot? {png:?}");
 }
+
+/// Energy follows the capture ranges (issue 38): `--delay 0.4 --duration 0.5` over the phases
+/// program (1.6 s), two GPUs of the double: the range's energy is the curve's integral over
+/// the range the run file records (within 1 %), the total is still the whole run's, and the
+/// text says it on its own line.
+#[test]
+fn the_capture_range_holds_its_own_energy() {
+    let dir = TempDir::new("energy-ranges");
+    let lib = nvml_double(&dir);
+    let prog = compile("energy_phases", &dir);
+    let args = ["--nvml-lib", &lib, "--delay", "0.4", "--duration", "0.5"];
+    let run = collect(&dir, &args, std::slice::from_ref(&prog), &[("NVML_DOUBLE_GPUS", "2")]);
+    let json = energy_json(&run.bin);
+    let (start, end) = run_window(&json);
+    let ranges = &json["ranges"];
+    let listed = ranges["ranges"].as_array().unwrap_or_else(|| panic!("no ranges in {json}"));
+    assert_eq!(listed.len(), 1, "{ranges}");
+    let (a, b) =
+        (start + listed[0]["start_ns"].as_u64().unwrap(), start + listed[0]["end_ns"].as_u64().unwrap());
+    close("range length", (b - a) as f64 / 1e9, 0.5, 0.05);
+    let both =
+        |a: u64, b: u64| energy_between(0, run.origin_ns, a, b) + energy_between(1, run.origin_ns, a, b);
+    let want = both(a, b);
+    close("range energy", f(&listed[0], "energy_j"), want, want * 0.01);
+    close("ranges' sum", f(ranges, "energy_j"), want, want * 0.01);
+    close("ranges' time", f(ranges, "time_s"), (b - a) as f64 / 1e9, 1e-6);
+    assert_eq!(ranges["source"], "time", "{ranges}");
+    let total = both(start, end);
+    close("run total", f(&json["total"], "energy_j"), total, total * 0.01);
+    let text =
+        String::from_utf8_lossy(&mlprof(&["energy", &run.bin.display().to_string()]).stdout).into_owned();
+    assert!(
+        text.lines().any(|l| l.starts_with("in the capture ranges") && l.contains("1 range(s) (time)")),
+        "{text}"
+    );
+    // Without a capture option there are none.
+    let whole =
+        collect(&dir, &["--nvml-lib", &lib], std::slice::from_ref(&prog), &[("NVML_DOUBLE_GPUS", "2")]);
+    assert_eq!(energy_json(&whole.bin)["ranges"], Value::Null);
+}
