@@ -21,54 +21,7 @@ pub fn write(report: &EnergyReport, top: usize, out: &mut dyn Write) -> io::Resu
         writeln!(out, "  note: {note}")?;
     }
     writeln!(out)?;
-    writeln!(
-        out,
-        "{:<28} {:<17} {:>12} {:>10} {:>10}  uuid",
-        "device", "source", "energy J", "± J", "mean W"
-    )?;
-    for d in &report.devices {
-        let name = format!("{}{}", d.name, if d.in_run { "" } else { " (not in run)" });
-        let figure = |x: Option<f64>, json_digits: i32, shown: usize| {
-            x.and_then(|x| as_in_json(x, json_digits)).map_or_else(|| "-".into(), |x| format!("{x:.shown$}"))
-        };
-        writeln!(
-            out,
-            "{:<28} {:<17} {:>12} {:>10} {:>10}  {}",
-            name,
-            d.source,
-            figure(d.energy_j, 6, 3),
-            figure(d.uncertainty_j, 6, 3),
-            figure(d.mean_power_w, 4, 2),
-            d.uuid
-        )?;
-        for e in &d.errors {
-            writeln!(out, "    error: {e}")?;
-        }
-    }
-    writeln!(
-        out,
-        "{:<28} {:<17} {:>12.3} {:>10.3} {:>10.2}",
-        "run total",
-        "",
-        report.measured_j,
-        report.measured_uncertainty_j,
-        report.measured_j / duration_s.max(1e-9)
-    )?;
-    if let Some(ranges) = &report.ranges {
-        writeln!(
-            out,
-            "{:<28} {:<17} {:>12.3} {:>10.3} {:>10.2}  {} range(s) ({}), {:.3} s of {:.3} s",
-            "in the capture ranges",
-            "",
-            ranges.energy_j,
-            ranges.uncertainty_j,
-            ranges.energy_j / ranges.time_s.max(1e-9),
-            ranges.ranges.len(),
-            ranges.source,
-            ranges.time_s,
-            duration_s
-        )?;
-    }
+    write_devices(report, out)?;
     writeln!(out)?;
     writeln!(
         out,
@@ -139,6 +92,60 @@ pub fn write(report: &EnergyReport, top: usize, out: &mut dyn Write) -> io::Resu
             "(spans nest: a call inside an ITT task counts in the task's class too, so the class \
              shares add up to {:.0}%)",
             classes_share * 100.0
+        )?;
+    }
+    Ok(())
+}
+
+/// The devices' table: each device's energy, the run's total, and the capture ranges' energy.
+fn write_devices(report: &EnergyReport, out: &mut dyn Write) -> io::Result<()> {
+    let duration_s = report.duration_s();
+    writeln!(
+        out,
+        "{:<28} {:<17} {:>12} {:>10} {:>10}  uuid",
+        "device", "source", "energy J", "± J", "mean W"
+    )?;
+    for d in &report.devices {
+        let name = format!("{}{}", d.name, if d.in_run { "" } else { " (not in run)" });
+        let figure = |x: Option<f64>, json_digits: i32, shown: usize| {
+            x.and_then(|x| as_in_json(x, json_digits)).map_or_else(|| "-".into(), |x| format!("{x:.shown$}"))
+        };
+        writeln!(
+            out,
+            "{:<28} {:<17} {:>12} {:>10} {:>10}  {}",
+            name,
+            d.source,
+            figure(d.energy_j, 6, 3),
+            figure(d.uncertainty_j, 6, 3),
+            figure(d.mean_power_w, 4, 2),
+            d.uuid
+        )?;
+        for e in &d.errors {
+            writeln!(out, "    error: {e}")?;
+        }
+    }
+    writeln!(
+        out,
+        "{:<28} {:<17} {:>12.3} {:>10.3} {:>10.2}",
+        "run total",
+        "",
+        report.measured_j,
+        report.measured_uncertainty_j,
+        report.measured_j / duration_s.max(1e-9)
+    )?;
+    if let Some(ranges) = &report.ranges {
+        writeln!(
+            out,
+            "{:<28} {:<17} {:>12.3} {:>10.3} {:>10.2}  {} range(s) ({}), {:.3} s of {:.3} s",
+            "in the capture ranges",
+            "",
+            ranges.energy_j,
+            ranges.uncertainty_j,
+            ranges.energy_j / ranges.time_s.max(1e-9),
+            ranges.ranges.len(),
+            ranges.source,
+            ranges.time_s,
+            duration_s
         )?;
     }
     Ok(())
