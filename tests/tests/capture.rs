@@ -452,3 +452,37 @@ fn a_process_paused_when_its_collector_ends_joins_the_sessions_next_collector() 
     let joined = writes(&Summary::load(&second));
     assert!(joined >= 20, "{joined} of the 40 paced writes recorded by the next collector");
 }
+
+/// `mlprof merge` of two runs (as two nodes) that each captured a `--delay/--duration` window
+/// keeps both ranges, each with its own edges (each node numbers its ranges from 1; the merge
+/// numbers them anew), and every write inside them.
+#[test]
+fn merged_nodes_keep_each_nodes_ranges() {
+    const PACE_MS: u64 = 25;
+    let dir = TempDir::new("capture-merge");
+    let exe = compile("paced_writer", &dir);
+    let runs = [dir.join("a.bin"), dir.join("b.bin")];
+    let mut writes = 0;
+    for out in &runs {
+        let o =
+            run_collect(out, &["--delay=0.2", "--duration=0.3"], &[exe.as_str(), &PACE_MS.to_string(), "40"]);
+        assert!(o.status.success(), "{}", describe(&o));
+        writes += Summary::load(out).calls().count("pwrite");
+    }
+    let merged = dir.join("merged.bin");
+    let paths: Vec<String> = runs.iter().map(|p| p.display().to_string()).collect();
+    mlprof_ok(&["merge", &paths[0], &paths[1], "-o", &merged.display().to_string()]);
+    let summary = Summary::load(&merged);
+    summary.assert_clean();
+    assert_eq!(summary.calls().count("pwrite"), writes, "summary in {}", summary.dump().display());
+    let pairs = vec![("delay".to_string(), "duration".to_string()); 2];
+    assert_eq!(ranges(&summary), pairs, "summary in {}", summary.dump().display());
+    for range in summary.json["ranges"].as_array().unwrap() {
+        let length = range["duration_ns"].as_u64().unwrap();
+        assert!(
+            (290_000_000..360_000_000).contains(&length),
+            "a range of {length} ns in {}",
+            summary.dump().display()
+        );
+    }
+}

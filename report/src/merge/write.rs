@@ -2,7 +2,7 @@
 //! identities (times shifted, pids, lane streams and energy devices renumbered), and written
 //! with the nodes' event frames interleaved by time, one frame per node held.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use mlprof_filewrite::BackgroundFile;
@@ -215,6 +215,9 @@ struct Shared {
     strings: HashSet<u64>,
     sites: MergedSites,
     samples: MergedSamples,
+    /// Each node's capture ranges, (node, its number) → the merged run's number: the reports
+    /// pair a range's edges by number, and every node numbers its own from 1.
+    ranges: HashMap<(u32, u32), u32>,
 }
 
 /// Writes what a frame of `input` holds (metadata at once, events into `pending`) until its
@@ -267,6 +270,14 @@ fn advance(
                 out.write_samples(&samples).map_err(write_err)?;
             }
             Frame::Sampling(note) => input.samples.sampling = Some(note),
+            Frame::RangeEdge(mut edge) => {
+                let next = shared.ranges.len() as u32 + 1;
+                edge.range = *shared.ranges.entry((rw.node, edge.range)).or_insert(next);
+                edge.pid = rw.pid(edge.pid);
+                edge.tid = rw.pid(edge.tid);
+                edge.time_ns = shift(edge.time_ns, rw.offset);
+                out.write_range_edge(&edge).map_err(write_err)?;
+            }
             frame => write_metadata(frame, rw, out, &mut shared.strings).map_err(write_err)?,
         }
     }
@@ -327,15 +338,10 @@ fn write_metadata(
             }
             out.write_gpu_activity(&records)?;
         }
-        // Each node's ranges, on the merged axis (numbered per node: the reports pair edges
-        // by number, so a merged run of nodes that each captured shows node 0's numbering).
+        // The capture option (each node's; the last one read stands). Range edges are
+        // renumbered by `advance`.
         Frame::Capture(info) => out.write_capture(&info)?,
-        Frame::RangeEdge(mut edge) => {
-            edge.pid = rw.pid(edge.pid);
-            edge.tid = rw.pid(edge.tid);
-            edge.time_ns = shift(edge.time_ns, rw.offset);
-            out.write_range_edge(&edge)?;
-        }
+        Frame::RangeEdge(_) => {}
         Frame::Symbol(mut symbol) => {
             symbol.pid = rw.pid(symbol.pid);
             out.write_symbol(&symbol)?;
