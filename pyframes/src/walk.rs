@@ -36,22 +36,33 @@ pub fn frames_of<M: Memory + ?Sized>(
     out: &mut [Frame],
 ) -> Walked {
     let is_code = |code: usize| mem.u64(code.wrapping_add(OB_TYPE)) == Some(code_type as u64);
-    walk(mem, layout, &is_code, tstate, out, &mut [])
+    walk(mem, layout, &is_code, tstate, out, &mut []).0
+}
+
+/// What a reader outside the process learns of a frame beside its (code, offset).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Entry {
+    /// The outermost frame of its activation of the evaluation loop (the one C code called
+    /// the interpreter with).
+    pub outermost: bool,
+    /// Where the frame is.
+    pub address: usize,
 }
 
 /// [`frames_of`] for a reader outside the process (the collector's sampler), which also needs
-/// the evaluation loop's activations: `entries[i]` tells whether `out[i]` is the outermost
-/// frame of its activation (the one C code called the interpreter with), so the frames can be
-/// set in place of the loop's native frames of a sampled stack. `is_code` says whether an
-/// address holds a code object (a reader may know many already).
+/// the evaluation loop's activations, so that the frames can be set in place of the loop's
+/// native frames of a sampled stack: `entries[i]` is about `out[i]`. `is_code` says whether an
+/// address holds a code object (a reader may know many already). Also returns the thread's
+/// innermost `_PyCFrame` (3.11, 3.12; 0 for the others): a local of the innermost activation,
+/// on the C stack.
 pub fn frames_and_entries_of<M: Memory + ?Sized>(
     mem: &M,
     layout: &Layout,
     is_code: &dyn Fn(usize) -> bool,
     tstate: usize,
     out: &mut [Frame],
-    entries: &mut [bool],
-) -> Walked {
+    entries: &mut [Entry],
+) -> (Walked, usize) {
     walk(mem, layout, is_code, tstate, out, entries)
 }
 
@@ -62,19 +73,21 @@ fn walk<M: Memory + ?Sized>(
     is_code: &dyn Fn(usize) -> bool,
     tstate: usize,
     out: &mut [Frame],
-    entries: &mut [bool],
-) -> Walked {
+    entries: &mut [Entry],
+) -> (Walked, usize) {
     let mut walked = Walked { count: 0, broken: false };
     let Some(mut frame) = mem.u64(tstate.wrapping_add(layout.tstate_frame as usize)) else {
         walked.broken = true;
-        return walked;
+        return (walked, 0);
     };
+    let mut cframe = 0;
     if layout.cframe_current != NONE && frame != 0 {
+        cframe = frame as usize;
         match mem.u64((frame as usize).wrapping_add(layout.cframe_current as usize)) {
             Some(current) => frame = current,
             None => {
                 walked.broken = true;
-                return walked;
+                return (walked, cframe);
             }
         }
     }
@@ -94,27 +107,28 @@ fn walk<M: Memory + ?Sized>(
                     *slot = found;
                 }
                 if wants_entries && let Some(entry) = entries.get_mut(walked.count) {
-                    *entry = match layout.kind {
+                    let outermost = match layout.kind {
                         FrameKind::Object => true,
                         _ if layout.frame_is_entry != NONE => {
                             mem.u8(frame.wrapping_add(layout.frame_is_entry as usize)).unwrap_or(0) != 0
                         }
                         _ => false,
                     };
+                    *entry = Entry { outermost, address: frame };
                 }
                 walked.count += 1;
             }
             // A C-owned frame: the Python frame before it began its activation.
             None if wants_entries => {
                 if let Some(entry) = walked.count.checked_sub(1).and_then(|last| entries.get_mut(last)) {
-                    *entry = true;
+                    entry.outermost = true;
                 }
             }
             None => {}
         }
         frame = previous;
     }
-    walked
+    (walked, cframe)
 }
 
 /// One frame: what it holds (`None` for a frame to skip) and its caller's address; `None`

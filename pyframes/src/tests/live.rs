@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use crate::code::{self, Types};
 use crate::layout::{self, Layout};
 use crate::memory::{Memory, read_process};
-use crate::walk::{frames_and_entries_of, frames_of};
+use crate::walk::{Entry, frames_and_entries_of, frames_of};
 use crate::{Described, Frame};
 
 const SCRIPT: &str = "import sys
@@ -167,12 +167,24 @@ fn read_live(python: &str, minor: u8, script: &str) -> Vec<(String, String, u32)
         let tid = remote.u64(tstate + layout.tstate_native_thread_id as usize);
         assert_eq!(tid, Some(pid as u64), "3.{minor}: native_thread_id");
     }
-    let (mut again, mut entries) = ([Frame::default(); 8], [false; 8]);
+    let (mut again, mut entries) = ([Frame::default(); 8], [Entry::default(); 8]);
     let is_code = |at: usize| remote.u64(at + layout::OB_TYPE) == Some(code as u64);
-    let walked_again = frames_and_entries_of(&remote, &layout, &is_code, tstate, &mut again, &mut entries);
+    let (walked_again, cframe) =
+        frames_and_entries_of(&remote, &layout, &is_code, tstate, &mut again, &mut entries);
     assert_eq!((walked_again, again), (walked, frames), "3.{minor}");
+    let outermost: Vec<bool> = entries[..walked.count].iter().map(|e| e.outermost).collect();
     let expected_entries = if minor >= 11 { [false, false, true] } else { [true; 3] };
-    assert_eq!(entries[..walked.count], expected_entries, "3.{minor}: entries");
+    assert_eq!(outermost, expected_entries, "3.{minor}: entries");
+    // 3.11 and 3.12: the innermost activation's _PyCFrame, on the C stack, holds its innermost
+    // frame; its `previous` is the thread state's root one, which holds none.
+    if layout.cframe_previous != layout::NONE {
+        let current = remote.u64(cframe + layout.cframe_current as usize);
+        assert_eq!(current, Some(entries[0].address as u64), "3.{minor}: the _PyCFrame's current frame");
+        let root = remote.pointer(cframe + layout.cframe_previous as usize).expect("the root _PyCFrame");
+        assert_eq!(remote.u64(root + layout.cframe_previous as usize), Some(0), "3.{minor}: root");
+    } else {
+        assert_eq!(cframe, 0, "3.{minor}: no _PyCFrame");
+    }
     let types = Types { code, unicode, bytes };
     let described = frames[..walked.count].iter().map(|frame| {
         let (mut file, mut func) = ([0u8; 256], [0u8; 256]);

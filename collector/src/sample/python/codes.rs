@@ -57,6 +57,9 @@ impl FrameIds {
 pub(super) struct Codes {
     codes: FxHashMap<usize, Code>,
     described: FxHashMap<Frame, u32>,
+    /// (code, line) → id: the many offsets of one line share it, found without building the
+    /// (file, function, line) key.
+    lines: FxHashMap<(usize, u32), u32>,
 }
 
 impl Codes {
@@ -82,6 +85,7 @@ impl Codes {
             _ => {
                 // Another object now, or a new one: what was read of the old one goes.
                 self.described.retain(|frame, _| frame.code != at);
+                self.lines.retain(|&(code, _), _| code != at);
                 self.codes.insert(at, Code { identity, checked_ns: now_ns, names: None });
             }
         }

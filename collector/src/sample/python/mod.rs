@@ -24,7 +24,7 @@ use std::cell::RefCell;
 
 use mlprof_format::sample::PythonFrameInfo;
 use mlprof_pyframes::Frame;
-use mlprof_pyframes::walk;
+use mlprof_pyframes::walk::{self, Entry};
 use rustc_hash::FxHashMap;
 
 use codes::{Codes, FrameIds};
@@ -114,7 +114,8 @@ impl Read {
         let mut start = 0;
         let mut out = Vec::with_capacity(self.activations.len());
         for &(len, seen) in &self.activations {
-            out.push(Activation { frames: self.ids.get(start..start + len).unwrap_or_default(), seen });
+            let frames = self.ids.get(start..start + len).unwrap_or_default();
+            out.push(Activation { frames, innermost: 0, seen });
             start += len;
         }
         out
@@ -130,7 +131,7 @@ pub(crate) struct PythonStacks {
     early: FxHashMap<(u32, u64), Read>,
     stats: Stats,
     frames: Vec<Frame>,
-    entries: Vec<bool>,
+    entries: Vec<Entry>,
 }
 
 impl PythonStacks {
@@ -232,8 +233,9 @@ impl PythonStacks {
         frames.clear();
         frames.resize(MAX_PYTHON_FRAMES, Frame::default());
         entries.clear();
-        entries.resize(MAX_PYTHON_FRAMES, false);
-        let walked = walk::frames_and_entries_of(&mem, &interp.layout, &is_code, tstate, frames, entries);
+        entries.resize(MAX_PYTHON_FRAMES, Entry::default());
+        let (walked, cframe) =
+            walk::frames_and_entries_of(&mem, &interp.layout, &is_code, tstate, frames, entries);
         if walked.count == 0 {
             return None;
         }
@@ -241,7 +243,7 @@ impl PythonStacks {
         let ids: Vec<u32> =
             frames.iter().take(walked.count).map(|&frame| codes.id(&mem, interp, frame, frame_ids)).collect();
         let mut activations = merge::activations(&ids, entries.get(..walked.count).unwrap_or_default());
-        merge::check(&mem, &interp.layout, tstate, copy, &mut activations);
+        merge::check(&mem, &interp.layout, cframe, copy, &mut activations);
         let activations = activations.iter().map(|a| (a.frames.len(), a.seen)).collect();
         Some(Read { ids, activations })
     }

@@ -15,29 +15,35 @@ pub(crate) struct Remote {
     /// (page address, its bytes), in the order they were read; a page that could not be read
     /// whole is not kept (its readable part is read word by word).
     pages: Vec<(usize, Box<[u8; PAGE]>)>,
+    /// Buffers of pages forgotten, for the next reads (no allocation, no fresh memory a sample).
+    spare: Vec<Box<[u8; PAGE]>>,
     /// System calls made, for the sampler's statistics.
     pub(crate) reads: u64,
 }
 
 impl Remote {
     pub(crate) fn new(pid: u32) -> Remote {
-        Remote { pid: pid as libc::pid_t, pages: Vec::with_capacity(KEPT), reads: 0 }
+        Remote { pid: pid as libc::pid_t, pages: Vec::with_capacity(KEPT), spare: Vec::new(), reads: 0 }
     }
 
     /// Drops what was read: the next reads see the process as it is then.
     pub(crate) fn forget(&mut self) {
-        self.pages.clear();
+        self.spare.extend(self.pages.drain(..).map(|(_, bytes)| bytes));
     }
 
     fn page(&mut self, at: usize) -> Option<&[u8; PAGE]> {
         let index = match self.pages.iter().position(|(start, _)| *start == at) {
             Some(index) => index,
             None => {
-                let mut bytes = Box::new([0u8; PAGE]);
+                let mut bytes = self.spare.pop().unwrap_or_else(|| Box::new([0u8; PAGE]));
                 self.reads += 1;
-                read_process(self.pid, at, &mut bytes[..])?;
+                if read_process(self.pid, at, &mut bytes[..]).is_none() {
+                    self.spare.push(bytes);
+                    return None;
+                }
                 if self.pages.len() == KEPT {
-                    self.pages.remove(0);
+                    let (_, oldest) = self.pages.remove(0);
+                    self.spare.push(oldest);
                 }
                 self.pages.push((at, bytes));
                 self.pages.len() - 1

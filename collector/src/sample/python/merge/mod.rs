@@ -13,6 +13,7 @@
 
 use mlprof_pyframes::layout::{Layout, NONE};
 use mlprof_pyframes::memory::Memory;
+use mlprof_pyframes::walk::Entry;
 
 use super::{Native, PYTHON_FRAME_TAG, StackCopy};
 
@@ -29,21 +30,25 @@ pub(super) enum Seen {
     Unknown,
 }
 
-/// One activation of the evaluation loop: its Python frames' ids, innermost first.
+/// One activation of the evaluation loop: its Python frames' ids, innermost first, where its
+/// innermost frame is now, and what the sample's stack copy says of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Activation<'a> {
     pub(super) frames: &'a [u32],
+    pub(super) innermost: usize,
     pub(super) seen: Seen,
 }
 
-/// The walk's frames cut into activations (`entries[i]`: frame `i` is the outermost of its
-/// activation), innermost first; frames after the last entry (a walk cut short) form one.
-pub(super) fn activations<'a>(python: &'a [u32], entries: &[bool]) -> Vec<Activation<'a>> {
+/// The walk's frames cut into activations (`entries[i]`: of frame `i`), innermost first;
+/// frames after the last outermost one (a walk cut short) form one.
+pub(super) fn activations<'a>(python: &'a [u32], entries: &[Entry]) -> Vec<Activation<'a>> {
     let mut out = Vec::new();
     let mut start = 0;
-    for (i, &entry) in entries.iter().enumerate() {
-        if entry || i + 1 == entries.len() {
-            out.push(Activation { frames: python.get(start..=i).unwrap_or_default(), seen: Seen::Unknown });
+    for (i, entry) in entries.iter().enumerate() {
+        if entry.outermost || i + 1 == entries.len() {
+            let innermost = entries.get(start).map_or(0, |e| e.address);
+            let frames = python.get(start..=i).unwrap_or_default();
+            out.push(Activation { frames, innermost, seen: Seen::Unknown });
             start = i + 1;
         }
     }
@@ -51,30 +56,34 @@ pub(super) fn activations<'a>(python: &'a [u32], entries: &[bool]) -> Vec<Activa
 }
 
 /// Marks each activation with what the sample's copy of the stack says of it (see the
-/// module): the `_PyCFrame`s are followed from the thread state at `tstate`, innermost first,
-/// one per activation.
+/// module): the `_PyCFrame`s are followed from the thread's innermost one (`cframe`, as the
+/// walk found it), innermost first, one per activation, through the copy while it holds them
+/// (an activation that is the same since the sample has the same `previous`), and compared with
+/// the frame each activation is in now.
 pub(super) fn check(
     mem: &impl Memory,
     layout: &Layout,
-    tstate: usize,
+    cframe: usize,
     copy: Option<StackCopy<'_>>,
     activations: &mut [Activation<'_>],
 ) {
-    let (Some(copy), false) = (copy, layout.cframe_previous == NONE) else { return };
-    let current = layout.cframe_current as u64;
-    let mut cframe = mem.u64(tstate + layout.tstate_frame as usize);
+    let (Some(copy), false) = (copy, layout.cframe_previous == NONE || cframe == 0) else { return };
+    let (current, previous) = (layout.cframe_current as u64, layout.cframe_previous as u64);
+    let mut at = cframe as u64;
     for activation in activations.iter_mut() {
-        let Some(at) = cframe.filter(|&at| at != 0) else { break };
-        activation.seen = if at < copy.sp {
-            Seen::Later
-        } else {
-            match copy.u64(at + current) {
-                None => Seen::Unknown,
-                Some(then) if mem.u64((at + current) as usize) == Some(then) => Seen::Same,
-                Some(_) => Seen::Changed,
-            }
+        if at == 0 {
+            break;
+        }
+        let then = copy.u64(at + current);
+        activation.seen = match then {
+            _ if at < copy.sp => Seen::Later,
+            None => break,
+            Some(then) if then == activation.innermost as u64 => Seen::Same,
+            Some(_) => Seen::Changed,
         };
-        cframe = mem.u64((at + layout.cframe_previous as u64) as usize);
+        // An activation begun since the sample lies below the copy: its link is in the process.
+        let Some(next) = copy.u64(at + previous).or_else(|| mem.u64((at + previous) as usize)) else { break };
+        at = next;
     }
 }
 

@@ -10,14 +10,23 @@ fn set(native: &[u64], complete: bool, activations: &[Activation<'_>]) -> (bool,
 }
 
 fn unknown<'a>(frames: &'a [u32]) -> Activation<'a> {
-    Activation { frames, seen: Seen::Unknown }
+    Activation { frames, innermost: 0, seen: Seen::Unknown }
 }
 
-/// Entries cut the walk into activations; frames after the last entry form one.
+fn seen<'a>(frames: &'a [u32], seen: Seen) -> Activation<'a> {
+    Activation { frames, innermost: 0, seen }
+}
+
+/// Entries cut the walk into activations, each with its innermost frame's address; frames
+/// after the last outermost one form one.
 #[test]
 fn entries_cut_the_frames_into_activations() {
-    let cut = activations(&[1, 2, 3, 4], &[false, true, false, false]);
-    assert_eq!(cut, [unknown(&[1, 2]), unknown(&[3, 4])]);
+    let entry = |outermost, address| Entry { outermost, address };
+    let entries = [entry(false, 0x10), entry(true, 0x20), entry(false, 0x30), entry(false, 0x40)];
+    let cut = activations(&[1, 2, 3, 4], &entries);
+    let first = Activation { frames: &[1, 2], innermost: 0x10, seen: Seen::Unknown };
+    let second = Activation { frames: &[3, 4], innermost: 0x30, seen: Seen::Unknown };
+    assert_eq!(cut, [first, second]);
 }
 
 /// A leaf in C called from Python, two activations of the loop (C called back into Python in
@@ -61,24 +70,19 @@ fn unchecked_counts_that_differ_leave_the_innermost_pair_native() {
 #[test]
 fn checked_activations_set_only_what_the_sample_had() {
     let native = [0x100, 0x5001, 0x200, 0x5002, 0x300];
-    let later = [
-        Activation { frames: &[9], seen: Seen::Later },
-        Activation { frames: &[1], seen: Seen::Same },
-        Activation { frames: &[2], seen: Seen::Unknown },
-    ];
+    let later = [seen(&[9], Seen::Later), seen(&[1], Seen::Same), seen(&[2], Seen::Unknown)];
     assert_eq!(set(&native, true, &later), (false, vec![0x100, T | 1, 0x200, T | 2, 0x300]));
-    let changed =
-        [Activation { frames: &[1], seen: Seen::Changed }, Activation { frames: &[2], seen: Seen::Same }];
+    let changed = [seen(&[1], Seen::Changed), seen(&[2], Seen::Same)];
     assert_eq!(set(&native, true, &changed), (false, vec![0x100, 0x5001, 0x200, T | 2, 0x300]));
 }
 
-/// The copy and the process: an activation whose `_PyCFrame` (in the copy) held the frame it
-/// holds now is the same; another value changed; below the stack pointer, later; the chain is
-/// followed through `previous`.
+/// The copy against the walk: an activation whose `_PyCFrame` (in the copy) held the frame it
+/// is in now is the same; another value changed; the chain goes on through the copy's
+/// `previous`; a `_PyCFrame` below the stack pointer began after the sample (its link read from
+/// the process); one beyond the copy cannot be told.
 #[test]
 fn the_stack_copy_tells_which_activations_were_the_samples() {
     use mlprof_pyframes::layout::V3_11;
-    // The "process": a thread state whose cframe chain is 0x7010 → 0x7100 → 0x6ff0.
     struct Mem(Vec<(usize, u64)>);
     impl Memory for Mem {
         fn read(&self, addr: usize, buf: &mut [u8]) -> Option<()> {
@@ -87,22 +91,22 @@ fn the_stack_copy_tells_which_activations_were_the_samples() {
             Some(())
         }
     }
-    let (cur, prev, tstate) = (V3_11.cframe_current as usize, V3_11.cframe_previous as usize, 0x1000);
-    let mem = Mem(vec![
-        (tstate + V3_11.tstate_frame as usize, 0x7010),
-        (0x7010 + cur, 0xaaa0),
-        (0x7010 + prev, 0x7100),
-        (0x7100 + cur, 0xbbb0),
-        (0x7100 + prev, 0x6ff0),
-        (0x6ff0 + prev, 0),
-    ]);
-    // The copy from sp 0x7000: 0x7010's current was 0xaaa0 (same), 0x7100's 0xccc0 (changed).
+    let (cur, prev) = (V3_11.cframe_current as usize, V3_11.cframe_previous as usize);
+    // The process: a _PyCFrame begun since the sample at 0x6f00, whose link is 0x7010.
+    let mem = Mem(vec![(0x6f00 + prev, 0x7010)]);
+    // The copy from sp 0x7000: 0x7010 was in frame 0xaaa0 and links to 0x7100, which was in
+    // 0xccc0 and links to 0x9000, beyond the copy.
     let mut bytes = vec![0u8; 0x200];
-    bytes[0x10 + cur..0x18 + cur].copy_from_slice(&0xaaa0u64.to_ne_bytes());
-    bytes[0x100 + cur..0x108 + cur].copy_from_slice(&0xccc0u64.to_ne_bytes());
+    let mut put =
+        |at: usize, value: u64| bytes[at - 0x7000..at - 0x7000 + 8].copy_from_slice(&value.to_ne_bytes());
+    put(0x7010 + cur, 0xaaa0);
+    put(0x7010 + prev, 0x7100);
+    put(0x7100 + cur, 0xccc0);
+    put(0x7100 + prev, 0x9000);
     let copy = StackCopy { sp: 0x7000, bytes: &bytes };
-    let mut three = [unknown(&[1]), unknown(&[2]), unknown(&[3])];
-    check(&mem, &V3_11, tstate, Some(copy), &mut three);
-    let seen: Vec<Seen> = three.iter().map(|a| a.seen).collect();
-    assert_eq!(seen, [Seen::Same, Seen::Changed, Seen::Later]);
+    let now = |innermost| Activation { frames: &[1], innermost, seen: Seen::Unknown };
+    let mut four = [now(0x5550), now(0xaaa0), now(0xbbb0), now(0xddd0)];
+    check(&mem, &V3_11, 0x6f00, Some(copy), &mut four);
+    let seen: Vec<Seen> = four.iter().map(|a| a.seen).collect();
+    assert_eq!(seen, [Seen::Later, Seen::Same, Seen::Changed, Seen::Unknown]);
 }
