@@ -485,4 +485,23 @@ fn merged_nodes_keep_each_nodes_ranges() {
             summary.dump().display()
         );
     }
+    // A trace split in parts has the ranges' track in every part (each is a complete trace).
+    let trace = dir.join("merged.json");
+    mlprof_ok(&[
+        "convert",
+        &merged.display().to_string(),
+        "-o",
+        &trace.display().to_string(),
+        "--split-every",
+        "10",
+    ]);
+    let parts: Vec<_> =
+        (1..).map(|i| dir.join(format!("merged.{i:03}.json"))).take_while(|p| p.exists()).collect();
+    assert!(parts.len() >= 2, "{} parts", parts.len());
+    for part in &parts {
+        let json: Value = serde_json::from_slice(&std::fs::read(part).unwrap()).unwrap();
+        let ranges =
+            json["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "mlprof.capture").count();
+        assert_eq!(ranges, 2, "range slices in {}", part.display());
+    }
 }

@@ -133,6 +133,8 @@ impl<'a, W: TraceWriter> Converter<'a, W> {
         for device in &self.devices {
             self.energy.device(device, &mut self.out)?;
         }
+        // Every part is a complete trace: the capture ranges' track too.
+        super::ranges::write(self)?;
         Ok(())
     }
 
