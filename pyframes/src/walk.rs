@@ -36,7 +36,7 @@ pub fn frames_of<M: Memory + ?Sized>(
     out: &mut [Frame],
 ) -> Walked {
     let is_code = |code: usize| mem.u64(code.wrapping_add(OB_TYPE)) == Some(code_type as u64);
-    walk(mem, layout, &is_code, tstate, out, &mut []).0
+    frames_and_entries_of(mem, layout, &is_code, tstate, out, &mut []).0
 }
 
 /// What a reader outside the process learns of a frame beside its (code, offset).
@@ -55,22 +55,11 @@ pub struct Entry {
 /// address holds a code object (a reader may know many already). Also returns the thread's
 /// innermost `_PyCFrame` (3.11, 3.12; 0 for the others): a local of the innermost activation,
 /// on the C stack.
+#[inline(always)]
 pub fn frames_and_entries_of<M: Memory + ?Sized>(
     mem: &M,
     layout: &Layout,
-    is_code: &dyn Fn(usize) -> bool,
-    tstate: usize,
-    out: &mut [Frame],
-    entries: &mut [Entry],
-) -> (Walked, usize) {
-    walk(mem, layout, is_code, tstate, out, entries)
-}
-
-#[inline(always)]
-fn walk<M: Memory + ?Sized>(
-    mem: &M,
-    layout: &Layout,
-    is_code: &dyn Fn(usize) -> bool,
+    is_code: &impl Fn(usize) -> bool,
     tstate: usize,
     out: &mut [Frame],
     entries: &mut [Entry],
@@ -137,7 +126,7 @@ fn walk<M: Memory + ?Sized>(
 fn visit<M: Memory + ?Sized>(
     mem: &M,
     layout: &Layout,
-    is_code: &dyn Fn(usize) -> bool,
+    is_code: &impl Fn(usize) -> bool,
     frame: usize,
 ) -> Option<(Option<Frame>, usize)> {
     if !plausible(frame) {
