@@ -98,16 +98,9 @@ fn python_tasks_through_ctypes_have_their_hot_functions_and_callers() {
     // line 21, `lib.run_beta(ms)` on 23), in its file.
     let script_path = script("hot_tasks.py").display().to_string();
     for (task, line) in [("alpha", 21), ("beta", 23)] {
-        let span = report["spans"].as_array().and_then(|s| s.iter().find(|s| s["span"] == task));
-        let samples = span.and_then(|s| s["samples"].as_u64()).unwrap_or(0);
         let name = format!("main (hot_tasks.py:{line})");
-        let total = span
-            .and_then(|s| s["functions"].as_array())
-            .and_then(|f| {
-                f.iter().find(|f| f["function"] == name.as_str() && f["module"] == script_path.as_str())
-            })
-            .and_then(|f| f["total"].as_u64())
-            .unwrap_or(0);
+        let (total, samples) =
+            under(&report, task, |f| f["function"] == name.as_str() && f["module"] == script_path.as_str());
         e.that(format_args!("{task}: {total} of {samples} under {name}"), total * 10 >= samples * 9);
     }
     // The folded stacks name the task first, then the Python line above the native caller,
@@ -164,6 +157,16 @@ fn a_refused_perf_event_open_is_one_line_and_the_run_goes_on() {
         text.starts_with("No samples: perf_event_open refused (EACCES)"),
     );
     e.finish();
+}
+
+/// The samples of `span` in `report`, and how many of them have a function that `wanted`
+/// accepts in their stack (the largest such total: one function at several lines is several).
+fn under(report: &Value, span: &str, wanted: impl Fn(&Value) -> bool) -> (u64, u64) {
+    let span = report["spans"].as_array().and_then(|s| s.iter().find(|s| s["span"] == span));
+    let samples = span.and_then(|s| s["samples"].as_u64()).unwrap_or(0);
+    let functions = span.and_then(|s| s["functions"].as_array()).cloned().unwrap_or_default();
+    let total = functions.iter().filter(|f| wanted(f)).filter_map(|f| f["total"].as_u64()).max().unwrap_or(0);
+    (total, samples)
 }
 
 /// Self samples of `span` per module: (module, samples), most first.
@@ -245,26 +248,11 @@ fn dataloader_transforms_spend_their_cpu_in_pil_and_libtorch() {
 /// read), and next to none through the other's.
 fn python_frames_of_transforms(report: &Value, context: &str, checks: &mut Vec<(String, bool)>) {
     let under = |span: &str, function: &str| -> (u64, u64) {
-        let span = report["spans"].as_array().and_then(|s| s.iter().find(|s| s["span"] == span));
-        let samples = span.and_then(|s| s["samples"].as_u64()).unwrap_or(0);
         let prefix = format!("{function} (transforms.py:");
-        // One function at several lines: the largest total is the share of its samples under it.
-        let total = span
-            .and_then(|s| s["functions"].as_array())
-            .map(|f| {
-                f.iter()
-                    .filter(|f| f["function"].as_str().is_some_and(|n| n.starts_with(&prefix)))
-                    .filter(|f| {
-                        f["module"]
-                            .as_str()
-                            .is_some_and(|m| m.ends_with("torchvision/transforms/transforms.py"))
-                    })
-                    .filter_map(|f| f["total"].as_u64())
-                    .max()
-                    .unwrap_or(0)
-            })
-            .unwrap_or(0);
-        (total, samples)
+        under(report, span, |f| {
+            f["function"].as_str().is_some_and(|n| n.starts_with(&prefix))
+                && f["module"].as_str().is_some_and(|m| m.ends_with("torchvision/transforms/transforms.py"))
+        })
     };
     for (span, own, other) in [
         ("transform:RandomResizedCrop", "RandomResizedCrop.forward", "Normalize.forward"),
@@ -353,14 +341,8 @@ fn attach_mode_samples_each_process_that_joins() {
     let mut e = summary.expect();
     check_tasks(&mut e, &report, "attached C and Python");
     for (task, line) in [("alpha", 21), ("beta", 23)] {
-        let span = report["spans"].as_array().and_then(|s| s.iter().find(|s| s["span"] == task));
-        let samples = span.and_then(|s| s["samples"].as_u64()).unwrap_or(0);
         let name = format!("main (hot_tasks.py:{line})");
-        let total = span
-            .and_then(|s| s["functions"].as_array())
-            .and_then(|f| f.iter().find(|f| f["function"] == name.as_str()))
-            .and_then(|f| f["total"].as_u64())
-            .unwrap_or(0);
+        let (total, samples) = under(&report, task, |f| f["function"] == name.as_str());
         // Half the task's samples are the Python run's.
         e.that(
             format_args!("{task}: {total} of {samples} under {name} (want ≥ 40 %)"),
