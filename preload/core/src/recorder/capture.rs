@@ -26,8 +26,10 @@ pub fn flip(trigger: Trigger) -> bool {
             return false;
         }
         let Some(ring) = session::ring() else { return false };
-        let time = clock::now();
+        // The source test comes first: a trigger of another source (ITT pauses without
+        // `--capture-range=itt`) costs no clock read.
         let Some(flipped) = ring.header().flip_capture(trigger) else { return false };
+        let time = clock::now();
         on_lane(&state, |ring: &RingView, lane: u32, pid: u32, thread: &ThreadState| {
             let edge = Event {
                 kind: KIND_CAPTURE_EDGE,
