@@ -25,6 +25,7 @@
 pub mod energy;
 pub mod func;
 pub mod gpu;
+pub mod ids;
 pub mod options;
 pub mod range;
 pub mod rank;

@@ -5,6 +5,7 @@
 use rustc_hash::FxHashMap as HashMap;
 use std::io;
 
+use mlprof_format::ids::Ids;
 use mlprof_format::record::Event;
 use mlprof_format::runfile::RunWriter;
 use mlprof_format::site::{SITE_NATIVE, SiteInfo};
@@ -17,7 +18,7 @@ pub(super) struct Sites {
     /// Run-wide id of each distinct site: (file, function, line, parent's id, native caller's
     /// address in its module). A native caller is its module and address (the same in every
     /// process that maps the module); the reports name its function.
-    by_content: HashMap<(u64, u64, u32, u32, Option<u64>), u32>,
+    by_content: Ids<(u64, u64, u32, u32, Option<u64>)>,
     /// Records whose process named a site it had not defined (counted, left without one).
     pub(super) undefined: u64,
 }
@@ -43,9 +44,8 @@ impl Sites {
         };
         let address = if native { record.ret as u64 } else { 0 };
         let key = (record.arg, record.arg2, record.extra, parent, native.then_some(address));
-        let next = self.by_content.len() as u32 + 1;
-        let id = *self.by_content.entry(key).or_insert(next);
-        if id == next {
+        let (id, new) = self.by_content.id(key);
+        if new {
             let site = SiteInfo {
                 id,
                 file: record.arg,

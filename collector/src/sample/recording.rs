@@ -18,10 +18,11 @@ use std::time::Duration;
 
 use mlprof_format::runfile::RunWriter;
 // Every sample hashes its stack: std's SipHash showed in a profile of the sampler thread.
+use mlprof_format::ids::Ids;
 use mlprof_format::sample::{
     CpuSample, ModuleInfo, NO_MODULE, PYTHON_MODULE, PythonFrameInfo, SamplingInfo, StackFrame, StackInfo,
 };
-use rustc_hash::FxHashMap as HashMap;
+use rustc_hash::{FxBuildHasher, FxHashMap as HashMap};
 
 use super::python::PYTHON_FRAME_TAG;
 use super::{Mapping, Record, Sampler, Stats};
@@ -164,8 +165,8 @@ type Mapped = (u64, u64, u32);
 struct Frames {
     /// Per process: start address → (end, file offset, module).
     mappings: HashMap<u32, BTreeMap<u64, Mapped>>,
-    modules: HashMap<(String, Vec<u8>), u32>,
-    stacks: HashMap<Vec<StackFrame>, u32>,
+    modules: Ids<(String, Vec<u8>), FxBuildHasher>,
+    stacks: Ids<Vec<StackFrame>, FxBuildHasher>,
     out: Vec<Msg>,
     samples: Vec<CpuSample>,
 }
@@ -202,9 +203,8 @@ impl Frames {
 
     fn map(&mut self, mapping: Mapping) {
         let key = (mapping.path, mapping.build_id.unwrap_or_default());
-        let next = self.modules.len() as u32 + 1;
-        let module = *self.modules.entry(key.clone()).or_insert(next);
-        if module == next {
+        let (module, new) = self.modules.id(key.clone());
+        if new {
             self.out.push(Msg::Module(ModuleInfo { id: module, path: key.0, build_id: key.1 }));
         }
         let process = self.mappings.entry(mapping.pid).or_default();
@@ -241,13 +241,12 @@ impl Frames {
                 }
             })
             .collect();
-        let next = self.stacks.len() as u32 + 1;
-        if let Some(&id) = self.stacks.get(&frames) {
+        if let Some(id) = self.stacks.get(&frames) {
             return id;
         }
-        self.stacks.insert(frames.clone(), next);
-        self.out.push(Msg::Stack(StackInfo { id: next, frames, truncated: false }));
-        next
+        let (id, _) = self.stacks.id(frames.clone());
+        self.out.push(Msg::Stack(StackInfo { id, frames, truncated: false }));
+        id
     }
 
     /// Sends what is waiting: modules and stacks before the samples that use them.

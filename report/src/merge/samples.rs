@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 
+use mlprof_format::ids::Ids;
 use mlprof_format::sample::{
     CpuSample, ModuleInfo, NO_MODULE, PYTHON_MODULE, PythonFrameInfo, SamplingInfo, StackFrame, StackInfo,
 };
@@ -13,9 +14,9 @@ use mlprof_format::sample::{
 /// The merged run's modules and stacks, and each node's last sampling note.
 #[derive(Default)]
 pub(super) struct MergedSamples {
-    modules: HashMap<(String, Vec<u8>), u32>,
-    python: HashMap<(String, String, u32), u32>,
-    stacks: HashMap<Vec<StackFrame>, u32>,
+    modules: Ids<(String, Vec<u8>)>,
+    python: Ids<(String, String, u32)>,
+    stacks: Ids<Vec<StackFrame>>,
 }
 
 /// One node's module and stack ids → the merged run's, and its sampling note.
@@ -30,10 +31,9 @@ pub(super) struct NodeSamples {
 impl MergedSamples {
     /// A node's module: its merged id noted; the module to write when new to the merged run.
     pub(super) fn module(&mut self, node: &mut NodeSamples, module: ModuleInfo) -> Option<ModuleInfo> {
-        let next = self.modules.len() as u32 + 1;
-        let id = *self.modules.entry((module.path.clone(), module.build_id.clone())).or_insert(next);
+        let (id, new) = self.modules.id((module.path.clone(), module.build_id.clone()));
         node.modules.insert(module.id, id);
-        (id == next).then_some(ModuleInfo { id, ..module })
+        new.then_some(ModuleInfo { id, ..module })
     }
 
     /// A node's Python frame: its merged id noted; the frame to write when new.
@@ -42,11 +42,9 @@ impl MergedSamples {
         node: &mut NodeSamples,
         frame: PythonFrameInfo,
     ) -> Option<PythonFrameInfo> {
-        let next = self.python.len() as u32 + 1;
-        let key = (frame.file.clone(), frame.function.clone(), frame.line);
-        let id = *self.python.entry(key).or_insert(next);
+        let (id, new) = self.python.id((frame.file.clone(), frame.function.clone(), frame.line));
         node.python.insert(frame.id, id);
-        (id == next).then_some(PythonFrameInfo { id, ..frame })
+        new.then_some(PythonFrameInfo { id, ..frame })
     }
 
     /// A node's stack, its frames' modules renumbered: its merged id noted; the stack to write
@@ -66,10 +64,9 @@ impl MergedSamples {
                 }
             })
             .collect();
-        let next = self.stacks.len() as u32 + 1;
-        let id = *self.stacks.entry(frames.clone()).or_insert(next);
+        let (id, new) = self.stacks.id(frames.clone());
         node.stacks.insert(stack.id, id);
-        (id == next).then_some(StackInfo { id, frames, truncated: stack.truncated })
+        new.then_some(StackInfo { id, frames, truncated: stack.truncated })
     }
 }
 

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use mlprof_format::ids::Ids;
 use mlprof_format::site::SiteInfo;
 
 /// What makes a site the same on two nodes: file, function, line, native caller's address in
@@ -14,7 +15,7 @@ type Content = (u64, u64, u32, Option<u64>, u32);
 /// The merged run's sites.
 #[derive(Default)]
 pub(super) struct MergedSites {
-    by_content: HashMap<Content, u32>,
+    by_content: Ids<Content>,
 }
 
 /// One node's site ids → the merged run's.
@@ -29,10 +30,9 @@ impl MergedSites {
     pub(super) fn add(&mut self, node: &mut NodeSites, site: SiteInfo) -> Option<SiteInfo> {
         let parent = node.id(site.parent);
         let key = (site.file, site.function, site.line, site.native.then_some(site.address), parent);
-        let next = self.by_content.len() as u32 + 1;
-        let id = *self.by_content.entry(key).or_insert(next);
+        let (id, new) = self.by_content.id(key);
         node.ids.insert(site.id, id);
-        (id == next).then_some(SiteInfo { id, parent, ..site })
+        new.then_some(SiteInfo { id, parent, ..site })
     }
 }
 

@@ -2,7 +2,7 @@
 //! identities (times shifted, pids, lane streams and energy devices renumbered), and written
 //! with the nodes' event frames interleaved by time, one frame per node held.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 
 use mlprof_filewrite::BackgroundFile;
@@ -217,7 +217,7 @@ struct Shared {
     samples: MergedSamples,
     /// Each node's capture ranges, (node, its number) → the merged run's number: the reports
     /// pair a range's edges by number, and every node numbers its own from 1.
-    ranges: HashMap<(u32, u32), u32>,
+    ranges: mlprof_format::ids::Ids<(u32, u32)>,
 }
 
 /// Writes what a frame of `input` holds (metadata at once, events into `pending`) until its
@@ -271,8 +271,7 @@ fn advance(
             }
             Frame::Sampling(note) => input.samples.sampling = Some(note),
             Frame::RangeEdge(mut edge) => {
-                let next = shared.ranges.len() as u32 + 1;
-                edge.range = *shared.ranges.entry((rw.node, edge.range)).or_insert(next);
+                edge.range = shared.ranges.id((rw.node, edge.range)).0;
                 edge.pid = rw.pid(edge.pid);
                 edge.tid = rw.pid(edge.tid);
                 edge.time_ns = shift(edge.time_ns, rw.offset);

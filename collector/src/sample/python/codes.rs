@@ -5,11 +5,12 @@
 
 use std::sync::Arc;
 
+use mlprof_format::ids::Ids;
 use mlprof_format::sample::PythonFrameInfo;
 use mlprof_pyframes::Frame;
 use mlprof_pyframes::code::{self, Named};
 use mlprof_pyframes::memory::Memory;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use super::interpreter::Interpreter;
 
@@ -35,16 +36,14 @@ struct Code {
 /// The Python frames met in the run: (file, function, line) → id, and those not written yet.
 #[derive(Default)]
 pub(super) struct FrameIds {
-    ids: FxHashMap<(String, String, u32), u32>,
+    ids: Ids<(String, String, u32), FxBuildHasher>,
     pub(super) new_frames: Vec<PythonFrameInfo>,
 }
 
 impl FrameIds {
     fn id(&mut self, file: &str, function: &str, line: u32) -> u32 {
-        let next = self.ids.len() as u32 + 1;
-        let key = (file.to_string(), function.to_string(), line);
-        let id = *self.ids.entry(key).or_insert(next);
-        if id == next {
+        let (id, new) = self.ids.id((file.to_string(), function.to_string(), line));
+        if new {
             let (file, function) = (file.to_string(), function.to_string());
             self.new_frames.push(PythonFrameInfo { id, file, function, line });
         }
