@@ -200,8 +200,17 @@ fn look_for_python(state: &ThreadState) {
     }
 }
 
+/// Where a key's probe starts (masked by the caller). Every bit of the key must count: a
+/// product's bit i depends only on the bits up to i of what was multiplied, and the slot is
+/// taken from bits 32 and up of the product, so the key's high half is folded into its low
+/// half first. (Without the fold, the instruction offset, in bits 49 and up, counted for
+/// nothing: every line of a function began its probe at the same slot, a function with more
+/// than [`MAX_PROBES`] call lines lost the sites of the rest, and a function whose slot fell
+/// behind such a run lost all of its own, by the luck of where the allocator put its code.)
+#[inline(always)]
 fn hash(code: usize, offset_pid: u64) -> usize {
-    let mixed = (code as u64 ^ offset_pid.rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let key = code as u64 ^ offset_pid.rotate_left(17);
+    let mixed = (key ^ (key >> 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     (mixed >> 32) as usize
 }
 
@@ -296,4 +305,51 @@ fn redefine_now(
     slot.identity.store(identity(frame), Ordering::Relaxed);
     slot.epoch_number.store((u64::from(session::epoch()) << 32) | u64::from(number), Ordering::Release);
     number
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The key of `offset` in the code object at `code`, of process `pid`, as `number_of`
+    /// hashes it (no parent).
+    fn start(code: usize, offset: u32, pid: u32) -> usize {
+        hash(code, (u64::from(offset) << 32) | u64::from(pid)) & (SLOTS_PER_FRAME - 1)
+    }
+
+    #[test]
+    fn the_lines_of_one_function_start_their_probes_apart() {
+        // 256 call instructions of one function (2-byte code units) over 16,384 slots: drawn at
+        // random, about 256² / (2 · 16,384) = 2 pairs would share a start.
+        let starts: std::collections::HashSet<usize> =
+            (0..256).map(|i| start(0x7f3a_1c2d_4e50, 2 * i, 4242)).collect();
+        assert!(starts.len() >= 250, "{} distinct starts of 256", starts.len());
+        // The same line in two processes (a fork child) starts elsewhere too.
+        assert_ne!(start(0x7f3a_1c2d_4e50, 40, 4242), start(0x7f3a_1c2d_4e50, 40, 4243));
+    }
+
+    #[test]
+    fn a_table_filled_as_an_import_of_pytorch_fills_it_finds_every_key_a_slot() {
+        // 3,000 code objects 16-byte aligned in a heap-like range, each with 1 to 48 call lines
+        // (a large module's body has more than MAX_PROBES = 32): 73,500 keys would not fit, so
+        // the first 6,000 (37 % of the table, more than a PyTorch import uses with one frame),
+        // placed by linear probing as `number_of` does. Each must find a free slot within
+        // MAX_PROBES.
+        let mut table = vec![false; SLOTS_PER_FRAME];
+        let mut longest = 0;
+        let keys = (0..3000usize)
+            .flat_map(|i| {
+                let code = 0x7f00_0000_0000 + i * 0x1f0;
+                (0..1 + i % 48).map(move |line| (code, 2 * line as u32 + 6))
+            })
+            .take(6000);
+        for (code, offset) in keys {
+            let begin = start(code, offset, 4242);
+            let probes = (0..MAX_PROBES).find(|probe| !table[(begin + probe) & (SLOTS_PER_FRAME - 1)]);
+            let probes = probes.unwrap_or_else(|| panic!("no slot for offset {offset} of {code:#x}"));
+            table[(begin + probes) & (SLOTS_PER_FRAME - 1)] = true;
+            longest = longest.max(probes);
+        }
+        assert!(longest < MAX_PROBES / 2, "longest probe {longest}");
+    }
 }
