@@ -495,6 +495,12 @@ fn report(args: &Args, totals: &Totals, elapsed: Duration) {
             totals.refused_records, totals.corrupt_lanes
         );
     }
+    if totals.sites_undefined > 0 {
+        eprintln!(
+            "mlprof-collect: {} records named a call site their process never defined (written without one)",
+            totals.sites_undefined
+        );
+    }
 }
 
 /// The run file (private to the user: it names files and command lines), written by a thread

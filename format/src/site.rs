@@ -2,14 +2,17 @@
 //! caller, made each recorded call.
 //!
 //! **In the ring.** A process numbers its sites itself (1, 2, …; 0: none) and defines each once,
-//! before the first record that uses it, with a [`KIND_SITE_DEF`] control record: `fd` = the
+//! on the lane of the thread that met it first, before that thread's first record that uses
+//! it (another thread's lane may deliver a record that uses it earlier: the consumer holds
+//! such a record until the definition comes), with a [`KIND_SITE_DEF`] control record: `fd` = the
 //! number, `arg` = file string id, `arg2` = function string id (both sent before, as
 //! [`crate::record::KIND_STRING_DEF`]s), `extra` = line, `start` = the number of the site
 //! whose function called this one's (`--sites=N`; 0: none), `flags` [`SITE_NATIVE`] for a
 //! native caller (then `ret` = its return address less its module's load bias, the same in
 //! every process that maps the module; file = the module's path; function 0: the reports name
-//! it from the module's symbol table). A record made at a site is flagged [`FLAG_SITE`] and carries the number in its `pid` slot,
-//! which the collector overwrites with the lane owner's pid anyway. A fork child numbers its
+//! it from the module's symbol table). A record made at a site is flagged [`FLAG_SITE`] and
+//! carries the number in its `pid` slot, which the collector overwrites with the lane owner's
+//! pid anyway. A fork child numbers its
 //! own sites again.
 //!
 //! **In the run file.** [`SiteInfo`] frames ([`FRAME_SITE`]) give each site a run-wide id:

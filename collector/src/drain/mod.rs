@@ -58,6 +58,9 @@ pub struct Totals {
     pub corrupt_lanes: u64,
     /// GPU activity records written (CUPTI's, through the preload).
     pub gpu_activities: u64,
+    /// Records that named a call site their process never defined (`--sites`; written
+    /// without one).
+    pub sites_undefined: u64,
 }
 
 /// The consumer of a ring (the collector's segment by default) and the run file it writes.
@@ -73,7 +76,7 @@ pub struct Drainer<R = Segment> {
     pass: Pass,
     /// One stream per claimed lane: who writes into it, its counters as last written.
     streams: Streams,
-    /// The events gathered for the next frame, and those waiting for their path.
+    /// The events gathered for the next frame, and those waiting for their path or site.
     batch: Batch,
     /// The strings, processes and exits the run file is told about.
     metadata: Metadata,
@@ -207,8 +210,9 @@ impl<R: DrainedRing> Drainer<R> {
             }
         }
         self.metadata.write_processes(&mut self.writer, true)?;
-        self.batch.release_all();
+        self.batch.release_all(&mut self.metadata);
         self.write_batch()?;
+        self.totals.sites_undefined = self.metadata.sites.undefined;
         self.snapshot_all()?;
         self.totals.aggregated_calls = self.streams.final_aggregates;
         self.totals.dropped += self.streams.no_lane_drops();

@@ -28,10 +28,11 @@ struct PassLane {
     index: u32,
     /// Its owner had exited when the pass began: the lane is freed after it.
     retired: bool,
-    /// Its records wait for paths other lanes deliver, unless no lane got further in a whole
-    /// round (the string was lost: then they are held aside, as between passes).
+    /// Its records wait for the paths and call sites other lanes deliver, unless no lane got
+    /// further in a whole round (the definition was lost: then they are held aside, as between
+    /// passes).
     hold: bool,
-    /// Its last step stopped before a record whose path was not defined yet.
+    /// Its last step stopped before a record whose path or call site was not defined yet.
     waiting: bool,
     /// Events it added to the batch in this round.
     in_round: usize,
@@ -113,9 +114,9 @@ impl<R: DrainedRing> Drainer<R> {
         // A round takes the records that end by a common time (the earliest, among the lanes,
         // of the end of the record their share reaches), so frames also follow each other in
         // time across threads (readers stream fd histories in file order). A thread's records
-        // reach the file in its lane's order: one naming a path that another lane defines
-        // stops its lane until that lane got there (readers build a thread's slices in arrival
-        // order); such lanes get a second sweep in the same round.
+        // reach the file in its lane's order: one naming a path or call site that another lane
+        // defines stops its lane until that lane got there (readers build a thread's slices in
+        // arrival order); such lanes get a second sweep in the same round.
         let capacity = self.segment.geometry().lane_capacity as usize;
         let mut timed = true;
         loop {
@@ -137,8 +138,8 @@ impl<R: DrainedRing> Drainer<R> {
             let progress = self.round(lanes, share, cut, capacity)?;
             if !progress {
                 if lanes.iter().any(|lane| lane.waiting) {
-                    // The paths they wait for come after records past the round's time, or
-                    // were lost: those records wait aside, as between passes.
+                    // The paths or sites they wait for come after records past the round's
+                    // time, or were lost: those records wait aside, as between passes.
                     lanes.iter_mut().filter(|lane| lane.waiting).for_each(|lane| lane.hold = false);
                 } else {
                     // Records out of end order at the lanes' heads: one round by count alone.
@@ -171,7 +172,7 @@ impl<R: DrainedRing> Drainer<R> {
                 let limits = StepLimits { room, hold: lane.hold, cut };
                 let step = self.drain_lane_step(lane.index, limits)?;
                 progress |= !was_done && (step.taken > 0 || step.end == StepEnd::Drained);
-                lane.waiting = step.end == StepEnd::NeedsString;
+                lane.waiting = step.end == StepEnd::NeedsDefinition;
                 lane.taken += step.taken;
                 lane.in_round = if sweep == 0 { step.events } else { lane.in_round + step.events };
                 let tail = self.lane(lane.index).tail.load(Ordering::Relaxed);

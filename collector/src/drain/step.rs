@@ -7,7 +7,6 @@ use std::io;
 use std::sync::atomic::Ordering;
 
 use mlprof_filewrite::BackgroundFile;
-use mlprof_format::func::Func;
 use mlprof_format::gpu::{ACTIVITY_FLAG_MONOTONIC, ACTIVITY_LINK, GpuActivity, KIND_GPU_ACTIVITY};
 use mlprof_format::range::RangeEdge;
 use mlprof_format::rank::RankRecord;
@@ -19,7 +18,7 @@ use mlprof_format::ring::{Drained, KIND_CAPTURE_EDGE, LaneItem};
 use mlprof_format::runfile::{ProcessExit, ProcessInfo, RunWriter, SymbolInfo};
 use mlprof_format::site::{FLAG_SITE, KIND_SITE_DEF};
 
-use super::batch::Batch;
+use super::batch::{Batch, Site, defined};
 use super::liveness::Images;
 use super::metadata::Metadata;
 use super::{BATCH_EVENTS, DrainedRing, Drainer, Totals};
@@ -30,7 +29,7 @@ use crate::timebase::Timebase;
 pub(super) struct StepLimits {
     /// Events it may add to the batch.
     pub(super) room: usize,
-    /// Whether it stops before a record whose path no lane has defined yet.
+    /// Whether it stops before a record whose path or call site no lane has defined yet.
     pub(super) hold: bool,
     /// It stops before an event that ends later than this (ring clock), if given.
     pub(super) cut: Option<u64>,
@@ -53,8 +52,8 @@ pub(super) enum StepEnd {
     Drained,
     /// It stopped before a record the step's room or the round's time left out.
     Full,
-    /// It stopped before a record whose path another lane has not delivered yet.
-    NeedsString,
+    /// It stopped before a record whose path or call site another lane has not delivered yet.
+    NeedsDefinition,
 }
 
 /// Why a lane's consumer step stopped early.
@@ -62,9 +61,9 @@ enum Stop {
     /// The step's room is used up, or the record ends past the round's time: write the batch
     /// out, then go on with the lane.
     BatchFull,
-    /// A record names a path not defined yet (another thread of the process sent it, in a
-    /// lane this pass has not reached that far): take the other lanes first.
-    NeedsString,
+    /// A record names a path or a call site not defined yet (another thread of the process
+    /// sent it, in a lane this pass has not reached that far): take the other lanes first.
+    NeedsDefinition,
     /// Writing the run file failed.
     Io(io::Error),
 }
@@ -161,7 +160,7 @@ impl RecordHandler<'_> {
             KIND_SYMBOL_DEF => {
                 self.writer.write_symbol(&SymbolInfo { pid, handle: event.arg, name: event.arg2 })?;
             }
-            KIND_SITE_DEF => self.metadata.sites.define(self.writer, pid, event)?,
+            KIND_SITE_DEF => self.metadata.sites.define(self.writer, (pid, self.image), event)?,
             KIND_CAPTURE_EDGE => {
                 self.writer.write_range_edge(&RangeEdge {
                     range: event.arg as u32,
@@ -187,8 +186,9 @@ impl RecordHandler<'_> {
     }
 
     /// An event: into the batch, in CLOCK_MONOTONIC ns and named by the lane's owner, unless the
-    /// step's room is used up or it ends past the round's time; one whose path is not defined
-    /// yet stops the step (with `hold`) or waits aside.
+    /// step's room is used up or it ends past the round's time. One that names a path or a
+    /// call site not defined yet (another thread of the process defined it on its own lane)
+    /// stops the step (with `hold`) or waits aside.
     #[inline]
     fn event(&mut self, mut event: Event) -> Result<(), Stop> {
         let StepLimits { room, hold, cut } = self.limits;
@@ -198,30 +198,30 @@ impl RecordHandler<'_> {
         if cut.is_some_and(|cut| event.start.saturating_add(event.dur) > cut) {
             return Err(Stop::BatchFull);
         }
+        // The site's number rides in the pid slot (`--sites`); the run file keeps the run-wide id
+        // beside the event.
+        let site = if event.flags & FLAG_SITE != 0 {
+            event.flags &= !FLAG_SITE;
+            Site::Number { number: event.pid, image: self.image }
+        } else {
+            Site::Id(0)
+        };
+        event.pid = self.pid;
+        // Decided before anything is kept of the event: a stopped step hands it out again.
+        let defined = defined(self.metadata, &event, site);
+        if defined.is_none() && hold {
+            return Err(Stop::NeedsDefinition);
+        }
         let timebase = self.timebase;
         event.start = timebase.to_ns(event.start);
         event.dur = timebase.duration_ns(event.dur);
         if event.flags & FLAG_CORRELATED != 0 {
             self.link(&event);
         }
-        // The site's number rides in the pid slot (`--sites`); the run file keeps the run-wide id
-        // beside the event.
-        let site = if event.flags & FLAG_SITE != 0 {
-            event.flags &= !FLAG_SITE;
-            self.metadata.sites.id(self.pid, event.pid)
-        } else {
-            0
-        };
-        event.pid = self.pid;
         event.tid = self.tid;
-        let needs_path = event.arg2 != 0 && Func::kind_has_path(event.kind);
-        if needs_path && !self.metadata.strings.is_known(event.arg2) {
-            if hold {
-                return Err(Stop::NeedsString);
-            }
-            self.batch.waiting_for_path.push((event, site));
-        } else {
-            self.batch.push(event, site);
+        match defined {
+            Some(site) => self.batch.push(event, site),
+            None => self.batch.waiting.push((event, site)),
         }
         Ok(())
     }
@@ -268,8 +268,8 @@ impl<R: DrainedRing> Drainer<R> {
 
     /// One consumer step on lane `index` within `limits` (see [`StepLimits`]); the record it
     /// stops before is handed out again by the next step. Without `hold`, a record whose path
-    /// is not defined yet waits aside until its path comes (in a later pass, at the latest at
-    /// the end).
+    /// or call site is not defined yet waits aside until the definition comes (in a later pass,
+    /// at the latest at the end).
     pub(super) fn drain_lane_step(&mut self, index: u32, limits: StepLimits) -> io::Result<LaneStep> {
         let Some(stream) = self.streams.by_lane.get(&index) else {
             return Ok(LaneStep { taken: 0, events: 0, end: StepEnd::Drained });
@@ -301,8 +301,11 @@ impl<R: DrainedRing> Drainer<R> {
                 // The step released what it handled (the tail is ours alone to move).
                 let taken = self.lane(index).tail.load(Ordering::Relaxed).wrapping_sub(tail) as usize;
                 let events = self.batch.events.len() - batch_before;
-                let end =
-                    if matches!(stop, Stop::NeedsString) { StepEnd::NeedsString } else { StepEnd::Full };
+                let end = if matches!(stop, Stop::NeedsDefinition) {
+                    StepEnd::NeedsDefinition
+                } else {
+                    StepEnd::Full
+                };
                 return Ok(LaneStep { taken, events, end });
             }
         };

@@ -119,6 +119,22 @@ pub fn open_path(path: u64, end: u64) -> Event {
     Event { arg2: path, ..call(Func::Open, end - 1, end) }
 }
 
+/// `call` made at its process's site `number` (`--sites`: flagged, the number in `pid`).
+pub fn at_site(number: u32, event: Event) -> Event {
+    Event { pid: number, flags: event.flags | mlprof_format::site::FLAG_SITE, ..event }
+}
+
+/// Its process's definition of site `number`: line `line` of file string `file`.
+pub fn site_def(number: u32, file: u64, line: u32) -> Event {
+    Event {
+        kind: mlprof_format::site::KIND_SITE_DEF,
+        fd: number as i32,
+        arg: file,
+        extra: line,
+        ..Event::default()
+    }
+}
+
 /// Pushes `events` into lane `index`.
 pub fn push_all(view: &RingView, index: u32, events: &[Event]) {
     for event in events {
@@ -159,6 +175,10 @@ pub enum Written {
     /// A thread's name (who records in a lane).
     Thread,
     Events(Vec<Event>),
+    /// The run-wide site of each event of the events frame before it.
+    Sites(Vec<u32>),
+    /// A site's definition: its id and line.
+    Site(u32, u32),
     Gpu(Vec<GpuActivity>),
     Aggregates(Vec<AggregateSample>),
     Drops(Vec<DropSample>),
@@ -178,6 +198,8 @@ impl RunFile {
                 Frame::ProcessExit(exit) => Written::Exit(exit),
                 Frame::Thread(_) => Written::Thread,
                 Frame::Events(events) => Written::Events(events.to_vec()),
+                Frame::EventSites(sites) => Written::Sites(sites.to_vec()),
+                Frame::Site(site) => Written::Site(site.id, site.line),
                 Frame::GpuActivity(records) => Written::Gpu(records),
                 Frame::Aggregates(samples) => Written::Aggregates(samples),
                 Frame::Drops(drops) => Written::Drops(drops),
@@ -203,6 +225,25 @@ pub fn event_frames(frames: &[Written]) -> Vec<&[Event]> {
 /// Every event of `frames`, in file order.
 pub fn events(frames: &[Written]) -> Vec<Event> {
     event_frames(frames).concat()
+}
+
+/// Every event of `frames` with its run-wide site (0: none), in file order.
+pub fn events_and_sites(frames: &[Written]) -> Vec<(Event, u32)> {
+    let (mut out, mut frame_start): (Vec<(Event, u32)>, usize) = (Vec::new(), 0);
+    for frame in frames {
+        match frame {
+            Written::Events(events) => {
+                frame_start = out.len();
+                out.extend(events.iter().map(|&event| (event, 0)));
+            }
+            Written::Sites(sites) => {
+                assert_eq!(sites.len(), out.len() - frame_start, "one site per event of its frame");
+                out[frame_start..].iter_mut().zip(sites).for_each(|(event, &site)| event.1 = site);
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Every GPU activity record of `frames`, in file order.

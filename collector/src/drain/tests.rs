@@ -99,6 +99,50 @@ fn an_event_whose_path_never_comes_is_written_at_the_end() {
     assert_eq!(written, [vec![20], vec![10]]);
 }
 
+/// Two threads of one process run the same line: the one that met it first defined the site
+/// on its own lane, which the pass takes after the other's (the feeder threads of a
+/// DataLoader's index queues lost sites this way, at random, when the lanes came in that
+/// order).
+#[test]
+fn an_event_waits_for_the_site_another_lane_defines() {
+    let (mut drainer, file) = drainer("site", GEOMETRY);
+    let view = drainer.segment().view();
+    let pid = std::process::id();
+    let lanes = claim_in_order(view, &[(pid, 101, 0), (pid, 102, 0)]);
+    let (uses, defines) = (lanes[0], lanes[1]);
+    const FILE: u64 = 0xf11e;
+    push_all(view, uses.index, &[at_site(7, call(Func::Read, 5, 10)), call(Func::Read, 19, 20)]);
+    push_string(view, defines.index, FILE, b"train.py");
+    push_all(view, defines.index, &[site_def(7, FILE, 42), at_site(7, call(Func::Read, 14, 15))]);
+    drainer.drain_once().unwrap();
+    drainer.finish().unwrap();
+    let frames = file.frames();
+    let site = frames.iter().find_map(|f| if let Written::Site(id, 42) = f { Some(*id) } else { None });
+    let site = site.expect("the site's definition");
+    let written: Vec<(u64, u32, u32)> =
+        events_and_sites(&frames).iter().map(|(e, s)| (end(e), e.tid, *s)).collect();
+    // Both threads' calls at line 42 carry its site; all in one frame, in time order.
+    assert_eq!(written, [(10, 101, site), (15, 102, site), (20, 101, 0)]);
+    assert_eq!(event_frames(&frames).len(), 1);
+}
+
+/// A record whose site is never defined (a lost definition) is written at the end, without
+/// one, and counted.
+#[test]
+fn an_event_whose_site_never_comes_is_written_at_the_end_without_one() {
+    let (mut drainer, file) = drainer("lost-site", GEOMETRY);
+    let view = drainer.segment().view();
+    let lane = claim(view, std::process::id(), 101, 0);
+    push_all(view, lane.index, &[at_site(9, call(Func::Read, 5, 10)), call(Func::Read, 19, 20)]);
+    assert_eq!(drainer.drain_once().unwrap(), 2);
+    assert_eq!(drainer.metadata.sites.undefined, 0, "not given up before the end");
+    let undefined = drainer.finish().unwrap().sites_undefined;
+    let written: Vec<(u64, u32)> =
+        events_and_sites(&file.frames()).iter().map(|(e, s)| (end(e), *s)).collect();
+    assert_eq!(written, [(20, 0), (10, 0)]);
+    assert_eq!(undefined, 1);
+}
+
 #[test]
 fn a_process_is_named_by_its_command_line_and_a_fork_child_by_its_parents() {
     let (mut drainer, file) = drainer("process", GEOMETRY);
