@@ -106,11 +106,11 @@ pub(crate) struct Args {
     /// Sample the CPU of every thread of every process of the job (forks, spawned workers,
     /// exec'd programs) with perf_event_open's cpu-clock event, user stacks unwound with DWARF
     /// CFI, Python 3.11+ frames (function, line) in place of the interpreter's, `HZ` times a
-    /// second per running thread (default 499); `mlprof hotspots` shows where each span's CPU
+    /// second per running thread (default 199); `mlprof hotspots` shows where each span's CPU
     /// went. Attach mode samples each process that joins the session, from when it joins. Where
     /// the kernel refuses (kernel.perf_event_paranoid 3 or more, a container without
     /// CAP_PERFMON) one line says why and how to fix it; the job runs on.
-    #[arg(long, value_name = "HZ", num_args = 0..=1, default_missing_value = "499", require_equals = true,
+    #[arg(long, value_name = "HZ", num_args = 0..=1, default_missing_value = crate::sample::DEFAULT_HZ_ARG, require_equals = true,
           value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub(crate) sample: Option<u32>,
     /// Record only between the program's own markers (the job starts outside a range):
@@ -155,5 +155,18 @@ fn parse_capture_range(value: &str) -> Result<mlprof_format::ring::CaptureSource
         "cudaprofilerapi" => Ok(CaptureSource::CudaProfilerApi),
         "itt" => Ok(CaptureSource::Itt),
         _ => Err(format!("'{value}': expected cudaProfilerApi or itt")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sample_without_a_value_is_the_default_rate() {
+        let args = |argv: &[&str]| Args::try_parse_from(argv).unwrap().sample;
+        assert_eq!(args(&["mlprof-collect", "--sample", "--", "true"]), Some(crate::sample::DEFAULT_HZ));
+        assert_eq!(args(&["mlprof-collect", "--sample=499", "--", "true"]), Some(499));
+        assert_eq!(args(&["mlprof-collect", "--", "true"]), None);
     }
 }

@@ -370,7 +370,7 @@ fn cpu_samples_follow_the_ranges() {
     let out = dir.join("run.bin");
     let python = python().display().to_string();
     let spin = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 1.5:\n    pass\n";
-    let options = ["--sample", "--delay=0.5", "--duration=0.4"];
+    let options = ["--sample=499", "--delay=0.5", "--duration=0.4"];
     let o = run_collect(&out, &options, &[python.as_str(), "-c", spin]);
     assert!(o.status.success(), "{}", describe(&o));
     if String::from_utf8_lossy(&o.stderr).contains("no CPU samples") {

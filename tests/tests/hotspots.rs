@@ -8,8 +8,14 @@ use std::path::Path;
 use mlprof_tests::*;
 use serde_json::Value;
 
-/// Milliseconds of CPU each task spends: ~150 samples at 499 Hz.
+/// Milliseconds of CPU each task spends: ~150 samples at [`SAMPLE`]'s 499 Hz.
 const MS: &str = "300";
+/// The rate the tests sample at, which their workloads are sized for; the default (199 Hz,
+/// chosen for cost) is checked by `c_tasks_have_their_hot_functions_and_callers`, whose tasks
+/// run [`MS_AT_DEFAULT`], and by the refusal test.
+const SAMPLE: &str = "--sample=499";
+/// Milliseconds of CPU each task spends at the default rate: ~150 samples too.
+const MS_AT_DEFAULT: &str = "750";
 
 /// `mlprof hotspots --json` of `run`.
 fn hotspots(run: &Path) -> Value {
@@ -52,13 +58,13 @@ fn c_tasks_have_their_hot_functions_and_callers() {
     let dir = TempDir::new("hotspots-c");
     let (_, program) = hot_tasks_program(&dir);
     let out = dir.join("run.bin");
-    let o = run_collect(&out, &["--sample"], &[program.as_str(), MS]);
+    let o = run_collect(&out, &["--sample"], &[program.as_str(), MS_AT_DEFAULT]);
     assert!(o.status.success(), "hot_tasks failed under --sample\n{}", describe(&o));
     let report = hotspots(&out);
     let summary = clean_summary(&out);
     let mut e = summary.expect();
     e.that(format_args!("lost {}", report["lost"]), report["lost"] == 0);
-    e.that(format_args!("rate {}", report["hz"]), report["hz"] == 499);
+    e.that(format_args!("the default rate {}", report["hz"]), report["hz"] == 199);
     check_tasks(&mut e, &report, "C");
     // The one-page report draws a flame graph per task, the hot function in it.
     let html = dir.join("run.html");
@@ -87,7 +93,7 @@ fn python_tasks_through_ctypes_have_their_hot_functions_and_callers() {
     let (lib, _) = hot_tasks_program(&dir);
     let out = dir.join("run.bin");
     let cmd = [python().display().to_string(), script("hot_tasks.py").display().to_string(), lib, MS.into()];
-    let o = run_collect(&out, &["--sample=499"], &cmd);
+    let o = run_collect(&out, &[SAMPLE], &cmd);
     assert!(o.status.success(), "hot_tasks.py failed under --sample\n{}", describe(&o));
     let report = hotspots(&out);
     let summary = clean_summary(&out);
@@ -203,7 +209,7 @@ fn dataloader_transforms_spend_their_cpu_in_pil_and_libtorch() {
         let script = script("hot_dataloader.py").display().to_string();
         let cmd =
             [python().display().to_string(), script, images.clone(), "64".into(), "3".into(), context.into()];
-        let o = run_collect(&out, &["--torch", "--sample"], &cmd);
+        let o = run_collect(&out, &["--torch", SAMPLE], &cmd);
         assert!(o.status.success(), "hot_dataloader.py {context} failed\n{}", describe(&o));
         let o = mlprof_ok(&["hotspots", "--json", "--top", "200", &out.display().to_string()]);
         let report: Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -274,7 +280,7 @@ fn merged_runs_keep_their_samples() {
     let (_, program) = hot_tasks_program(&dir);
     let (a, b, merged) = (dir.join("a.bin"), dir.join("b.bin"), dir.join("merged.bin"));
     for out in [&a, &b] {
-        let o = run_collect(out, &["--sample"], &[program.as_str(), "150"]);
+        let o = run_collect(out, &[SAMPLE], &[program.as_str(), "150"]);
         assert!(o.status.success(), "hot_tasks failed under --sample\n{}", describe(&o));
     }
     mlprof_ok(&[
@@ -319,7 +325,7 @@ fn attach_mode_samples_each_process_that_joins() {
     let (lib, program) = hot_tasks_program(&dir);
     let out = dir.join("run.bin");
     let session = unique_session("sample");
-    let mut collector = AttachCollector::start_with_args(&out, &session, &["--sample"]);
+    let mut collector = AttachCollector::start_with_args(&out, &session, &[SAMPLE]);
     let o = output_with_timeout(
         {
             let mut c = preloaded_command(&program, &session);
@@ -399,7 +405,7 @@ fn python_frames_under_each_cpython_here() {
         }
         let out = dir.join(format!("py{version}.bin"));
         let cmd = [py.clone(), script("hot_plain.py").display().to_string(), lib.clone(), MS.into()];
-        let o = run_collect(&out, &["--sample"], &cmd);
+        let o = run_collect(&out, &[SAMPLE], &cmd);
         assert!(o.status.success(), "{py} failed under --sample\n{}", describe(&o));
         let o = mlprof_ok(&["hotspots", "--folded", &out.display().to_string()]);
         let folded = String::from_utf8_lossy(&o.stdout);

@@ -122,7 +122,7 @@ fn samples_reach_the_perfetto_trace_and_the_parquet_table() {
     let dir = TempDir::new("sample-outputs");
     let (_, program) = hot_tasks_program(&dir);
     let run = dir.join("run.bin");
-    let o = run_collect(&run, &["--sample"], &[program.as_str(), MS]);
+    let o = run_collect(&run, &["--sample=499"], &[program.as_str(), MS]);
     assert!(o.status.success(), "hot_tasks failed under --sample\n{}", describe(&o));
     let o = mlprof_ok(&["hotspots", "--json", &s(&run)]);
     let hotspots: Value = serde_json::from_slice(&o.stdout).unwrap();

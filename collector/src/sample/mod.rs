@@ -35,13 +35,19 @@ mod unwind;
 pub(crate) use recording::Recording;
 pub(crate) use sampler::{Sampler, Stats, attach, open};
 
-/// The default rate, per CPU-second of each thread. 499 Hz: a prime a little under 500, so
-/// that sampling does not fall into step with periodic work (1 ms and 10 ms timers, a
-/// DataLoader polling every 5 ms), while the cost stays small: a sample costs the sampled
-/// thread the timer interrupt and a 16 KiB stack copy (a few µs), and the collector its
-/// unwinding (2–3 µs for the 4-frame stacks of the test, more for deep ones): at 499 Hz,
-/// under 0.5 % of a CPU per busy thread for each side.
-pub(crate) const DEFAULT_HZ: u32 = 499;
+/// The default rate, per CPU-second of each thread. 199 Hz: a prime, so that sampling does not
+/// fall into step with periodic work (1 ms and 10 ms timers, a DataLoader polling every 5 ms),
+/// and the rate that keeps issue 37's cost within 2 % wall on a DataLoader image workload on
+/// a 2-vCPU machine, where the collector's CPU is taken from the job. A sample costs the
+/// sampled thread the timer interrupt and a 16 KiB stack copy (a few µs), and the collector its
+/// unwinding and the reading of the thread's Python frames (~20 µs with the wake-up: 4 % of a
+/// CPU at 499 Hz over three busy processes). Measured (BENCHMARKS.md, "Sampled stacks with
+/// Python frames"): 499 Hz +4.1 % [+2.3, +7.1], 199 Hz +0.8 % [−1.6, +7.2]. 199 Hz still gives
+/// a 100 ms transform ~20 samples a call, and a minute of three busy threads ~36,000; VTune's
+/// and py-spy's defaults are 100 Hz. `--sample=HZ` sets another.
+pub(crate) const DEFAULT_HZ: u32 = 199;
+/// [`DEFAULT_HZ`] as `--sample` without a value means it.
+pub(crate) const DEFAULT_HZ_ARG: &str = "199";
 
 /// Bytes of user stack the kernel copies per sample (`sample_stack_user`). 16 KiB, not perf's
 /// 8 KiB: CPython below 3.11 spends a few hundred bytes of C stack on every Python call, and

@@ -225,7 +225,7 @@ impl Sampler {
     /// process runs Python, every record wakes it (the events' watermark is one byte), so that
     /// the sample's Python frames are read while its thread is still where it was sampled;
     /// otherwise it sleeps `timeout` (the rings hold 32 samples, ~64 ms of a busy CPU at
-    /// [`super::DEFAULT_HZ`]: the caller's loop should wait at most ~30 ms).
+    /// 499 Hz: the caller's loop should wait at most ~30 ms).
     pub(crate) fn wait(&mut self, timeout: Duration) -> bool {
         use std::os::fd::AsRawFd;
         if !self.python.any() || self.hung_up.iter().all(|&h| h) {
