@@ -110,9 +110,9 @@ pub(crate) struct Args {
     /// went. Attach mode samples each process that joins the session, from when it joins. Where
     /// the kernel refuses (kernel.perf_event_paranoid 3 or more, a container without
     /// CAP_PERFMON) one line says why and how to fix it; the job runs on.
-    #[arg(long, value_name = "HZ", num_args = 0..=1, default_missing_value = crate::sample::DEFAULT_HZ_ARG, require_equals = true,
+    #[arg(long, value_name = "HZ", num_args = 0..=1, require_equals = true,
           value_parser = clap::value_parser!(u32).range(1..=10000))]
-    pub(crate) sample: Option<u32>,
+    sample: Option<Option<u32>>,
     /// Record only between the program's own markers (the job starts outside a range):
     /// `cudaProfilerApi`: between cudaProfilerStart and cudaProfilerStop (or the driver's
     /// cuProfilerStart/cuProfilerStop; torch.cuda.profiler.start()/stop()), whatever the real
@@ -148,6 +148,14 @@ pub(crate) struct Args {
     pub(crate) command: Vec<String>,
 }
 
+impl Args {
+    /// `--sample`'s rate: its HZ, or [`crate::sample::DEFAULT_HZ`] without one; `None` without
+    /// `--sample`.
+    pub(crate) fn sample_hz(&self) -> Option<u32> {
+        self.sample.map(|hz| hz.unwrap_or(crate::sample::DEFAULT_HZ))
+    }
+}
+
 /// `--capture-range`: `cudaProfilerApi` or `itt` (Nsight Systems' spelling; any case).
 fn parse_capture_range(value: &str) -> Result<mlprof_format::ring::CaptureSource, String> {
     use mlprof_format::ring::CaptureSource;
@@ -164,7 +172,7 @@ mod tests {
 
     #[test]
     fn sample_without_a_value_is_the_default_rate() {
-        let args = |argv: &[&str]| Args::try_parse_from(argv).unwrap().sample;
+        let args = |argv: &[&str]| Args::try_parse_from(argv).unwrap().sample_hz();
         assert_eq!(args(&["mlprof-collect", "--sample", "--", "true"]), Some(crate::sample::DEFAULT_HZ));
         assert_eq!(args(&["mlprof-collect", "--sample=499", "--", "true"]), Some(499));
         assert_eq!(args(&["mlprof-collect", "--", "true"]), None);

@@ -218,7 +218,7 @@ impl Collector {
             extra_env.push(("MLPROF_CUPTI", "on".into()));
         }
         let mut watch = launch::ChildWatch::new();
-        let mut child = match args.sample {
+        let mut child = match args.sample_hz() {
             None => launch::spawn(&args.command, preload, shm_path, session, &extra_env)?,
             Some(hz) => {
                 let cmd = launch::profiled_command(&args.command, preload, shm_path, session, &extra_env);
@@ -261,7 +261,7 @@ impl Collector {
     /// process that joins it.
     fn serve_session(&mut self) -> Result<u8, String> {
         let Collector { args, session, drainer, sampler, cpu, capture, .. } = self;
-        if let Some(hz) = args.sample {
+        if let Some(hz) = args.sample_hz() {
             *cpu = sample::start::served(hz);
             drainer.note_joined();
         }
@@ -304,8 +304,7 @@ impl Collector {
             if let Some(cost) = energy_cost.filter(|c| c.devices > 0) {
                 report_energy(&args, &cost);
             }
-            if let Some(stats) = cpu_samples {
-                let hz = args.sample.unwrap_or(sample::DEFAULT_HZ);
+            if let (Some(stats), Some(hz)) = (cpu_samples, args.sample_hz()) {
                 eprintln!("{}", sample::start::summary(&stats, hz, &args.out));
             }
         }

@@ -46,8 +46,6 @@ pub(crate) use sampler::{Sampler, Stats, attach, open};
 /// a 100 ms transform ~20 samples a call, and a minute of three busy threads ~36,000; VTune's
 /// and py-spy's defaults are 100 Hz. `--sample=HZ` sets another.
 pub(crate) const DEFAULT_HZ: u32 = 199;
-/// [`DEFAULT_HZ`] as `--sample` without a value means it.
-pub(crate) const DEFAULT_HZ_ARG: &str = "199";
 
 /// Bytes of user stack the kernel copies per sample (`sample_stack_user`). 16 KiB, not perf's
 /// 8 KiB: CPython below 3.11 spends a few hundred bytes of C stack on every Python call, and
