@@ -71,14 +71,11 @@ impl Sites {
     /// The run-wide id of site `number` of process `pid`, image `image` (0: none, or one it
     /// never defined, counted).
     #[inline]
-    pub(super) fn id(&mut self, (pid, image): (u32, u64), number: u32) -> u32 {
-        match self.by_process.get(&(pid, image, number)) {
-            Some(&id) => id,
-            None => {
-                self.undefined += 1;
-                0
-            }
-        }
+    pub(super) fn id(&mut self, process: (u32, u64), number: u32) -> u32 {
+        self.lookup(process, number).unwrap_or_else(|| {
+            self.undefined += 1;
+            0
+        })
     }
 }
 
