@@ -49,3 +49,14 @@ impl ProgramRun {
         (parent, child)
     }
 }
+
+/// The "name code" lines a test program wrote into `path` (what each call returned, for the
+/// test to compare with the run's records).
+pub fn statuses(path: &std::path::Path) -> std::collections::BTreeMap<String, i64> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(n, c)| (n.to_string(), c.trim().parse().unwrap()))
+        .collect()
+}

@@ -220,6 +220,11 @@ impl Summary {
         self.processes().into_iter().filter(|p| p.cmdline().contains(needle)).collect()
     }
 
+    /// Calls of `func` made by the processes whose cmdline contains `needle`, all together.
+    pub fn calls_by(&self, needle: &str, func: &str) -> u64 {
+        self.procs_with_cmdline(needle).iter().map(|p| p.calls().count(func)).sum()
+    }
+
     /// The single process whose cmdline equals `cmdline` exactly.
     pub fn proc_exact(&self, cmdline: &str) -> Proc<'_> {
         let v: Vec<_> = self.processes().into_iter().filter(|p| p.cmdline() == cmdline).collect();

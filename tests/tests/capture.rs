@@ -4,7 +4,6 @@
 //! `mlprof summary --json` must count exactly those inside, and list the ranges.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::Command;
 
 use mlprof_tests::*;
@@ -37,15 +36,6 @@ fn pwrites(summary: &Summary, program: &str) -> (u64, u64) {
             .sum::<u64>()
     };
     (count(false), count(true))
-}
-
-fn statuses(path: &Path) -> BTreeMap<String, i64> {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(n, c)| (n.to_string(), c.trim().parse().unwrap()))
-        .collect()
 }
 
 /// Builds capture_ranges.c against the wheel's libcudart; `None` (skipped, said) without one.
@@ -202,9 +192,7 @@ fn itt_resume_pause_detach_ranges_count_exactly() {
     let dir = TempDir::new("capture-itt");
     let python = python().display().to_string();
     let script = script("capture_itt.py").display().to_string();
-    let writes = |summary: &Summary| -> u64 {
-        summary.procs_with_cmdline("capture_itt.py").iter().map(|p| p.calls().count("write")).sum()
-    };
+    let writes = |summary: &Summary| summary.calls_by("capture_itt.py", "write");
     for (name, options, expected, opened) in [
         ("stop", &["--capture-range=itt"][..], 5, vec![("__itt_resume", "__itt_pause")]),
         (
@@ -285,9 +273,7 @@ fn wheel_start_stop_and_capture_mark_ranges_and_do_nothing_without_a_collector()
     // The wheel's package from the source tree (tests/tests/wheel.rs installs the built wheel).
     let package = workspace_root().join("wheel").join("python").display().to_string();
     let env = [("PYTHONPATH", package.as_str())];
-    let writes = |summary: &Summary| -> u64 {
-        summary.procs_with_cmdline("capture_api.py").iter().map(|p| p.calls().count("write")).sum()
-    };
+    let writes = |summary: &Summary| summary.calls_by("capture_api.py", "write");
 
     let out = dir.join("repeat.bin");
     let options = ["--capture-range=itt", "--capture-range-end=repeat"];
@@ -324,9 +310,7 @@ fn torch_steps_record_exactly_the_steps_asked_for() {
     let dir = TempDir::new("capture-steps");
     let python = python().display().to_string();
     let script = script("capture_steps.py").display().to_string();
-    let writes = |summary: &Summary| -> u64 {
-        summary.procs_with_cmdline("capture_steps.py").iter().map(|p| p.calls().count("write")).sum()
-    };
+    let writes = |summary: &Summary| summary.calls_by("capture_steps.py", "write");
     // Step 1 runs from the job's start: its writes are the whole run's less those of steps 3
     // to 8 and the 7 after the loop (the interpreter may write before the script runs).
     let whole_out = dir.join("whole.bin");
@@ -437,9 +421,7 @@ fn a_process_paused_when_its_collector_ends_joins_the_sessions_next_collector() 
     collector.stop_ok();
     // Its writes inside the range: the 5, and the answers to `resume` and `write 5`.
     let summary = Summary::load(&first);
-    let writes = |s: &Summary| -> u64 {
-        s.procs_with_cmdline("capture_attach.py").iter().map(|p| p.calls().count("write")).sum()
-    };
+    let writes = |s: &Summary| s.calls_by("capture_attach.py", "write");
     assert_eq!(writes(&summary), 5 + 2);
     assert_eq!(ranges(&summary), [("__itt_resume".to_string(), "__itt_pause".to_string())]);
     // The next collector of the session (no capture option) gets the process back: paused on

@@ -8,7 +8,6 @@
 //! tests/gpu/ run too; elsewhere those two tests are skipped, said and counted.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -18,16 +17,6 @@ use serde_json::Value;
 
 fn program(name: &str) -> String {
     tests_dir().join("programs").join(name).display().to_string()
-}
-
-/// "name code" lines a test program wrote.
-fn statuses(path: &Path) -> BTreeMap<String, i64> {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(n, c)| (n.to_string(), c.trim().parse().unwrap()))
-        .collect()
 }
 
 /// The `"status"` args of the trace's events named `func`.
