@@ -167,6 +167,9 @@ struct Frames {
     mappings: HashMap<u32, BTreeMap<u64, Mapped>>,
     modules: Ids<(String, Vec<u8>), FxBuildHasher>,
     stacks: Ids<Vec<StackFrame>, FxBuildHasher>,
+    /// The frames of the sample being interned (kept: most samples repeat a known stack, and
+    /// need no allocation to find it).
+    scratch: Vec<StackFrame>,
     out: Vec<Msg>,
     samples: Vec<CpuSample>,
 }
@@ -226,26 +229,29 @@ impl Frames {
             return 0;
         }
         let process = self.mappings.get(&pid);
-        let frames: Vec<StackFrame> = addresses
-            .iter()
-            .map(|&address| {
-                if address >= PYTHON_FRAME_TAG {
-                    return StackFrame { module: PYTHON_MODULE, offset: address & u64::from(u32::MAX) };
+        let mut frames = std::mem::take(&mut self.scratch);
+        frames.clear();
+        frames.extend(addresses.iter().map(|&address| {
+            if address >= PYTHON_FRAME_TAG {
+                return StackFrame { module: PYTHON_MODULE, offset: address & u64::from(u32::MAX) };
+            }
+            let mapped = process.and_then(|p| p.range(..=address).next_back());
+            match mapped {
+                Some((start, &(end, pgoff, module))) if address < end => {
+                    StackFrame { module, offset: address - start + pgoff }
                 }
-                let mapped = process.and_then(|p| p.range(..=address).next_back());
-                match mapped {
-                    Some((start, &(end, pgoff, module))) if address < end => {
-                        StackFrame { module, offset: address - start + pgoff }
-                    }
-                    _ => StackFrame { module: NO_MODULE, offset: address },
-                }
-            })
-            .collect();
-        if let Some(id) = self.stacks.get(&frames) {
-            return id;
-        }
-        let (id, _) = self.stacks.id(frames.clone());
-        self.out.push(Msg::Stack(StackInfo { id, frames, truncated: false }));
+                _ => StackFrame { module: NO_MODULE, offset: address },
+            }
+        }));
+        let id = match self.stacks.get(&frames) {
+            Some(id) => id,
+            None => {
+                let (id, _) = self.stacks.id(frames.clone());
+                self.out.push(Msg::Stack(StackInfo { id, frames: frames.clone(), truncated: false }));
+                id
+            }
+        };
+        self.scratch = frames;
         id
     }
 
