@@ -13,6 +13,7 @@ mod launch;
 mod node;
 mod sample;
 mod segment;
+mod shared_map;
 #[cfg(test)]
 mod testing;
 mod timebase;

@@ -3,8 +3,10 @@
 //! the mapping, so the unit tests run it over a plain buffer.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::shared_map::SharedMapping;
 
 /// Offsets in `struct perf_event_mmap_page` (the first page of the mapping).
 const DATA_HEAD: usize = 1024;
@@ -73,40 +75,24 @@ fn copy_out(first: &[u8], second: &[u8], at: usize, out: &mut [u8]) {
 
 /// A mapped ring: one header page and `2^n` data pages.
 pub(crate) struct Ring {
-    base: *mut u8,
-    len: usize,
+    /// Declared before `fd`, so dropped first: the event is closed after its mapping is gone.
+    mapping: SharedMapping,
     data_offset: usize,
     data_size: usize,
-    /// The event whose ring this is; closed after the mapping is gone.
     pub(crate) fd: OwnedFd,
 }
-
-// Safety: the mapping is plain shared memory owned by this value; the pointer is not tied to
-// the thread that mapped it.
-unsafe impl Send for Ring {}
 
 impl Ring {
     /// Maps `data_pages` (a power of two) data pages of the event `fd`; gives `fd` back with
     /// the error when the kernel refuses.
     pub(crate) fn map(fd: OwnedFd, data_pages: usize) -> Result<Ring, (io::Error, OwnedFd)> {
         let page = page_size();
-        let len = (data_pages + 1) * page;
-        // Safety: a fresh shared mapping of a perf event descriptor; the kernel decides its
-        // contents, and we only ever write `data_tail`.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
+        // The kernel decides the ring's contents; we only ever write `data_tail`.
+        let mapping = match SharedMapping::new(fd.as_fd(), (data_pages + 1) * page) {
+            Ok(mapping) => mapping,
+            Err(err) => return Err((err, fd)),
         };
-        if base == libc::MAP_FAILED {
-            return Err((io::Error::last_os_error(), fd));
-        }
-        let base = base.cast::<u8>();
+        let base = mapping.base();
         // Safety: the header page is mapped; these two fields are written by the kernel once,
         // before mmap returned (Linux 4.1+; zero before, when the data follows the header page).
         let (offset, size) = unsafe {
@@ -117,13 +103,13 @@ impl Ring {
         };
         let (data_offset, data_size) =
             if size == 0 { (page, data_pages * page) } else { (offset as usize, size as usize) };
-        Ok(Ring { base, len, data_offset, data_size, fd })
+        Ok(Ring { mapping, data_offset, data_size, fd })
     }
 
     fn word(&self, offset: usize) -> &AtomicU64 {
         // Safety: `offset` is one of the 8-aligned u64 fields of the header page, which stays
         // mapped as long as `self`; the kernel accesses them atomically too.
-        unsafe { AtomicU64::from_ptr(self.base.add(offset).cast::<u64>()) }
+        unsafe { AtomicU64::from_ptr(self.mapping.base().add(offset).cast::<u64>()) }
     }
 
     /// The readable bytes, split at the ring's end, and the tail they start at. The acquire
@@ -138,7 +124,7 @@ impl Ring {
         // Safety: the kernel does not write `tail..head` until we move `data_tail` past it,
         // and both parts lie inside the data area.
         let (first, second) = unsafe {
-            let data = self.base.add(self.data_offset);
+            let data = self.mapping.base().add(self.data_offset);
             (
                 std::slice::from_raw_parts(data.add(start), first_len),
                 std::slice::from_raw_parts(data, available - first_len),
@@ -151,13 +137,6 @@ impl Ring {
     /// reads of them before the kernel may overwrite them.
     pub(crate) fn release(&self, tail: u64, consumed: usize) {
         self.word(DATA_TAIL).store(tail.wrapping_add(consumed as u64), Ordering::Release);
-    }
-}
-
-impl Drop for Ring {
-    fn drop(&mut self) {
-        // Safety: the mapping made in `map`, unmapped once; no slice of it outlives `&self`.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
     }
 }
 

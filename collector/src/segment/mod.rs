@@ -14,7 +14,7 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -24,6 +24,8 @@ use mlprof_format::ring::{
     LANE_FREE, LANE_OPEN, LANE_UNBACKED, RING_CLOSED, RingGeometry, RingHeader, RingView, grown_backing,
     lane_state,
 };
+
+use crate::shared_map::SharedMapping;
 
 mod leftovers;
 mod taken;
@@ -144,8 +146,8 @@ pub fn free_bytes(dir: &Path) -> io::Result<u64> {
 pub struct Segment {
     path: PathBuf,
     file: File,
-    base: *mut u8,
-    len: usize,
+    /// The whole file; the view points into it (dropped after `Drop for Segment` has run).
+    mapping: SharedMapping,
     pub geometry: RingGeometry,
     view: RingView,
     unlinked: bool,
@@ -196,21 +198,9 @@ impl Segment {
         let len = geometry.total_bytes() as usize;
         file.set_len(len as u64).map_err(unlink_temporary)?;
         allocate(&file, 0, geometry.slots_offset()).map_err(unlink_temporary)?;
-        // Safety: a shared mapping of the whole file we just sized; unmapped in Drop.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(unlink_temporary(io::Error::last_os_error()));
-        }
-        let base = base as *mut u8;
+        // The whole file we just sized.
+        let mapping = SharedMapping::new(file.as_fd(), len).map_err(unlink_temporary)?;
+        let base = mapping.base();
         // Safety: the mapping is fresh, zero-filled, page aligned and sized for the geometry;
         // nobody else can see it before the rename below.
         let view = unsafe {
@@ -233,8 +223,7 @@ impl Segment {
         let mut segment = Segment {
             path,
             file,
-            base,
-            len,
+            mapping,
             geometry,
             view,
             unlinked: true,
@@ -298,7 +287,7 @@ impl Segment {
                 continue;
             }
             let Some((start, len)) = self.view.lane_part(index, 0, self.first_backed) else { break };
-            if let Err(err) = allocate(&self.file, start as u64 - self.base as u64, len as u64) {
+            if let Err(err) = allocate(&self.file, start as u64 - self.mapping.base() as u64, len as u64) {
                 self.backing_failed = true;
                 message = Some(format!(
                     "cannot back another lane in {} ({err}); {backed} thread(s) record at once, the records \
@@ -343,7 +332,7 @@ impl Segment {
         }
         let target = grown_backing(capacity, backed, 0);
         let Some((start, len)) = self.view.lane_part(index, backed, target) else { return };
-        if allocate(&self.file, start as u64 - self.base as u64, len as u64).is_ok() {
+        if allocate(&self.file, start as u64 - self.mapping.base() as u64, len as u64).is_ok() {
             lane.backed.fetch_max(target, Ordering::Release);
         }
     }
@@ -418,8 +407,6 @@ impl Drop for Segment {
         // collector). Open, its next call records into the closed ring, unread, and its next
         // look at the ring (~100 ms) lets it go.
         self.header().capture.store(0, Ordering::Release);
-        // Safety: unmapping our own mapping once.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
     }
 }
 
